@@ -1,0 +1,3 @@
+from hyperqwen_patches.cli import main
+
+main()

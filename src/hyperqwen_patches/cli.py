@@ -1,0 +1,91 @@
+"""The command-line entry: a thin Typer layer.
+
+Each command lives in ``commands/<name>.py`` as a function that parses options, calls one operation and
+renders its result object. This module only registers them and maps typed errors to exit codes, in one
+place.
+
+Exit codes (every command): 0 ok; 1 a finding (a check failed, a hunk did not apply); 2 usage, input or
+environment problem; 3 git failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+from hyperqwen_patches import __version__
+from hyperqwen_patches.console import err
+from hyperqwen_patches.errors import ExitCode, HqpError
+
+EPILOG = (
+    "Exit codes: 0 ok; 1 a finding (a check failed, a hunk did not apply); "
+    "2 usage, input or environment problem; 3 git failed."
+)
+
+app = typer.Typer(
+    name="hyperqwen-patches",
+    help=(
+        "Carry a patch series on a pinned upstream release (vLLM): apply at fuzz 0, check replay "
+        "identity against the fork, export, import, render the ledger, port to a new release."
+    ),
+    epilog=EPILOG,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"hyperqwen-patches {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log git commands and cache steps to stderr."),
+) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+# Commands register themselves here, one line each (heavy imports stay inside the command bodies).
+from hyperqwen_patches.commands import register_all  # noqa: E402
+
+register_all(app)
+
+
+def main() -> None:
+    """Console-script entry: run the app and map typed errors to one line and an exit code."""
+    try:
+        app(standalone_mode=False)
+    except HqpError as exc:
+        err.print(f"error: {exc.message}")
+        if exc.hint:
+            err.print(f"hint: {exc.hint}")
+        sys.exit(int(exc.exit_code))
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(int(ExitCode.USAGE))
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # click's UsageError and friends
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(int(ExitCode.USAGE))
+        raise

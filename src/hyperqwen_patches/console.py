@@ -1,0 +1,34 @@
+"""The one output sink: data to stdout, diagnostics to stderr.
+
+Consoles are built with ``markup=False, highlight=False`` so user data such as ``[PATCH 1/3]`` is never
+read as rich markup or recoloured.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+out = Console(markup=False, highlight=False, soft_wrap=False)
+err = Console(stderr=True, markup=False, highlight=False, soft_wrap=False)
+
+
+def show(data: bytes | str) -> str:
+    """Decode bytes for a person to read; undecodable bytes are escaped, never dropped."""
+    if isinstance(data, str):
+        return data
+    return data.decode("utf-8", errors="backslashreplace")
+
+
+def emit_json(payload: Any) -> None:
+    """Print a JSON document to stdout: sorted keys, stable, one trailing newline."""
+    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def is_terminal() -> bool:
+    """Spinners and progress bars only when a person is watching stderr."""
+    return err.is_terminal
