@@ -10,7 +10,7 @@ import importlib
 
 import typer
 
-COMMANDS: list[str] = []
+COMMANDS: list[str] = ["diff"]
 
 
 def register_all(app: typer.Typer) -> None:
