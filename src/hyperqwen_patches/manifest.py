@@ -1,0 +1,642 @@
+"""The manifest (``patches/manifest.yaml``): YAML → a typed, validated model.
+
+The manifest states the pin once and orders and describes the rows of the series. Validation works on
+the composed YAML node tree (not on the loaded Python objects) so that every problem can name the file,
+the line and the field, and so that duplicate keys (which a plain ``yaml.safe_load`` silently collapses)
+are caught. Every problem is collected; :class:`ManifestError` carries all of them at once.
+
+The schema is documented in ``docs/manifest.md`` and published for editors as ``manifest.schema.json``
+beside this module; a test keeps the two in step with the key sets below.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from hyperqwen_patches.errors import UsageError
+
+if TYPE_CHECKING:
+    import yaml
+
+MANIFEST_RELPATH = "patches/manifest.yaml"
+FORMAT = 1
+KINDS: tuple[str, ...] = ("backport", "fix", "feature", "local", "own")
+PATH_CONVENTIONS: tuple[str, ...] = ("root", "package")
+
+TOP_REQUIRED = ("format", "pin", "package", "rows")
+TOP_OPTIONAL = ("source", "paths", "export_points", "retirements")
+EXPORT_POINT_REQUIRED = ("name", "branch")
+EXPORT_POINT_OPTIONAL = ("commit", "base")
+ROW_REQUIRED = ("name", "kind", "what", "cut_against", "retires_when")
+ROW_OPTIONAL = ("patch", "files", "upstream", "export_point", "commit", "skip")
+RETIREMENT_REQUIRED = ("row", "pin", "upstream", "reason", "evidence")
+RETIREMENT_OPTIONAL = ("hunk",)
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# PEP 440 public versions as vLLM writes them (0.29.0, 0.30.0rc1, 0.29.0.post1); not a full PEP 440 parser.
+VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?$")
+# Full SHA-1 or SHA-256 object names only: an abbreviated SHA can become ambiguous as the fork grows.
+COMMIT_RE = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
+PATCH_SUFFIXES = (".patch", ".diff")
+
+_STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_TAG_WORDS = {
+    "tag:yaml.org,2002:str": "a string",
+    "tag:yaml.org,2002:int": "an integer",
+    "tag:yaml.org,2002:float": "a number",
+    "tag:yaml.org,2002:bool": "a boolean",
+    "tag:yaml.org,2002:null": "null",
+    "tag:yaml.org,2002:timestamp": "a date",
+    "tag:yaml.org,2002:map": "a mapping",
+    "tag:yaml.org,2002:seq": "a list",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the manifest, located in it."""
+
+    path: str  # the manifest file as shown to a person (repo-relative where possible)
+    line: int  # 1-based; 0 when the problem has no position (an unreadable file)
+    field: str  # a dotted path such as "rows[2].kind"; "" for the whole document
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return (
+            f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        )
+
+
+class ManifestError(UsageError):
+    """The manifest cannot be read or is invalid; ``problems`` holds every problem found."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        head = problems[0].path if problems else MANIFEST_RELPATH
+        noun = "problem" if len(problems) == 1 else "problems"
+        lines = [f"{head}: {len(problems)} {noun} in the manifest"]
+        lines += [f"  {p}" for p in problems]
+        super().__init__(
+            "\n".join(lines), hint="the manifest's keys are described in docs/manifest.md"
+        )
+
+
+@dataclass(frozen=True)
+class ExportPoint:
+    """A named fork branch and the commit it was exported at (``base``: the fork's pristine commit)."""
+
+    name: str
+    branch: str
+    commit: str | None
+    base: str | None
+    line: int
+
+
+@dataclass(frozen=True)
+class Row:
+    """One entry of the series, in apply order: a patch file, or a directory of module files."""
+
+    name: str
+    kind: str
+    what: str
+    cut_against: str
+    retires_when: str
+    patch: str | None = None  # repo-relative POSIX path of the patch file
+    files: str | None = None  # repo-relative POSIX path of a directory mirroring the tree
+    upstream: str | None = None
+    export_point: str | None = None
+    commit: str | None = None
+    skip: str | None = None  # the reason the row is kept for history but not applied
+    line: int = 0
+
+    @property
+    def is_module(self) -> bool:
+        return self.files is not None
+
+    @property
+    def source_path(self) -> str:
+        """The patch file or the module directory, repo-relative."""
+        return self.patch if self.patch is not None else str(self.files)
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """A row (or one hunk of it) dropped because ``pin`` carries it upstream."""
+
+    row: str
+    pin: str
+    upstream: str
+    reason: str
+    evidence: str
+    hunk: str | None = None
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The validated manifest. ``root`` is the repository root (the parent of ``patches/``)."""
+
+    path: Path
+    root: Path
+    pin: str
+    package: str
+    source: str
+    paths: str
+    export_points: tuple[ExportPoint, ...] = ()
+    rows: tuple[Row, ...] = ()
+    retirements: tuple[Retirement, ...] = ()
+    format: int = FORMAT
+
+    @property
+    def active_rows(self) -> tuple[Row, ...]:
+        """The rows that are applied, in order (skipped rows left out)."""
+        return tuple(r for r in self.rows if r.skip is None)
+
+    def row(self, name: str) -> Row | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def export_point(self, name: str) -> ExportPoint | None:
+        return next((e for e in self.export_points if e.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The model as plain data (sorted keys when dumped): for ``--json`` output and other tools."""
+        return {
+            "format": self.format,
+            "pin": self.pin,
+            "package": self.package,
+            "source": self.source,
+            "paths": self.paths,
+            "export_points": [
+                {"name": e.name, "branch": e.branch, "commit": e.commit, "base": e.base}
+                for e in self.export_points
+            ],
+            "rows": [
+                {
+                    k: getattr(r, k)
+                    for k in (
+                        "name",
+                        "kind",
+                        "what",
+                        "patch",
+                        "files",
+                        "upstream",
+                        "cut_against",
+                        "retires_when",
+                        "export_point",
+                        "commit",
+                        "skip",
+                    )
+                }
+                for r in self.rows
+            ],
+            "retirements": [
+                {k: getattr(t, k) for k in ("row", "pin", "upstream", "reason", "evidence", "hunk")}
+                for t in self.retirements
+            ],
+        }
+
+
+def default_source(package: str, pin: str) -> str:
+    return f"pypi:{package}=={pin}"
+
+
+def find_repo_root(start: Path) -> Path | None:
+    """The nearest directory at or above ``start`` that holds ``patches/manifest.yaml``."""
+    start = start.resolve()
+    for candidate in (start, *start.parents):
+        if (candidate / MANIFEST_RELPATH).is_file():
+            return candidate
+    return None
+
+
+def load_manifest(root: Path) -> Manifest:
+    """Read and validate ``<root>/patches/manifest.yaml``; raise :class:`ManifestError` with every problem."""
+    path = root / MANIFEST_RELPATH
+    shown = MANIFEST_RELPATH
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ManifestError([Problem(shown, 0, "", f"no manifest at {path}")]) from None
+    except OSError as exc:
+        raise ManifestError(
+            [Problem(shown, 0, "", f"cannot read {path}: {exc.strerror}")]
+        ) from None
+    return parse_manifest(data, path=path, root=root, shown=shown)
+
+
+def parse_manifest(data: bytes, *, path: Path, root: Path, shown: str | None = None) -> Manifest:
+    """Validate manifest bytes; ``shown`` is the name used in messages (default: ``path``)."""
+    return _Validator(data, path=path, root=root, shown=shown or str(path)).run()
+
+
+# --- validation -------------------------------------------------------------------------------------
+
+
+def _what(node: yaml.Node) -> str:
+    return _TAG_WORDS.get(node.tag, node.tag)
+
+
+@dataclass
+class _Validator:
+    data: bytes
+    path: Path
+    root: Path
+    shown: str
+    problems: list[Problem] = field(default_factory=list)
+
+    def fail(
+        self, node: yaml.Node | None, where: str, message: str, *, line: int | None = None
+    ) -> None:
+        if line is None:
+            line = node.start_mark.line + 1 if node is not None else 0
+        self.problems.append(Problem(self.shown, line, where, message))
+
+    # -- node helpers
+
+    def mapping(
+        self, node: yaml.Node, where: str, required: tuple[str, ...], optional: tuple[str, ...]
+    ) -> dict[str, yaml.Node] | None:
+        """A mapping's keys → value nodes; reports wrong type, duplicate, unknown and missing keys."""
+        import yaml
+
+        if not isinstance(node, yaml.MappingNode):
+            self.fail(node, where or "(document)", f"must be a mapping, got {_what(node)}")
+            return None
+        known = required + optional
+        out: dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key_where = f"{where}.{key_node.value}" if where else str(key_node.value)
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR:
+                self.fail(
+                    key_node, where or "(document)", f"keys must be strings, got {_what(key_node)}"
+                )
+                continue
+            key = key_node.value
+            if key in out:
+                first = out[key].start_mark.line + 1
+                self.fail(key_node, key_where, f"duplicate key (first given on line {first})")
+                continue
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                self.fail(key_node, key_where, f"unknown key{hint} (known: {', '.join(known)})")
+                continue
+            out[key] = value_node
+        for key in required:
+            if key not in out:
+                self.fail(node, f"{where}.{key}" if where else key, "required field is missing")
+        return out
+
+    def string(self, node: yaml.Node | None, where: str, *, optional: bool = False) -> str | None:
+        import yaml
+
+        if node is None:
+            return None
+        if optional and isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
+            return None
+        if not isinstance(node, yaml.ScalarNode) or node.tag != _STR:
+            hint = " (quote it)" if isinstance(node, yaml.ScalarNode) else ""
+            self.fail(node, where, f"must be a string, got {_what(node)}{hint}")
+            return None
+        value = str(node.value)
+        if not value.strip():
+            self.fail(node, where, "must not be empty")
+            return None
+        if value != value.strip():
+            self.fail(node, where, "must not start or end with white space")
+            return None
+        return value
+
+    def matching(
+        self,
+        node: yaml.Node | None,
+        where: str,
+        pattern: re.Pattern[str],
+        what: str,
+        *,
+        optional: bool = False,
+    ) -> str | None:
+        value = self.string(node, where, optional=optional)
+        if value is not None and not pattern.match(value):
+            self.fail(node, where, f"{value!r} is not {what}")
+            return None
+        return value
+
+    def sequence(self, node: yaml.Node | None, where: str) -> list[yaml.Node]:
+        import yaml
+
+        if node is None:
+            return []
+        if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
+            return []  # "rows:" with nothing after it: an empty list, as a person means it
+        if not isinstance(node, yaml.SequenceNode):
+            self.fail(node, where, f"must be a list, got {_what(node)}")
+            return []
+        return list(node.value)
+
+    def relpath(self, node: yaml.Node | None, where: str) -> str | None:
+        value = self.string(node, where)
+        if value is None:
+            return None
+        pure = PurePosixPath(value)
+        if "\\" in value or pure.is_absolute() or ".." in pure.parts or str(pure) != value:
+            self.fail(
+                node,
+                where,
+                f"{value!r} must be a plain relative path inside the repository "
+                "(forward slashes, no '..', no leading '/', no './' or trailing '/')",
+            )
+            return None
+        return value
+
+    # -- the document
+
+    def run(self) -> Manifest:
+        import yaml
+
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        try:
+            root_node = yaml.compose(self.data, Loader=loader)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            line = mark.line + 1 if mark is not None else 0
+            self.fail(None, "", f"YAML syntax: {exc.problem or exc.context}", line=line)
+            raise ManifestError(self.problems) from None
+        except yaml.YAMLError as exc:
+            self.fail(None, "", f"YAML syntax: {exc}")
+            raise ManifestError(self.problems) from None
+        if root_node is None:
+            self.fail(None, "", "the manifest is empty", line=1)
+            raise ManifestError(self.problems)
+        top = self.mapping(root_node, "", TOP_REQUIRED, TOP_OPTIONAL)
+        if top is None:
+            raise ManifestError(self.problems)
+
+        fmt = self.format(top.get("format"))
+        pin = self.matching(top.get("pin"), "pin", VERSION_RE, "a release version such as 0.29.0")
+        package = self.matching(top.get("package"), "package", PACKAGE_RE, "a package name")
+        paths = "root"
+        if "paths" in top:
+            value = self.string(top["paths"], "paths")
+            if value is not None and value not in PATH_CONVENTIONS:
+                self.fail(
+                    top["paths"], "paths", f"{value!r} is not one of {', '.join(PATH_CONVENTIONS)}"
+                )
+            elif value is not None:
+                paths = value
+        source = self.source(top.get("source"), package, pin)
+        export_points = self.export_points(top.get("export_points"))
+        rows = self.rows(top.get("rows"), export_points)
+        retirements = self.retirements(top.get("retirements"), rows)
+
+        if self.problems:
+            raise ManifestError(self.problems)
+        assert pin is not None and package is not None and fmt is not None
+        return Manifest(
+            path=self.path,
+            root=self.root,
+            format=fmt,
+            pin=pin,
+            package=package,
+            source=source or default_source(package, pin),
+            paths=paths,
+            export_points=tuple(export_points),
+            rows=tuple(rows),
+            retirements=tuple(retirements),
+        )
+
+    def format(self, node: yaml.Node | None) -> int | None:
+        import yaml
+
+        if node is None:
+            return None
+        if not isinstance(node, yaml.ScalarNode) or node.tag != _INT:
+            self.fail(node, "format", f"must be the integer {FORMAT}, got {_what(node)}")
+            return None
+        if int(node.value) != FORMAT:
+            self.fail(
+                node,
+                "format",
+                f"format {node.value} is not understood by this version (which reads format {FORMAT})",
+            )
+            return None
+        return FORMAT
+
+    def source(self, node: yaml.Node | None, package: str | None, pin: str | None) -> str | None:
+        from hyperqwen_patches.pristine import SourceSpecError, parse_source
+
+        value = self.string(node, "source")
+        if value is None:
+            return None
+        try:
+            spec = parse_source(value)
+        except SourceSpecError as exc:
+            self.fail(node, "source", exc.message)
+            return None
+        # The pin is stated once: a PyPI source naming another version or package is a contradiction.
+        if spec.kind == "pypi":
+            if package is not None and spec.package != package:
+                self.fail(
+                    node, "source", f"names package {spec.package!r} but package is {package!r}"
+                )
+            if pin is not None and spec.version != pin:
+                self.fail(node, "source", f"names version {spec.version} but the pin is {pin}")
+        return value
+
+    def export_points(self, node: yaml.Node | None) -> list[ExportPoint]:
+        out: list[ExportPoint] = []
+        seen: dict[str, int] = {}
+        for i, item in enumerate(self.sequence(node, "export_points")):
+            where = f"export_points[{i}]"
+            keys = self.mapping(item, where, EXPORT_POINT_REQUIRED, EXPORT_POINT_OPTIONAL)
+            if keys is None:
+                continue
+            name = self.matching(keys.get("name"), f"{where}.name", NAME_RE, "a name ([a-z0-9._-])")
+            branch = self.string(keys.get("branch"), f"{where}.branch")
+            commit = self.matching(
+                keys.get("commit"), f"{where}.commit", COMMIT_RE, "a full commit SHA", optional=True
+            )
+            base = self.matching(
+                keys.get("base"), f"{where}.base", COMMIT_RE, "a full commit SHA", optional=True
+            )
+            line = item.start_mark.line + 1
+            if name is not None and name in seen:
+                self.fail(
+                    item,
+                    f"{where}.name",
+                    f"duplicate export point {name!r} (first on line {seen[name]})",
+                )
+                continue
+            if name is not None:
+                seen[name] = line
+            if name is not None and branch is not None:
+                out.append(
+                    ExportPoint(name=name, branch=branch, commit=commit, base=base, line=line)
+                )
+        return out
+
+    def rows(self, node: yaml.Node | None, export_points: list[ExportPoint]) -> list[Row]:
+        out: list[Row] = []
+        names: dict[str, int] = {}
+        sources: dict[str, tuple[int, str]] = {}
+        declared = {e.name for e in export_points}
+        for i, item in enumerate(self.sequence(node, "rows")):
+            before = len(self.problems)
+            row = self.row(item, f"rows[{i}]", names, sources, declared)
+            # Any problem in this row (and only this row) keeps it out of the model.
+            if row is not None and len(self.problems) == before:
+                out.append(row)
+        # A module directory inside another row's directory would be copied twice.
+        dirs = sorted((r for r in out if r.files is not None), key=lambda r: str(r.files))
+        for ra, rb in itertools.pairwise(dirs):
+            if str(rb.files).startswith(f"{ra.files}/"):
+                self.fail(
+                    None,
+                    f"rows.{rb.name}.files",
+                    f"{rb.files!r} lies inside row {ra.name!r}'s {ra.files!r}",
+                    line=rb.line,
+                )
+        return out
+
+    def row(
+        self,
+        item: yaml.Node,
+        where: str,
+        names: dict[str, int],
+        sources: dict[str, tuple[int, str]],
+        declared: set[str],
+    ) -> Row | None:
+        keys = self.mapping(item, where, ROW_REQUIRED, ROW_OPTIONAL)
+        if keys is None:
+            return None
+        line = item.start_mark.line + 1
+        name = self.matching(keys.get("name"), f"{where}.name", NAME_RE, "a row name ([a-z0-9._-])")
+        if name is not None:
+            if name in names:
+                self.fail(
+                    keys["name"],
+                    f"{where}.name",
+                    f"duplicate row {name!r} (first on line {names[name]})",
+                )
+            else:
+                names[name] = line
+        kind = self.string(keys.get("kind"), f"{where}.kind")
+        if kind is not None and kind not in KINDS:
+            self.fail(
+                keys["kind"],
+                f"{where}.kind",
+                f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}",
+            )
+        what = self.string(keys.get("what"), f"{where}.what")
+        cut = self.matching(
+            keys.get("cut_against"), f"{where}.cut_against", VERSION_RE, "a release version"
+        )
+        retires = self.string(keys.get("retires_when"), f"{where}.retires_when")
+        upstream = self.string(keys.get("upstream"), f"{where}.upstream", optional=True)
+        skip = self.string(keys.get("skip"), f"{where}.skip")
+        patch = self.relpath(keys.get("patch"), f"{where}.patch")
+        files = self.relpath(keys.get("files"), f"{where}.files")
+        if "patch" in keys and "files" in keys:
+            self.fail(
+                item,
+                where,
+                "give either patch (a patch file) or files (a module directory), not both",
+            )
+        elif "patch" not in keys and "files" not in keys:
+            self.fail(
+                item, f"{where}.patch", "required field is missing (or files, for a module row)"
+            )
+        if patch is not None and not patch.endswith(PATCH_SUFFIXES):
+            self.fail(keys["patch"], f"{where}.patch", f"{patch!r} must end in .patch or .diff")
+        src_key = "patch" if patch is not None else "files"
+        src = patch if patch is not None else files
+        if src is not None:
+            if src in sources:
+                first_line, first_name = sources[src]
+                self.fail(
+                    keys[src_key],
+                    f"{where}.{src_key}",
+                    f"{src!r} is already row {first_name!r} (line {first_line})",
+                )
+            else:
+                sources[src] = (line, name or "?")
+        if kind == "backport" and upstream is None and "upstream" not in keys:
+            self.fail(item, f"{where}.upstream", "a backport must name its upstream reference")
+        export_point = self.string(keys.get("export_point"), f"{where}.export_point")
+        if export_point is not None and export_point not in declared:
+            listed = ", ".join(sorted(declared)) or "none declared"
+            self.fail(
+                keys["export_point"],
+                f"{where}.export_point",
+                f"{export_point!r} is not a declared export point ({listed})",
+            )
+        commit = self.matching(
+            keys.get("commit"), f"{where}.commit", COMMIT_RE, "a full commit SHA"
+        )
+        if "commit" in keys and "export_point" not in keys:
+            self.fail(
+                item, f"{where}.export_point", "a row with a commit must name its export point"
+            )
+        if not (name and kind and what and cut and retires):
+            return None
+        return Row(
+            name=name,
+            kind=kind,
+            what=what,
+            cut_against=cut,
+            retires_when=retires,
+            patch=patch,
+            files=files,
+            upstream=upstream,
+            export_point=export_point,
+            commit=commit,
+            skip=skip,
+            line=line,
+        )
+
+    def retirements(self, node: yaml.Node | None, rows: list[Row]) -> list[Retirement]:
+        out: list[Retirement] = []
+        seen: dict[tuple[str, str, str | None], int] = {}
+        active = {r.name for r in rows if r.skip is None}
+        for i, item in enumerate(self.sequence(node, "retirements")):
+            where = f"retirements[{i}]"
+            keys = self.mapping(item, where, RETIREMENT_REQUIRED, RETIREMENT_OPTIONAL)
+            if keys is None:
+                continue
+            before = len(self.problems)
+            row = self.matching(keys.get("row"), f"{where}.row", NAME_RE, "a row name")
+            pin = self.matching(keys.get("pin"), f"{where}.pin", VERSION_RE, "a release version")
+            upstream = self.string(keys.get("upstream"), f"{where}.upstream")
+            reason = self.string(keys.get("reason"), f"{where}.reason")
+            evidence = self.string(keys.get("evidence"), f"{where}.evidence")
+            hunk = self.string(keys.get("hunk"), f"{where}.hunk")
+            line = item.start_mark.line + 1
+            if len(self.problems) != before or None in (row, pin, upstream, reason, evidence):
+                continue
+            assert row and pin and upstream and reason and evidence
+            key = (row, pin, hunk)
+            if key in seen:
+                self.fail(
+                    item,
+                    where,
+                    f"duplicate retirement of {row!r} at {pin} (first on line {seen[key]})",
+                )
+                continue
+            seen[key] = line
+            if hunk is None and row in active:
+                self.fail(
+                    keys["row"],
+                    f"{where}.row",
+                    f"row {row!r} is retired but still applied: remove it from rows or give it a skip reason",
+                )
+                continue
+            out.append(Retirement(row, pin, upstream, reason, evidence, hunk, line))
+        return out
