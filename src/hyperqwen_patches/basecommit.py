@@ -1,0 +1,181 @@
+"""The pristine tree as a git commit whose SHA is the same on every machine.
+
+The fork's branches start from this commit, and the shipped bundle names it as its prerequisite, so its
+SHA must depend on nothing but the tree's bytes and the pin. Everything else a commit carries is fixed
+here, in one place:
+
+- author and committer: ``hyperqwen-patches <pristine@hyperqwen-patches.invalid>``;
+- both dates: 2000-01-01T00:00:00Z (``946684800 +0000``);
+- message: ``<package> <version> pristine tree`` (no source label: a ``dir:`` source's path would make
+  the SHA machine-dependent, and the same bytes from a wheel, an sdist or a checkout are the same tree);
+- every file mode ``100644`` (wheels and checkouts disagree about executable bits; a row that needs one
+  changes the mode itself);
+- no signature (``commit.gpgSign`` is pinned off in the git runner), no parents, no encoding header.
+
+Objects are written into the target repository's object store with ``git fast-import`` (blobs), a
+temporary index (``update-index`` + ``write-tree``) and ``commit-tree``: the repository's work tree,
+index, HEAD, refs and config are not touched.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from hyperqwen_patches import gitrun
+from hyperqwen_patches.errors import UsageError
+
+BASE_NAME = "hyperqwen-patches"
+BASE_EMAIL = "pristine@hyperqwen-patches.invalid"
+BASE_DATE = "946684800 +0000"  # 2000-01-01T00:00:00Z
+BASE_MODE = b"100644"
+
+
+class TreeSource(Protocol):
+    """What the base commit needs of a pristine tree (``pristine.PristineTree`` satisfies it)."""
+
+    def paths(self) -> list[bytes]: ...
+
+    def read(self, path: bytes) -> bytes | None: ...
+
+
+@dataclass(frozen=True)
+class BaseCommit:
+    """The base commit written into a repository."""
+
+    commit: str
+    tree: str
+    files: int
+
+
+def base_message(package: str, version: str) -> bytes:
+    return f"{package} {version} pristine tree\n".encode()
+
+
+def fixed_identity_env(date: str = BASE_DATE) -> dict[str, str]:
+    """Author and committer pinned for commits this tool creates (the base; import's committer)."""
+    return {
+        "GIT_AUTHOR_NAME": BASE_NAME,
+        "GIT_AUTHOR_EMAIL": BASE_EMAIL,
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": BASE_NAME,
+        "GIT_COMMITTER_EMAIL": BASE_EMAIL,
+        "GIT_COMMITTER_DATE": date,
+    }
+
+
+def check_tree_path(path: bytes) -> None:
+    """A path that can be a git tree entry: relative, no empty, ``.`` or ``..`` component, no NUL."""
+    parts = path.split(b"/")
+    if (
+        not path
+        or path.startswith(b"/")
+        or b"\0" in path
+        or b"\n" in path
+        or any(p in (b"", b".", b"..", b".git") for p in parts)
+    ):
+        raise UsageError(f"{path!r}: not a valid path inside the pristine tree")
+
+
+def write_blobs(git_dir: Path, contents: Iterable[bytes]) -> list[str]:
+    """Write blobs with one ``git fast-import`` and return their SHAs in order."""
+    stream = bytearray()
+    count = 0
+    for count, data in enumerate(contents, start=1):
+        stream += b"blob\nmark :%d\ndata %d\n" % (count, len(data))
+        stream += data
+        stream += b"\n"
+    stream += b"done\n"
+    if count == 0:
+        return []
+    with tempfile.TemporaryDirectory(prefix="hqp-marks-") as tmp:
+        marks = Path(tmp) / "marks"
+        gitrun.check(
+            ["fast-import", "--quiet", "--done", f"--export-marks={marks}"],
+            git_dir=git_dir,
+            input=bytes(stream),
+            what="writing blobs",
+        )
+        by_mark: dict[int, str] = {}
+        for line in marks.read_bytes().splitlines():
+            mark, sha = line.split(b" ")
+            by_mark[int(mark[1:])] = sha.decode()
+    return [by_mark[i] for i in range(1, count + 1)]
+
+
+def write_tree(git_dir: Path, entries: Iterable[tuple[bytes, bytes, str]]) -> str:
+    """Write a tree from ``(path, mode, blob sha)`` entries through a temporary index; return its SHA."""
+    info = bytearray()
+    for path, mode, sha in entries:
+        info += mode + b" " + sha.encode() + b"\t" + path + b"\0"
+    with tempfile.TemporaryDirectory(prefix="hqp-index-") as tmp:
+        index = Path(tmp) / "index"
+        gitrun.check(
+            ["update-index", "--add", "-z", "--index-info"],
+            git_dir=git_dir,
+            index=index,
+            input=bytes(info),
+            what="building the tree",
+        )
+        out = gitrun.check(["write-tree"], git_dir=git_dir, index=index, what="writing the tree")
+    return out.decode().strip()
+
+
+def commit_tree(
+    git_dir: Path,
+    tree: str,
+    *,
+    parents: Iterable[str] = (),
+    message: bytes,
+    env: dict[str, str],
+) -> str:
+    """``git commit-tree`` with a pinned identity and dates given in ``env``; return the commit SHA."""
+    args = ["commit-tree", "--no-gpg-sign", tree]
+    for parent in parents:
+        args += ["-p", parent]
+    out = gitrun.check(args, git_dir=git_dir, input=message, env=env, what="writing a commit")
+    return out.decode().strip()
+
+
+def write_base_commit(git_dir: Path, tree: TreeSource, *, package: str, version: str) -> BaseCommit:
+    """Write the deterministic base commit of ``tree`` into ``git_dir``'s object store."""
+    paths = sorted(tree.paths())
+    for path in paths:
+        check_tree_path(path)
+    if not paths:
+        raise UsageError(f"the pristine tree of {package} {version} has no files")
+
+    def contents() -> Iterable[bytes]:
+        for path in paths:
+            data = tree.read(path)
+            if data is None:
+                raise UsageError(f"{path!r}: listed by the pristine tree but unreadable")
+            yield data
+
+    shas = write_blobs(git_dir, contents())
+    tree_sha = write_tree(git_dir, ((p, BASE_MODE, s) for p, s in zip(paths, shas, strict=True)))
+    commit = commit_tree(
+        git_dir, tree_sha, message=base_message(package, version), env=fixed_identity_env()
+    )
+    return BaseCommit(commit=commit, tree=tree_sha, files=len(paths))
+
+
+def base_for_pin(
+    git_dir: Path,
+    *,
+    source: str,
+    package: str,
+    version: str,
+    cache: Path | None = None,
+    opener: Callable[..., TreeSource] | None = None,
+) -> BaseCommit:
+    """Open the pristine tree from ``source`` (``pypi:vllm==0.29.0``, ``dir:PATH``, ...) and write its base."""
+    if opener is None:
+        from hyperqwen_patches.pristine import open_pristine
+
+        opener = open_pristine
+    tree = opener(source, package=package, version=version, cache=cache)
+    return write_base_commit(git_dir, tree, package=package, version=version)

@@ -1,0 +1,230 @@
+"""Reading a fork: its commits between the base and an export point, and a scratch view of its objects.
+
+Shared by ``exporting``, ``importing`` and ``replay``. Everything here is read-only on the user's
+repository: commands that must write (format-patch reads attributes, a fetch writes objects) run in a
+*scratch* bare repository of our own whose object store borrows the user's through
+``objects/info/alternates``. The scratch repository has no config, no ``info/attributes``, no hooks and no
+work tree, so nothing the user's repository carries can leak into what we print or compare.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hyperqwen_patches import gitrun
+from hyperqwen_patches.errors import GitError, UsageError
+
+# The trailer that names a fork commit's manifest row (docs/fork.md, "Matching rows to commits").
+ROW_TRAILER = b"Hqp-Row"
+_TRAILER_RE = re.compile(rb"^Hqp-Row:[ \t]*(?P<name>\S+)[ \t]*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One path changed by a commit (``git diff-tree -r -M`` raw record)."""
+
+    status: str  # A, M, D, R (rename), T (type change)
+    old_path: bytes | None
+    new_path: bytes | None
+    old_mode: str
+    new_mode: str
+    old_sha: str
+    new_sha: str
+
+
+@dataclass(frozen=True)
+class ForkCommit:
+    """A commit on an export point, with what export, import and replay need to know about it."""
+
+    sha: str
+    parents: tuple[str, ...]
+    tree: str
+    message: bytes  # the raw commit message (after the header)
+    subject: str
+    row: str | None  # the Hqp-Row trailer, when present
+    changes: tuple[Change, ...]
+
+
+@contextlib.contextmanager
+def scratch_repo(borrow: Path | None = None) -> Iterator[Path]:
+    """A temporary bare repository; with ``borrow``, it reads that repository's objects (read-only)."""
+    tmp = Path(tempfile.mkdtemp(prefix="hqp-scratch-"))
+    try:
+        git_dir = gitrun.init_bare(tmp / "repo.git")
+        if borrow is not None:
+            objects = common_objects_dir(borrow)
+            (git_dir / "objects" / "info" / "alternates").write_bytes(bytes(objects) + b"\n")
+        yield git_dir
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def common_objects_dir(git_dir: Path) -> Path:
+    """The object directory of a repository (its common dir's, for a linked work tree)."""
+    out = gitrun.check(
+        ["rev-parse", "--git-common-dir"], git_dir=git_dir, what=f"reading {git_dir}"
+    )
+    common = Path(out.decode().strip())
+    if not common.is_absolute():
+        common = (git_dir / common).resolve()
+    return common / "objects"
+
+
+def resolve(git_dir: Path, rev: str, *, what: str) -> str | None:
+    """The commit SHA of ``rev`` in ``git_dir``, or None when it does not exist."""
+    result = gitrun.run(
+        ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+        git_dir=git_dir,
+    )
+    if not result.ok:
+        return None
+    return result.stdout.decode().strip()
+
+
+def require(git_dir: Path, rev: str, *, what: str) -> str:
+    sha = resolve(git_dir, rev, what=what)
+    if sha is None:
+        raise GitError(f"{what}: {rev!r} is not a commit in {git_dir}")
+    return sha
+
+
+def is_ancestor(git_dir: Path, ancestor: str, descendant: str) -> bool:
+    result = gitrun.run(["merge-base", "--is-ancestor", ancestor, descendant], git_dir=git_dir)
+    if result.code not in (0, 1):
+        raise GitError(
+            f"git merge-base failed: {result.stderr.decode(errors='backslashreplace').strip()}"
+        )
+    return result.code == 0
+
+
+def commit_exists(git_dir: Path, sha: str) -> bool:
+    result = gitrun.run(["cat-file", "-e", f"{sha}^{{commit}}"], git_dir=git_dir)
+    return result.ok
+
+
+def row_trailer(message: bytes) -> str | None:
+    """The ``Hqp-Row:`` trailer of a commit message (its last paragraph), or None."""
+    paragraphs = [p for p in message.rstrip(b"\n").split(b"\n\n") if p.strip()]
+    if len(paragraphs) < 2:
+        return None
+    names = []
+    for line in paragraphs[-1].split(b"\n"):
+        match = _TRAILER_RE.match(line)
+        if match:
+            names.append(match.group("name").decode("utf-8", "backslashreplace"))
+    if len(names) > 1:
+        raise UsageError(f"a commit names more than one row: Hqp-Row {', '.join(names)}")
+    return names[0] if names else None
+
+
+def read_commit(git_dir: Path, sha: str) -> tuple[str, tuple[str, ...], bytes]:
+    """(tree, parents, message) of a commit, from its raw object."""
+    raw = gitrun.check(["cat-file", "commit", sha], git_dir=git_dir, what=f"reading commit {sha}")
+    header, _, message = raw.partition(b"\n\n")
+    tree = ""
+    parents: list[str] = []
+    for line in header.split(b"\n"):
+        if line.startswith(b"tree "):
+            tree = line[5:].decode()
+        elif line.startswith(b"parent "):
+            parents.append(line[7:].decode())
+    return tree, tuple(parents), message
+
+
+def diff_tree(git_dir: Path, old: str, new: str, *, renames: bool = True) -> tuple[Change, ...]:
+    """The raw changes between two trees or commits (``-r``, renames found at git's default 50%)."""
+    args = ["diff-tree", "-r", "-z", "--raw", "--no-abbrev", "--no-ext-diff", "--no-textconv"]
+    args += ["--find-renames" if renames else "--no-renames", old, new]
+    out = gitrun.check(
+        args, git_dir=git_dir, what=f"comparing {old[:12]}..{new[:12]}", config=DIFF_CONFIG
+    )
+    fields = out.split(b"\0")
+    changes: list[Change] = []
+    i = 0
+    while i < len(fields) - 1:
+        meta = fields[i]
+        if not meta.startswith(b":"):
+            i += 1
+            continue
+        old_mode, new_mode, old_sha, new_sha, status = meta[1:].decode().split(" ")
+        letter = status[0]
+        if letter in "RC":
+            old_path, new_path = fields[i + 1], fields[i + 2]
+            i += 3
+        else:
+            path = fields[i + 1]
+            old_path = None if letter == "A" else path
+            new_path = None if letter == "D" else path
+            i += 2
+        changes.append(Change(letter, old_path, new_path, old_mode, new_mode, old_sha, new_sha))
+    return tuple(changes)
+
+
+# diff-tree's rename detection and output must not follow the repository's config either.
+DIFF_CONFIG: tuple[tuple[str, str], ...] = (
+    ("diff.renames", "true"),
+    ("diff.renameLimit", "1000"),
+    ("diff.relative", "false"),
+    ("diff.external", ""),
+)
+
+
+def list_commits(git_dir: Path, base: str, tip: str) -> list[ForkCommit]:
+    """The commits of ``base..tip`` in apply order (oldest first), each with its changes.
+
+    Refused: a ``base`` that is not an ancestor of ``tip`` (the export point is not built on this base).
+    Merge commits are listed (with their parents) so that callers can refuse them with a clear message.
+    """
+    if not is_ancestor(git_dir, base, tip):
+        raise GitError(
+            f"{tip[:12]} does not descend from the base commit {base[:12]}",
+            hint="rebase the export point onto the pin's base commit (docs/fork.md)",
+        )
+    out = gitrun.check(
+        ["rev-list", "--reverse", "--topo-order", f"{base}..{tip}"],
+        git_dir=git_dir,
+        what=f"listing {base[:12]}..{tip[:12]}",
+    )
+    commits: list[ForkCommit] = []
+    for sha in out.decode().split():
+        tree, parents, message = read_commit(git_dir, sha)
+        subject = message.split(b"\n\n", 1)[0].replace(b"\n", b" ").decode("utf-8", "replace")
+        changes = diff_tree(git_dir, parents[0], sha) if len(parents) == 1 else ()
+        commits.append(
+            ForkCommit(sha, parents, tree, message, subject, row_trailer(message), changes)
+        )
+    return commits
+
+
+def read_blob(git_dir: Path, sha: str) -> bytes:
+    return gitrun.check(["cat-file", "blob", sha], git_dir=git_dir, what=f"reading blob {sha}")
+
+
+def ls_tree(git_dir: Path, treeish: str) -> dict[bytes, tuple[str, str]]:
+    """path -> (mode, blob sha) for every file of a tree (recursive)."""
+    out = gitrun.check(
+        ["ls-tree", "-r", "-z", "--full-tree", treeish],
+        git_dir=git_dir,
+        what=f"listing tree {treeish[:12]}",
+    )
+    entries: dict[bytes, tuple[str, str]] = {}
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        meta, _, path = record.partition(b"\t")
+        mode, _kind, sha = meta.decode().split(" ")
+        entries[path] = (mode, sha)
+    return entries
+
+
+def blob_sha(data: bytes) -> str:
+    """The git blob SHA-1 of ``data`` (what ``git hash-object`` prints), without writing anything."""
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

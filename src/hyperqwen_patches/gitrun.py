@@ -1,0 +1,258 @@
+"""The one git runner: every git command of the tool goes through :func:`run`.
+
+Why one runner (b4's ``git_run_command``): git's output depends on configuration from four places (the
+system file, the user's global file, the repository's ``.git/config``, and ``GIT_CONFIG_*`` variables in
+the environment) and on repository-locating variables a git hook may have left behind. A patch file or a
+commit SHA that depends on any of them is not reproducible. So every call here
+
+- runs with the system and global files switched off (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``)
+  and the environment's ``GIT_CONFIG_COUNT``/``GIT_CONFIG_PARAMETERS`` emptied;
+- names its repository explicitly (``GIT_DIR``) and never relies on the current directory: ``cwd`` is
+  passed to the child, the process never ``chdir``\\ s;
+- pins, with ``-c``, every knob that changes what the commands used by this tool print or write, because
+  a repository-local ``.git/config`` is still read and environment isolation cannot switch it off
+  (command-specific pins, such as ``git format-patch``'s, live beside the command in ``exporting.py``);
+- returns ``(code, stdout bytes, stderr bytes)`` untouched: GitPython is called with
+  ``stdout_as_string=False, strip_newline_in_stdout=False`` because its defaults decode and strip the
+  final newline, and either breaks byte identity;
+- logs its argv at debug level (``hqp -v`` shows every git command).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from hyperqwen_patches.errors import EnvironmentProblem, GitError
+
+log = logging.getLogger(__name__)
+
+# Knobs pinned on every call. Each closes a leak observed or documented for the commands this tool runs
+# (cat-file, ls-tree, diff-tree, rev-list, rev-parse, fast-import, update-index, write-tree, commit-tree,
+# update-ref, mailinfo, apply, fetch, bundle, format-patch). A repository-local config can set any of them.
+PINNED_CONFIG: tuple[tuple[str, str], ...] = (
+    # Attributes from the user's XDG file (core.attributesFile defaults to ~/.config/git/attributes even
+    # with GIT_CONFIG_GLOBAL=/dev/null) change diff drivers, funcname lines and binary detection.
+    ("core.attributesFile", "/dev/null"),
+    # No hooks: a repository's hooks (post-commit, reference-transaction) must not run or write.
+    ("core.hooksPath", "/dev/null"),
+    # No line-ending or whitespace conversion: patch content is bytes end to end (CRLF, Latin-1).
+    ("core.autocrlf", "false"),
+    ("core.safecrlf", "false"),
+    # Paths are quoted the same way everywhere (we parse NUL-separated output where paths matter).
+    ("core.quotePath", "true"),
+    # Abbreviated hashes would grow with the object store's size; full hashes are machine-independent.
+    ("core.abbrev", "40"),
+    # No filesystem monitor or untracked cache: they write into .git on read-only commands.
+    ("core.fsmonitor", "false"),
+    ("core.untrackedCache", "false"),
+    # Commit messages are stored and printed as UTF-8 whatever the user's i18n settings say.
+    ("i18n.commitEncoding", "UTF-8"),
+    ("i18n.logOutputEncoding", "UTF-8"),
+    # commit-tree honours commit.gpgSign: a signature would make commit SHAs depend on the user's key.
+    ("commit.gpgSign", "false"),
+    ("log.showSignature", "false"),
+    # No colour, no pager: output is data.
+    ("color.ui", "false"),
+    ("core.pager", "cat"),
+    # No automatic gc / maintenance / commit-graph writes into a repository we only meant to read or to
+    # add objects to.
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("fetch.writeCommitGraph", "false"),
+    ("core.commitGraph", "false"),
+    # Replace refs and grafts rewrite what a commit looks like; we want the objects as stored.
+    ("core.useReplaceRefs", "false"),
+    # mailinfo: never cut a message at a "-- >8 --" scissors line the maintainer wrote.
+    ("mailinfo.scissors", "false"),
+    # fetch/bundle: no prompting, no submodule recursion.
+    ("fetch.recurseSubmodules", "false"),
+    ("submodule.recurse", "false"),
+)
+
+# Variables that would point git at another repository, index or object store than the one we name.
+# GIT_DIR and GIT_INDEX_FILE are always set explicitly; these others are neutralised when present.
+_LOCATION_VARS = (
+    "GIT_WORK_TREE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_QUARANTINE_PATH",
+    "GIT_SHALLOW_FILE",
+    "GIT_GRAFT_FILE",
+    "GIT_REPLACE_REF_BASE",
+)
+
+# An index path that cannot exist: commands that must not touch any index read it as empty and fail if
+# they try to write it, instead of silently using the user's .git/index.
+NO_INDEX = "/nonexistent/hyperqwen-patches/no-index"
+
+
+@dataclass(frozen=True)
+class GitResult:
+    """What a git command returned: exit code and raw output bytes."""
+
+    code: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+
+def isolated_env(
+    git_dir: Path | None, *, index: Path | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment overrides applied to every git call (exposed for tests)."""
+    env: dict[str, str] = {
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_COUNT": "0",
+        "GIT_CONFIG_PARAMETERS": "",
+        "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_NO_REPLACE_OBJECTS": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_OPTIONAL_LOCKS": "0",
+        "GIT_PAGER": "cat",
+        "GIT_EDITOR": ":",
+        "GIT_INDEX_FILE": str(index) if index is not None else NO_INDEX,
+        "LC_ALL": "C",
+        "LANGUAGE": "C",
+    }
+    if git_dir is not None:
+        env["GIT_DIR"] = str(git_dir)
+    leaked = [name for name in _LOCATION_VARS if name in os.environ]
+    for name in leaked:
+        if name == "GIT_NAMESPACE":
+            env[name] = ""  # empty namespace = the plain ref space
+        elif name == "GIT_WORK_TREE" and git_dir is not None:
+            env[name] = str(
+                git_dir
+            )  # no work tree content is read: the git dir has no .gitattributes
+        else:
+            raise EnvironmentProblem(
+                f"{name} is set in the environment ({os.environ[name]!r}); it would point git at "
+                "another object store than the repository named on the command line",
+                hint=f"unset {name} before running hyperqwen-patches",
+            )
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run(
+    args: Sequence[str | bytes],
+    *,
+    git_dir: Path | None,
+    cwd: Path | None = None,
+    input: bytes | None = None,
+    index: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    config: Sequence[tuple[str, str]] = (),
+) -> GitResult:
+    """Run ``git <pinned -c> <config -c> <args>`` on ``git_dir``; never raises for a non-zero exit.
+
+    ``config`` adds command-specific ``-c`` pins after the global ones. ``index`` is a temporary index
+    file for commands that need one (update-index, write-tree, apply --cached); without it the command
+    sees no index at all.
+    """
+    argv: list[str | bytes] = ["git"]
+    for key, value in (*PINNED_CONFIG, *config):
+        argv += ["-c", f"{key}={value}"]
+    argv += list(args)
+    full_env = isolated_env(git_dir, index=index, extra=env)
+    log.debug("git %s (GIT_DIR=%s, cwd=%s)", _show_argv(argv[1:]), git_dir, cwd)
+    work = str(cwd) if cwd is not None else (str(git_dir) if git_dir is not None else None)
+    runner = git.Git(work)
+    with tempfile.TemporaryFile() if input is not None else _nullfile() as stdin:
+        if input is not None:
+            stdin.write(input)
+            stdin.seek(0)
+        try:
+            code, out, errb = runner.execute(
+                [os.fsdecode(a) if isinstance(a, bytes) else a for a in argv],
+                istream=stdin,
+                with_extended_output=True,
+                with_exceptions=False,
+                stdout_as_string=False,
+                strip_newline_in_stdout=False,
+                env=full_env,
+            )
+        except git.GitCommandNotFound as exc:
+            raise EnvironmentProblem(
+                "git is not installed or not on PATH", hint="install git 2.39 or later"
+            ) from exc
+    # GitPython returns stderr as str when stdout_as_string is False only for some versions; normalise.
+    if isinstance(errb, str):
+        errb = errb.encode("utf-8", "surrogateescape")
+    if isinstance(out, str):  # pragma: no cover - guarded by stdout_as_string=False
+        out = out.encode("utf-8", "surrogateescape")
+    return GitResult(int(code), out, errb)
+
+
+def check(
+    args: Sequence[str | bytes],
+    *,
+    git_dir: Path | None,
+    what: str,
+    cwd: Path | None = None,
+    input: bytes | None = None,
+    index: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    config: Sequence[tuple[str, str]] = (),
+) -> bytes:
+    """:func:`run`, raising :class:`GitError` (naming ``what`` and git's message) on a non-zero exit."""
+    result = run(args, git_dir=git_dir, cwd=cwd, input=input, index=index, env=env, config=config)
+    if not result.ok:
+        message = result.stderr.decode("utf-8", "backslashreplace").strip().splitlines()
+        first = message[-1] if message else f"exit {result.code}"
+        raise GitError(
+            f"{what}: git {_show_argv(list(args)[:3])} failed: {first}",
+            hint=f"GIT_DIR={git_dir}; rerun with -v to see every git command",
+        )
+    return result.stdout
+
+
+def git_dir_of(path: Path) -> Path:
+    """The absolute git directory of a repository given by its top-level work tree or its git dir.
+
+    No upward discovery from the current directory and no trust in an inherited ``GIT_DIR``: the
+    repository is the one the user named (``path/.git`` when it exists, else ``path`` itself).
+    """
+    if not path.exists():
+        raise GitError(f"{path}: no such repository", hint="pass a path to a git repository")
+    candidate = path / ".git" if (path / ".git").exists() else path
+    result = run(["rev-parse", "--absolute-git-dir"], git_dir=candidate.resolve())
+    if not result.ok:
+        raise GitError(
+            f"{path}: not a git repository",
+            hint="pass the top-level directory of a git repository or its .git directory",
+        )
+    return Path(os.fsdecode(result.stdout.rstrip(b"\n")))
+
+
+def init_bare(path: Path) -> Path:
+    """Create an empty bare repository at ``path`` (a scratch repository of this tool)."""
+    path.mkdir(parents=True, exist_ok=True)
+    check(["init", "--quiet", "--bare"], git_dir=path, what=f"creating {path}")
+    return path
+
+
+class _nullfile:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _show_argv(argv: Sequence[str | bytes]) -> str:
+    return " ".join(os.fsdecode(a) if isinstance(a, bytes) else a for a in argv)
