@@ -217,6 +217,24 @@ def find_repo_root(start: Path) -> Path | None:
     return None
 
 
+def resolve_repo(repo: Path | None) -> Path:
+    """The repository to work on: ``repo`` as given, else the nearest one at or above the cwd."""
+    if repo is not None:
+        if not (repo / MANIFEST_RELPATH).is_file():
+            raise UsageError(
+                f"{repo} is not a hyperqwen-patches repository (no {MANIFEST_RELPATH} in it)",
+                hint="pass --repo with the directory that holds patches/manifest.yaml",
+            )
+        return repo
+    found = find_repo_root(Path.cwd())
+    if found is None:
+        raise UsageError(
+            f"no {MANIFEST_RELPATH} in {Path.cwd()} or any directory above it",
+            hint="run inside the repository or pass --repo PATH",
+        )
+    return found
+
+
 def load_manifest(root: Path) -> Manifest:
     """Read and validate ``<root>/patches/manifest.yaml``; raise :class:`ManifestError` with every problem."""
     path = root / MANIFEST_RELPATH

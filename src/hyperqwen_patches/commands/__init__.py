@@ -10,7 +10,7 @@ import importlib
 
 import typer
 
-COMMANDS: list[str] = ["diff"]
+COMMANDS: list[str] = ["render", "diff"]
 
 
 def register_all(app: typer.Typer) -> None:

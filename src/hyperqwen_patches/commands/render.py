@@ -1,0 +1,69 @@
+"""``render``: write PATCHES.md and patches/series from the manifest (``--check``: write nothing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+HELP = """Write PATCHES.md (the ledger) and patches/series (the apply order) from patches/manifest.yaml.
+
+With --check nothing is written: the command prints a unified diff of what it would change and fails.
+
+Examples:
+
+  hyperqwen-patches render
+
+  hyperqwen-patches render --check      # CI: is the ledger up to date?
+
+Exit codes: 0 written (or, with --check, already up to date); 1 --check found a difference;
+2 usage or an invalid manifest (every problem listed with file, line and field).
+"""
+
+RepoOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--repo",
+        help="The repository (the directory holding patches/manifest.yaml); default: found upward from the current directory.",
+        file_okay=False,
+    ),
+]
+
+
+def render_command(
+    repo: RepoOption = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Write nothing; print a unified diff of what would change and exit 1."
+        ),
+    ] = False,
+) -> None:
+    from hyperqwen_patches import render
+    from hyperqwen_patches.console import err, out
+    from hyperqwen_patches.manifest import load_manifest, resolve_repo
+
+    manifest = load_manifest(resolve_repo(repo))
+    if check:
+        drifts = render.drift(manifest)
+        for d in drifts:
+            out.file.write(d.diff)
+        out.file.flush()
+        if drifts:
+            names = ", ".join(d.path for d in drifts)
+            err.print(
+                f"render --check: {names} differ from what render writes (run: hyperqwen-patches render)"
+            )
+            raise typer.Exit(1)
+        err.print("render --check: PATCHES.md and patches/series are up to date")
+        return
+    changed = render.write(manifest)
+    if changed:
+        err.print(f"render: wrote {', '.join(changed)}")
+    else:
+        err.print("render: PATCHES.md and patches/series were already up to date")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("render", help=HELP)(render_command)

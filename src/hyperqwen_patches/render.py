@@ -1,0 +1,242 @@
+"""``render``: the ledger ``PATCHES.md`` and the plain apply order ``patches/series``, from the manifest.
+
+Output is a pure function of the manifest (no dates, no environment, manifest order everywhere except
+retirements, which are grouped by pin in version order), so ``render --check`` and invariant 6 can compare
+bytes. Every manifest string placed in Markdown goes through :func:`md`, so a ``|`` or a newline in a
+field cannot break a table.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from hyperqwen_patches.manifest import Manifest, Row
+
+LEDGER = "PATCHES.md"
+SERIES = "patches/series"
+OUTPUTS = (LEDGER, SERIES)
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~])")
+_URL = re.compile(r"^https?://[^\s<>|]+$")
+_WS = re.compile(r"\s+")
+
+
+def one_line(text: str) -> str:
+    """Collapse a (possibly multi-line) field to one line: a table cell or a comment holds one."""
+    return _WS.sub(" ", text).strip()
+
+
+def md(text: str | None) -> str:
+    """Escape a manifest string for a Markdown table cell; a bare URL becomes an autolink."""
+    if text is None or text == "":
+        return "—"
+    flat = one_line(text)
+    if _URL.match(flat):
+        return f"<{flat}>"  # autolinks are literal: no escapes needed (and none allowed) inside
+    return _MD_SPECIAL.sub(r"\\\1", flat)
+
+
+def short(commit: str | None) -> str:
+    return commit[:12] if commit else "—"
+
+
+def series_entry(row: Row) -> str:
+    """A row's path as the series file writes it: relative to ``patches/`` (quilt's convention)."""
+    return PurePosixPath(os.path.relpath(row.source_path, "patches")).as_posix()
+
+
+def version_key(version: str) -> tuple[tuple[int, str], ...]:
+    """Order release versions numerically (0.9.0 < 0.10.0), stable for anything else."""
+    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"[.+-]", version))
+
+
+def render_series(manifest: Manifest) -> str:
+    where = f"the directory that holds {manifest.package}/"
+    if manifest.paths == "package":
+        where = f"inside the {manifest.package}/ package directory"
+    lines = [
+        "# The apply order of the series, rendered from patches/manifest.yaml by",
+        "# `hyperqwen-patches render`: do not edit by hand. Paths are relative to this directory",
+        f"# (quilt's convention); apply each with `patch -p1 --fuzz 0` run in {where}.",
+        "# Lines starting with '#' are comments (module-file rows and skipped rows appear as comments),",
+        "# so a plain loop reads it with: grep -v '^#' patches/series",
+    ]
+    for row in manifest.rows:
+        entry = series_entry(row)
+        if row.skip is not None:
+            lines.append(f"# skipped: {entry} (row {row.name}: {one_line(row.skip)})")
+        elif row.is_module:
+            lines.append(f"# files: {entry}/ (row {row.name}: module files, copied into the tree)")
+        else:
+            lines.append(entry)
+    return "\n".join(lines) + "\n"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return out
+
+
+def render_ledger(manifest: Manifest) -> str:
+    pkg = md(manifest.package)
+    base = f"the directory that holds `{manifest.package}/`"
+    if manifest.paths == "package":
+        base = f"the `{manifest.package}/` package directory"
+    out = [
+        f"# PATCHES — the series carried on {pkg} {md(manifest.pin)}",
+        "",
+        "Rendered from `patches/manifest.yaml` by `hyperqwen-patches render`; do not edit by hand",
+        "(`hyperqwen-patches check` fails when this file differs from what `render` writes). The apply",
+        f"order is `patches/series`; patch paths are relative to {base}, applied with",
+        "`patch -p1 --fuzz 0`.",
+        "",
+        f"- **pin**: {pkg} {md(manifest.pin)}",
+        f"- **pristine source**: {md(manifest.source)}",
+        f"- **rows**: {len(manifest.active_rows)} applied, "
+        f"{len(manifest.rows) - len(manifest.active_rows)} skipped; "
+        f"**retirements**: {len(manifest.retirements)}",
+        "",
+        "## Export points",
+        "",
+    ]
+    if manifest.export_points:
+        out += _table(
+            ["export point", "branch", "commit", "base"],
+            [
+                [md(e.name), md(e.branch), short(e.commit), short(e.base)]
+                for e in manifest.export_points
+            ],
+        )
+    else:
+        out.append("None yet.")
+    out += ["", "## Series", ""]
+    active = manifest.active_rows
+    if active:
+        out += _table(
+            [
+                "#",
+                "row",
+                "patch",
+                "kind",
+                "what",
+                "upstream",
+                "cut against",
+                "retires when",
+                "export point",
+                "commit",
+            ],
+            [
+                [
+                    str(i),
+                    md(r.name),
+                    md(r.source_path + ("/" if r.is_module else "")),
+                    md(r.kind),
+                    md(r.what),
+                    md(r.upstream),
+                    md(r.cut_against),
+                    md(r.retires_when),
+                    md(r.export_point),
+                    short(r.commit),
+                ]
+                for i, r in enumerate(active, 1)
+            ],
+        )
+    else:
+        out.append("No rows yet.")
+    skipped = [r for r in manifest.rows if r.skip is not None]
+    if skipped:
+        out += ["", "## Skipped rows", "", "Kept for history, not applied.", ""]
+        out += _table(
+            ["row", "patch", "kind", "reason"],
+            [[md(r.name), md(r.source_path), md(r.kind), md(r.skip)] for r in skipped],
+        )
+    out += ["", "## Retirements", ""]
+    if manifest.retirements:
+        pins = sorted({t.pin for t in manifest.retirements}, key=version_key)
+        for pin in pins:
+            out += [f"### Carried by {pkg} {md(pin)}", ""]
+            out += _table(
+                ["row", "hunk", "upstream", "reason", "evidence"],
+                [
+                    [md(t.row), md(t.hunk), md(t.upstream), md(t.reason), md(t.evidence)]
+                    for t in manifest.retirements
+                    if t.pin == pin
+                ],
+            )
+            out.append("")
+        out.pop()
+    else:
+        out.append("None yet.")
+    return "\n".join(out) + "\n"
+
+
+def render(manifest: Manifest) -> dict[str, bytes]:
+    """Repo-relative path → the bytes ``render`` writes there."""
+    return {
+        LEDGER: render_ledger(manifest).encode(),
+        SERIES: render_series(manifest).encode(),
+    }
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One rendered file that differs from what is on disk."""
+
+    path: str
+    exists: bool
+    diff: str  # unified diff, on-disk → rendered
+
+
+def drift(manifest: Manifest) -> list[Drift]:
+    """What ``render`` would change, as unified diffs; writes nothing."""
+    out: list[Drift] = []
+    for rel, wanted in render(manifest).items():
+        file = manifest.root / rel
+        try:
+            current: bytes | None = file.read_bytes()
+        except FileNotFoundError:
+            current = None
+        if current == wanted:
+            continue
+        old = (current or b"").decode("utf-8", errors="replace").splitlines(keepends=True)
+        new = wanted.decode().splitlines(keepends=True)
+        lines = difflib.unified_diff(
+            old, new, fromfile=f"a/{rel}" if current is not None else "/dev/null", tofile=f"b/{rel}"
+        )
+        text = "".join(
+            line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+            for line in lines
+        )
+        out.append(Drift(path=rel, exists=current is not None, diff=text))
+    return out
+
+
+def write(manifest: Manifest) -> list[str]:
+    """Write the rendered files that differ (each atomically); return their repo-relative paths."""
+    changed: list[str] = []
+    for rel, wanted in render(manifest).items():
+        file = manifest.root / rel
+        try:
+            if file.read_bytes() == wanted:
+                continue
+        except FileNotFoundError:
+            pass
+        file.parent.mkdir(parents=True, exist_ok=True)
+        mode = file.stat().st_mode & 0o777 if file.exists() else 0o644
+        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
+        try:
+            os.fchmod(fd, mode)  # mkstemp makes 0600; keep the file's mode (0644 when new)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(wanted)
+            os.replace(tmp, file)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        changed.append(rel)
+    return changed
