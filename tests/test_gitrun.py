@@ -1,0 +1,111 @@
+"""The one git runner: bytes untouched, environment isolated, repository named explicitly."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from fixtures_git import init_repo, sh
+
+from hyperqwen_patches import gitrun
+from hyperqwen_patches.errors import EnvironmentProblem, GitError
+
+
+def test_stdout_is_bytes_with_final_newline_kept(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "r")
+    git_dir = gitrun.git_dir_of(repo)
+    data = b"caf\xe9\r\nno final newline"
+    sha = gitrun.check(["hash-object", "-w", "--stdin"], git_dir=git_dir, input=data, what="t")
+    assert sha.endswith(b"\n")  # GitPython's default would strip this
+    blob = gitrun.check(["cat-file", "blob", sha.strip().decode()], git_dir=git_dir, what="t")
+    assert blob == data  # and its default would decode (and mangle) the Latin-1 byte
+
+
+def test_global_and_system_config_are_not_read(tmp_path: Path, isolated_env: Path) -> None:
+    repo = init_repo(tmp_path / "r")
+    Path(os.environ["GIT_CONFIG_GLOBAL"]).write_text("[hostile]\n\tknob = yes\n")
+    assert sh(["config", "hostile.knob"], cwd=repo) == b"yes\n"  # plain git sees it
+    result = gitrun.run(["config", "hostile.knob"], git_dir=gitrun.git_dir_of(repo))
+    assert result.code == 1 and result.stdout == b""
+
+
+def test_pinned_options_beat_repository_config(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "r")
+    sh(["config", "core.abbrev", "7"], cwd=repo)
+    sh(["config", "core.quotePath", "false"], cwd=repo)
+    out = gitrun.check(["config", "core.abbrev"], git_dir=gitrun.git_dir_of(repo), what="t")
+    assert out == b"40\n"
+
+
+def test_environment_config_parameters_are_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = init_repo(tmp_path / "r")
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "hostile.knob")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "yes")
+    monkeypatch.setenv("GIT_CONFIG_PARAMETERS", "'hostile.other'='yes'")
+    assert sh(["config", "hostile.knob"], cwd=repo) == b"yes\n"
+    git_dir = gitrun.git_dir_of(repo)
+    assert gitrun.run(["config", "hostile.knob"], git_dir=git_dir).code == 1
+    assert gitrun.run(["config", "hostile.other"], git_dir=git_dir).code == 1
+
+
+def test_inherited_git_dir_and_index_are_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A git hook exports GIT_DIR and GIT_INDEX_FILE; the runner must still use the repository named."""
+    ours = init_repo(tmp_path / "ours")
+    other = init_repo(tmp_path / "other")
+    sh(["config", "marker.repo", "other"], cwd=other)
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(other / ".git" / "index"))
+    git_dir = gitrun.git_dir_of(ours)
+    assert git_dir == (ours / ".git").resolve()
+    assert gitrun.run(["config", "marker.repo"], git_dir=git_dir).code == 1
+    env = gitrun.isolated_env(git_dir)
+    assert env["GIT_INDEX_FILE"] == gitrun.NO_INDEX
+
+
+def test_leaked_object_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = init_repo(tmp_path / "r")
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(tmp_path / "elsewhere"))
+    with pytest.raises(EnvironmentProblem, match="GIT_OBJECT_DIRECTORY"):
+        gitrun.run(["rev-parse", "--git-dir"], git_dir=repo / ".git")
+
+
+def test_failure_is_a_git_error_naming_the_command(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "r")
+    with pytest.raises(GitError, match=r"reading it: git cat-file -e deadbeef failed"):
+        gitrun.check(
+            ["cat-file", "-e", "deadbeef"], git_dir=gitrun.git_dir_of(repo), what="reading it"
+        )
+    result = gitrun.run(["cat-file", "-e", "deadbeef"], git_dir=gitrun.git_dir_of(repo))
+    assert result.code != 0 and isinstance(result.stderr, bytes)
+
+
+def test_not_a_repository(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(GitError, match="not a git repository"):
+        gitrun.git_dir_of(tmp_path / "plain")
+    with pytest.raises(GitError, match="no such repository"):
+        gitrun.git_dir_of(tmp_path / "missing")
+
+
+def test_argv_is_logged_at_debug(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = init_repo(tmp_path / "r")
+    with caplog.at_level(logging.DEBUG, logger="hyperqwen_patches.gitrun"):
+        gitrun.run(["rev-parse", "--git-dir"], git_dir=gitrun.git_dir_of(repo))
+    assert any("rev-parse --git-dir" in r.getMessage() for r in caplog.records)
+
+
+def test_cwd_is_passed_not_chdir(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "r")
+    before = Path.cwd()
+    out = gitrun.check(["rev-parse", "--show-prefix"], git_dir=None, cwd=repo, what="t")
+    assert Path.cwd() == before
+    assert out == b"\n"
