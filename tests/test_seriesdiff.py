@@ -9,6 +9,7 @@ revisions compared are real commits of a real repository.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,8 +29,15 @@ from hyperqwen_patches.seriesdiff import (
 
 
 def git(cwd: Path, *args: str) -> str:
+    # A fixed author date: a re-cut keeps the author date (rebase does), and a test that crosses a
+    # second boundary between two cuts must not see a Date header change.
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_DATE": "1700000000 +0000",
+        "GIT_COMMITTER_DATE": "1700000000 +0000",
+    }
     return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env
     ).stdout.strip()
 
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from hyperqwen_patches import gitrun
 from hyperqwen_patches.console import show
 from hyperqwen_patches.errors import GitError, UsageError
 
@@ -445,6 +445,8 @@ def git_output(repo: Path, *args: str) -> bytes:
 def _is_revision(repo: Path, rev: str) -> bool:
     if not (repo / ".git").exists() and not (repo / "HEAD").exists():
         return False
+    if rev.startswith("-"):
+        return False  # never let a revision argument be read as an option
     code, _, _ = run_git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=repo)
     return code == 0
 
@@ -548,12 +550,53 @@ def load_snapshot(tree: SeriesTree) -> SeriesSnapshot:
 
 
 MANIFEST_PATH = b"patches/manifest.yaml"
+# Manifest fields compared between revisions. The fork commit is left out on purpose: every re-cut
+# changes it, and the content comparison already says whether the row itself changed.
+METADATA_FIELDS = (
+    "kind",
+    "what",
+    "upstream",
+    "cut_against",
+    "retires_when",
+    "export_point",
+    "skip",
+)
 
 
 def _from_manifest(tree: SeriesTree) -> SeriesSnapshot:
-    raise UsageError(f"{tree.label}: reading patches/manifest.yaml is not wired yet")
+    from hyperqwen_patches.manifest import MANIFEST_RELPATH, parse_manifest
+
+    data = tree.read(MANIFEST_PATH)
+    assert data is not None
+    manifest = parse_manifest(
+        data,
+        path=Path(MANIFEST_RELPATH),
+        root=Path("."),
+        shown=f"{tree.label}:{MANIFEST_RELPATH}",
+    )
+    rows: list[SeriesRow] = []
+    for position, row in enumerate(manifest.rows, start=1):
+        metadata = {k: getattr(row, k) or "" for k in METADATA_FIELDS}
+        if row.patch is not None:
+            path = os.fsencode(row.patch)
+            content = tree.read(path)
+            if content is None:
+                raise UsageError(
+                    f"{tree.label}: {MANIFEST_RELPATH} line {row.line}: row {row.name!r}: "
+                    f"patch file {row.patch} does not exist"
+                )
+            rows.append(SeriesRow(row.name, position, "patch", path, content, metadata=metadata))
+        else:
+            assert row.files is not None
+            directory = os.fsencode(row.files)
+            files = {p[len(directory) + 1 :]: tree.read(p) or b"" for p in tree.files(directory)}
+            rows.append(
+                SeriesRow(row.name, position, "files", directory, files=files, metadata=metadata)
+            )
+    return SeriesSnapshot(tree.label, tuple(rows), pin=manifest.pin)
 
 
 def run_git(args: list[str], *, cwd: Path) -> tuple[int, bytes, bytes]:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
+    """Through the one git runner; revisions are read from the repository named, never the cwd's."""
+    result = gitrun.run(args, git_dir=gitrun.git_dir_of(cwd), cwd=cwd)
+    return result.code, result.stdout, result.stderr
