@@ -10,7 +10,7 @@ import importlib
 
 import typer
 
-COMMANDS: list[str] = ["render", "diff"]
+COMMANDS: list[str] = ["apply", "render", "diff"]
 
 
 def register_all(app: typer.Typer) -> None:

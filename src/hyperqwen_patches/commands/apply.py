@@ -1,0 +1,358 @@
+"""``apply DIR``: apply patches to a directory, all or nothing; ``--check-applied`` verifies instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from hyperqwen_patches.errors import FindingError, UsageError
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.engine.applying import FileResult, HunkResult, PresenceResult
+    from hyperqwen_patches.engine.patchset import Patch
+    from hyperqwen_patches.engine.placement import NearMiss
+    from hyperqwen_patches.tree import TreeApplyResult, TreeCheckResult
+
+HELP = """Apply patches to DIR at fuzz 0, all or nothing.
+
+Every hunk of every patch is placed in memory first, exactly as GNU patch 2.7.6 places it with
+`-p1 --fuzz 0 --forward` (offsets reported per hunk, the same lines GNU prints). Files are written only
+when all of them applied, each through a temporary file and a rename; on any failure DIR is left byte
+for byte unchanged. A patch DIR already carries (its reverse applies) is reported "already-applied",
+not a failure, so applying twice is safe.
+
+Examples:
+
+  hyperqwen-patches apply site-packages --patch patches/0001-fix.patch --patch patches/0002-knob.patch
+
+  hyperqwen-patches apply site-packages --patch p.patch --dry-run --json
+
+  hyperqwen-patches apply site-packages --patch p.patch --check-applied
+"""
+
+EPILOG = (
+    "Exit codes: 0 every patch applied (or was already applied; with --check-applied: DIR carries every "
+    "patch); 1 a hunk did not apply, nothing was written (with --check-applied: a patch is missing); "
+    "2 bad input: an unreadable or malformed patch, a path escaping DIR, a bad option."
+)
+
+
+def default_series(repo_root: Path) -> list[Patch]:
+    """The patches ``apply`` uses when no ``--patch`` is given: the manifest's series.
+
+    The manifest engineer plugs the real lookup in here (``series.py``); until then there is none.
+    """
+    raise UsageError(
+        "no --patch given and no manifest found",
+        hint="pass the patches to apply with --patch FILE (repeatable)",
+    )
+
+
+def load_patch(path: Path, *, strip: int = 1) -> Patch:
+    """Read and parse one patch file; an unreadable file is a usage error naming it."""
+    from hyperqwen_patches.engine.patchset import parse_patch
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"patch file {path} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"patch file {path} is a directory") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read patch file {path}: {exc.strerror}") from None
+    return parse_patch(data, name=str(path), strip=strip)
+
+
+def apply_command(
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            help="The directory to patch (holds the patched package, e.g. site-packages)."
+        ),
+    ],
+    patch: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--patch", help="A patch file to apply (repeatable; applied in the order given)."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Place every hunk and report, but write nothing.")
+    ] = False,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="Print the result as JSON (per patch, file and hunk; totals)."),
+    ] = False,
+    max_offset: Annotated[
+        int | None,
+        typer.Option(
+            "--max-offset", min=0, help="Fail a hunk whose reported offset exceeds N lines."
+        ),
+    ] = None,
+    exact: Annotated[
+        bool,
+        typer.Option(
+            "--exact", help="No offsets at all: every hunk must match at its stated line."
+        ),
+    ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="A hunk whose context also matches elsewhere in its search range is an error, not a report.",
+        ),
+    ] = False,
+    check_applied: Annotated[
+        bool,
+        typer.Option(
+            "--check-applied",
+            help="Write nothing; verify DIR already carries every patch (each reverse-applies).",
+        ),
+    ] = False,
+) -> None:
+    from hyperqwen_patches.engine.applying import Policy
+    from hyperqwen_patches.tree import apply_to_tree
+    from hyperqwen_patches.tree import check_applied as check_tree
+
+    patches = [load_patch(p) for p in patch] if patch else default_series(Path.cwd())
+    policy = Policy(max_offset=max_offset, exact=exact, ambiguity="error" if strict else "report")
+    if check_applied:
+        checked = check_tree(directory, patches, policy)
+        if json_output:
+            from hyperqwen_patches.console import emit_json
+
+            emit_json(check_payload(checked))
+        else:
+            _render_check(checked)
+        if not checked.ok:
+            missing = [p.name for p in checked.patches if p.status != "present"]
+            raise FindingError(
+                f"{directory} does not carry {len(missing)} of {len(checked.patches)} patches: "
+                + ", ".join(missing)
+            )
+        return
+    result = apply_to_tree(directory, patches, policy, dry_run=dry_run)
+    if json_output:
+        from hyperqwen_patches.console import emit_json
+
+        emit_json(apply_payload(result))
+    else:
+        _render_apply(result)
+    if not result.ok:
+        failed = [p.name for p in result.series.patches if not p.ok]
+        raise FindingError(
+            f"{len(failed)} of {len(result.series.patches)} patches did not apply "
+            f"({', '.join(failed)}); nothing was written to {directory}"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("apply", help=HELP, epilog=EPILOG)(apply_command)
+
+
+# --- records (the same ones the table is built from) -------------------------------------------------
+
+
+def _text(data: bytes | None) -> str | None:
+    from hyperqwen_patches.console import show
+
+    return None if data is None else show(data)
+
+
+def _near_miss_record(miss: NearMiss | None) -> dict[str, Any] | None:
+    if miss is None:
+        return None
+    return {
+        "line": miss.line,
+        "matched": miss.matched,
+        "total": miss.total,
+        "differences": [
+            {"line": d.line, "expected": _text(d.expected), "actual": _text(d.actual)}
+            for d in miss.differences
+        ],
+    }
+
+
+def _hunk_record(hunk: HunkResult) -> dict[str, Any]:
+    return {
+        "number": hunk.number,
+        "stated_line": hunk.stated_line,
+        "applied_line": hunk.applied_line,
+        "offset": hunk.offset,
+        "status": hunk.status,
+        "reported_line": hunk.reported_line,
+        "other_matches": list(hunk.other_matches),
+        "reason": hunk.reason,
+        "near_miss": _near_miss_record(hunk.near_miss),
+    }
+
+
+def _file_record(file: FileResult) -> dict[str, Any]:
+    return {
+        "path": _text(file.path),
+        "old_path": _text(file.old_path),
+        "action": file.action,
+        "status": file.status,
+        "error": file.error,
+        "hunks": [_hunk_record(h) for h in file.hunks],
+    }
+
+
+def apply_payload(result: TreeApplyResult) -> dict[str, Any]:
+    series = result.series
+    statuses = [p.status for p in series.patches]
+    return {
+        "directory": str(result.root),
+        "dry_run": result.dry_run,
+        "ok": result.ok,
+        "written": [_text(p) for p in result.written],
+        "patches": [
+            {
+                "name": p.name,
+                "status": p.status,
+                "error": p.error,
+                "files": [_file_record(f) for f in p.files],
+            }
+            for p in series.patches
+        ],
+        "totals": {
+            "patches": len(statuses),
+            "applied": statuses.count("applied"),
+            "already_applied": statuses.count("already-applied"),
+            "failed": statuses.count("failed"),
+            "hunks": series.hunk_totals,
+            "files_read": len(set(result.reads)),
+            "files_written": len(result.written),
+        },
+    }
+
+
+def _presence_record(presence: PresenceResult) -> dict[str, Any]:
+    return {
+        "name": presence.name,
+        "status": presence.status,
+        "files": [
+            {
+                "path": _text(f.path),
+                "present": f.status == "applied",
+                "error": f.error,
+                "hunks": [_hunk_record(h) for h in f.hunks],
+            }
+            for f in presence.files
+        ],
+    }
+
+
+def check_payload(result: TreeCheckResult) -> dict[str, Any]:
+    statuses = [p.status for p in result.patches]
+    return {
+        "directory": str(result.root),
+        "ok": result.ok,
+        "patches": [_presence_record(p) for p in result.patches],
+        "totals": {
+            "patches": len(statuses),
+            "present": statuses.count("present"),
+            "missing": statuses.count("missing"),
+            "partial": statuses.count("partial"),
+        },
+    }
+
+
+# --- presentation ----------------------------------------------------------------------------------
+
+
+def _render_apply(result: TreeApplyResult) -> None:
+    from rich.table import Table
+
+    from hyperqwen_patches.console import out, show
+
+    table = Table(title=f"apply → {result.root}", title_justify="left")
+    for column in ("patch", "file", "hunk", "stated", "applied", "offset", "status"):
+        table.add_column(
+            column, justify="right" if column in ("hunk", "stated", "applied", "offset") else "left"
+        )
+    for patch in result.series.patches:
+        for file in patch.files:
+            label = show(file.path)
+            if not file.hunks:
+                table.add_row(patch.name, label, "", "", "", "", file.status)
+            for hunk in file.hunks:
+                status = hunk.status if file.status == "applied" else file.status
+                if file.status == "failed" and hunk.ok:
+                    status = hunk.status
+                if hunk.other_matches and hunk.ok:
+                    status += " (also at " + ", ".join(map(str, hunk.other_matches)) + ")"
+                table.add_row(
+                    patch.name,
+                    label,
+                    f"#{hunk.number}",
+                    str(hunk.stated_line),
+                    "" if hunk.applied_line is None else str(hunk.applied_line),
+                    "" if not hunk.ok else f"{hunk.offset:+d}" if hunk.offset else "0",
+                    status,
+                )
+    out.print(table)
+    for patch in result.series.patches:
+        if patch.ok:
+            continue
+        out.print(f"FAILED {patch.name}" + (f": {patch.error}" if patch.error else ""))
+        for file in patch.files:
+            if file.status != "failed":
+                continue
+            out.print(f"  {show(file.path)}: {file.error or 'failed'}")
+            for hunk in file.hunks:
+                if hunk.ok:
+                    continue
+                out.print(
+                    f"    hunk #{hunk.number} (stated line {hunk.stated_line}): {hunk.reason}"
+                )
+                _render_near_miss(hunk.near_miss)
+    totals = apply_payload(result)["totals"]
+    if result.ok:
+        verb = "would change" if result.dry_run else "changed"
+        count = len(result.series.changes) if result.dry_run else len(result.written)
+        out.print(
+            f"ok: {totals['applied']} applied, {totals['already_applied']} already applied; "
+            f"{verb} {count} files"
+        )
+    else:
+        out.print(
+            f"not applied: {totals['failed']} of {totals['patches']} patches failed; "
+            f"nothing was written to {result.root}"
+        )
+
+
+def _render_near_miss(miss: NearMiss | None) -> None:
+    from hyperqwen_patches.console import out, show
+
+    if miss is None:
+        return
+    out.print(
+        f"      closest match at line {miss.line}: {miss.matched} of {miss.total} lines equal; differing:"
+    )
+    for diff in miss.differences[:12]:
+        actual = "<end of file>" if diff.actual is None else repr(show(diff.actual))
+        out.print(f"        line {diff.line}: expected {show(diff.expected)!r}, found {actual}")
+    if len(miss.differences) > 12:
+        out.print(f"        ... and {len(miss.differences) - 12} more")
+
+
+def _render_check(result: TreeCheckResult) -> None:
+    from rich.table import Table
+
+    from hyperqwen_patches.console import out, show
+
+    table = Table(title=f"check-applied → {result.root}", title_justify="left")
+    for column in ("patch", "status", "files not carried"):
+        table.add_column(column)
+    for patch in result.patches:
+        missing = [show(f.path) for f in patch.files if f.status != "applied"]
+        table.add_row(patch.name, patch.status, ", ".join(missing))
+    out.print(table)
+    bad = [p.name for p in result.patches if p.status != "present"]
+    if bad:
+        out.print(f"not carried: {', '.join(bad)}")
+    else:
+        out.print(f"ok: {result.root} carries all {len(result.patches)} patches")

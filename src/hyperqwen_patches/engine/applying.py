@@ -1,0 +1,527 @@
+"""Apply a series of patches to a mapping of path -> bytes, in memory, collecting every failure.
+
+``apply_series`` never touches disk: it reads the files the patches name through a callback and
+returns the new contents (``SeriesResult.changes``) or the failures, each with its context (patch, file,
+hunk, stated and reported lines, the place the preimage nearly matched and the differing lines). The
+caller (``tree.py``) writes the changes only when every patch applied, which is what makes ``apply``
+all or nothing.
+
+Placement is GNU patch 2.7.6's at ``--fuzz 0`` (``placement.py``); the policies layered on top are ours
+and each is off by default except ambiguity reporting:
+
+- ``max_offset``: a hunk whose reported offset (GNU's cumulative ``in_offset``) exceeds it fails;
+- ``exact``: no offsets at all, every hunk must match at its stated line;
+- ``ambiguity``: ``"report"`` lists other exact matches of the preimage in the search range
+  (``HunkResult.other_matches``); ``"error"`` fails such a hunk with status ``"ambiguous"``;
+- ``forward``: a file whose first hunk does not apply but whose reverse does (every hunk of it) is
+  "already-applied", not a failure (GNU patch ``--forward`` skips it, exit 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hyperqwen_patches.engine.patchset import (
+    ADDED,
+    REMOVED,
+    FilePatch,
+    Hunk,
+    Patch,
+    split_lines,
+)
+from hyperqwen_patches.engine.placement import (
+    FileLines,
+    NearMiss,
+    applicable,
+    first_line,
+    frozen_after,
+    locate,
+    near_miss,
+)
+
+Ambiguity = Literal["off", "report", "error"]
+HunkStatus = Literal["exact", "offset", "failed", "ambiguous"]
+FileStatus = Literal["applied", "already-applied", "failed"]
+PatchStatus = Literal["applied", "already-applied", "failed"]
+FileAction = Literal["modify", "create", "delete", "rename", "copy"]
+
+Reader = Callable[[bytes], bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How strict placement is. The default is GNU patch ``--fuzz 0 --forward`` plus ambiguity reports."""
+
+    max_offset: int | None = None
+    exact: bool = False
+    ambiguity: Ambiguity = "report"
+    forward: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class HunkResult:
+    """One hunk's outcome.
+
+    ``applied_line`` and ``offset`` are what GNU patch prints for it (``Hunk #N succeeded at L (offset K
+    lines).``): L is the line in the output file, K the file's cumulative offset. ``applied_line`` is
+    None when the hunk failed; ``reported_line`` is then GNU's ``Hunk #N FAILED at L.`` number.
+    ``other_matches`` are input-file lines (before this patch) where the preimage also matches within
+    the search range; under the ``"report"`` policy they do not change the status.
+    """
+
+    number: int
+    stated_line: int
+    applied_line: int | None
+    offset: int
+    status: HunkStatus
+    reported_line: int
+    other_matches: tuple[int, ...] = ()
+    near_miss: NearMiss | None = None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("exact", "offset")
+
+    def gnu_message(self) -> str | None:
+        """The line GNU patch would print for this hunk (None when it prints nothing)."""
+        if not self.ok:
+            return f"Hunk #{self.number} FAILED at {self.reported_line}."
+        if self.offset == 0:
+            return None
+        plural = "" if self.offset == 1 else "s"
+        return f"Hunk #{self.number} succeeded at {self.applied_line} (offset {self.offset} line{plural})."
+
+
+@dataclass(frozen=True, slots=True)
+class FileResult:
+    """One file patch's outcome. ``path`` is the file written (the old path for a deletion)."""
+
+    path: bytes
+    action: FileAction
+    status: FileStatus
+    hunks: tuple[HunkResult, ...] = ()
+    error: str | None = None
+    old_path: bytes | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class PatchResult:
+    name: str
+    status: PatchStatus
+    files: tuple[FileResult, ...]
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+
+@dataclass(slots=True)
+class SeriesResult:
+    """The outcome of a series: every patch's result and, when all applied, the changes to write.
+
+    ``changes`` maps a path to its new bytes or None (delete); ``modes`` to a new file mode. Both hold
+    the changes of every patch that applied, so a caller may inspect them, but ``tree.py`` writes them
+    only when ``ok``.
+    """
+
+    patches: list[PatchResult]
+    changes: dict[bytes, bytes | None] = field(default_factory=dict)
+    modes: dict[bytes, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.patches)
+
+    @property
+    def hunk_totals(self) -> dict[str, int]:
+        totals = {"exact": 0, "offset": 0, "failed": 0, "ambiguous": 0}
+        for patch in self.patches:
+            for file in patch.files:
+                for hunk in file.hunks:
+                    totals[hunk.status] += 1
+        return totals
+
+
+class _Overlay:
+    """Reads through pending changes to the caller's reader; reads each path from the reader once."""
+
+    def __init__(self, read: Reader, base: Mapping[bytes, bytes | None] | None = None) -> None:
+        self._read = read
+        self.changes: dict[bytes, bytes | None] = dict(base or {})
+        self.modes: dict[bytes, int] = {}
+
+    def read(self, path: bytes) -> bytes | None:
+        if path in self.changes:
+            return self.changes[path]
+        return self._read(path)
+
+    def child(self) -> _Overlay:
+        child = _Overlay(self.read)
+        return child
+
+    def merge(self, child: _Overlay) -> None:
+        self.changes.update(child.changes)
+        self.modes.update(child.modes)
+
+
+class _Cache:
+    """Memoises the caller's reader: every touched file is read from disk at most once per series."""
+
+    def __init__(self, read: Reader) -> None:
+        self._read = read
+        self._seen: dict[bytes, bytes | None] = {}
+
+    def __call__(self, path: bytes) -> bytes | None:
+        if path not in self._seen:
+            self._seen[path] = self._read(path)
+        return self._seen[path]
+
+
+def apply_series(
+    patches: Sequence[Patch], read: Reader, policy: Policy | None = None
+) -> SeriesResult:
+    """Apply ``patches`` in order on top of the files ``read`` returns; collect every failure.
+
+    A failed patch contributes no changes; later patches are still tried (against the state without
+    it), so one run reports every problem of a series, not only the first.
+    """
+    policy = policy or Policy()
+    state = _Overlay(_Cache(read))
+    results: list[PatchResult] = []
+    for patch in patches:
+        result, local = _apply_patch(patch, state, policy)
+        results.append(result)
+        if result.ok:
+            state.merge(local)
+    return SeriesResult(patches=results, changes=state.changes, modes=state.modes)
+
+
+def apply_patch(patch: Patch, read: Reader, policy: Policy | None = None) -> SeriesResult:
+    """One patch on its own (a series of one)."""
+    return apply_series([patch], read, policy)
+
+
+PresenceStatus = Literal["present", "missing", "partial"]
+
+
+@dataclass(frozen=True, slots=True)
+class PresenceResult:
+    """Whether a tree carries one patch: each file's reverse application (see ``verify_applied``)."""
+
+    name: str
+    status: PresenceStatus
+    files: tuple[FileResult, ...]
+
+
+def verify_applied(
+    patches: Sequence[Patch], read: Reader, policy: Policy | None = None
+) -> list[PresenceResult]:
+    """Does the tree carry every patch? Unapply them last to first, in memory.
+
+    A patch is present when its reverse applies (fuzz 0, offsets as ``policy`` allows; a created file
+    must be there with exactly its content, a deleted one absent). A present patch is removed from the
+    in-memory state before the previous one is checked, so each is checked against the tree as it was
+    when it was applied; a missing one is left as is. Results come back in series order.
+    """
+    base = policy or Policy()
+    reverse_policy = Policy(
+        max_offset=base.max_offset, exact=base.exact, ambiguity="off", forward=False
+    )
+    state = _Overlay(_Cache(read))
+    found: list[PresenceResult] = []
+    for patch in reversed(patches):
+        result, local = _apply_patch(patch.reversed(), state, reverse_policy)
+        files = tuple(reversed(result.files))
+        present = [f.status == "applied" for f in files]
+        if all(present):
+            status: PresenceStatus = "present"
+            state.merge(local)
+        elif any(present):
+            status = "partial"
+        else:
+            status = "missing"
+        found.append(PresenceResult(name=patch.name, status=status, files=files))
+    found.reverse()
+    return found
+
+
+def _apply_patch(patch: Patch, state: _Overlay, policy: Policy) -> tuple[PatchResult, _Overlay]:
+    local = state.child()
+    files = [_apply_file(fp, local, policy) for fp in patch.files]
+    statuses = {f.status for f in files}
+    error: str | None = None
+    if "failed" in statuses:
+        status: PatchStatus = "failed"
+    elif statuses == {"already-applied"}:
+        status = "already-applied"
+    elif "already-applied" in statuses:
+        # Part of the patch is in the tree already and part is not: an unexpected state that a
+        # silent half-application would hide.
+        status = "failed"
+        carried = ", ".join(_show(f.path) for f in files if f.status == "already-applied")
+        error = f"partly applied already: {carried} already carry their change"
+    else:
+        status = "applied"
+    return PatchResult(name=patch.name, status=status, files=tuple(files), error=error), local
+
+
+def _show(data: bytes) -> str:
+    return data.decode("utf-8", errors="backslashreplace")
+
+
+def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
+    action = fp.action
+    if fp.old_path is None:
+        return _create(fp, state, policy)
+    source = fp.old_path
+    content = state.read(source)
+    if content is None:
+        return _missing_source(fp, state, policy)
+    if fp.new_path is None and fp.content is not None:
+        # The reverse of a module file: present exactly as created.
+        if content == fp.content:
+            state.changes[source] = None
+            return FileResult(source, "delete", "applied", old_path=source)
+        return FileResult(
+            source,
+            "delete",
+            "failed",
+            error="content differs from the module file",
+            old_path=source,
+        )
+    outcome = _place_hunks(fp.hunks, content, policy)
+    if outcome.status == "already-applied":
+        return FileResult(fp.path, action, "already-applied", outcome.hunks, old_path=fp.old_path)
+    if outcome.output is None:
+        return FileResult(fp.path, action, "failed", outcome.hunks, outcome.error, fp.old_path)
+    if fp.new_path is None:
+        if outcome.output:
+            return FileResult(
+                source,
+                action,
+                "failed",
+                outcome.hunks,
+                f"not deleting {_show(source)}: its content differs from the patch "
+                f"({len(split_lines(outcome.output))} lines would remain)",
+                source,
+            )
+        state.changes[source] = None
+        return FileResult(source, action, "applied", outcome.hunks, old_path=source)
+    target = fp.new_path
+    if target != source and state.read(target) is not None and (fp.rename or fp.copy):
+        return FileResult(
+            target,
+            action,
+            "failed",
+            outcome.hunks,
+            f"{_show(target)} already exists: cannot {action} {_show(source)} onto it",
+            source,
+        )
+    if target != source and not fp.copy:
+        state.changes[source] = None
+    state.changes[target] = outcome.output
+    if fp.new_mode is not None:
+        state.modes[target] = fp.new_mode
+    return FileResult(target, action, "applied", outcome.hunks, old_path=source)
+
+
+def _missing_source(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
+    """The file to patch is absent: already deleted / renamed (forward), or a failure."""
+    assert fp.old_path is not None
+    source = fp.old_path
+    action = fp.action
+    if fp.new_path is None:
+        if policy.forward:
+            return FileResult(source, action, "already-applied", old_path=source)
+        return FileResult(
+            source, action, "failed", error=f"{_show(source)} does not exist", old_path=source
+        )
+    if fp.rename and policy.forward:
+        # Renamed already? The destination must carry the patched content (its reverse applies).
+        landed = state.read(fp.new_path)
+        if landed is not None:
+            back = _place_hunks(tuple(h.reversed() for h in fp.hunks), landed, _strict(policy))
+            if back.output is not None:
+                return FileResult(fp.new_path, action, "already-applied", old_path=source)
+    return FileResult(
+        fp.path,
+        action,
+        "failed",
+        error=f"{_show(source)} does not exist (the patch {action}s it)",
+        old_path=source,
+    )
+
+
+def _strict(policy: Policy) -> Policy:
+    return Policy(max_offset=policy.max_offset, exact=policy.exact, ambiguity="off", forward=False)
+
+
+def _create(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
+    assert fp.new_path is not None
+    target = fp.new_path
+    wanted = fp.content
+    if wanted is None:
+        wanted = b"".join(text for h in fp.hunks for kind, text in h.lines if kind == ADDED)
+    existing = state.read(target)
+    hunks = tuple(HunkResult(h.number, h.old_start, 1, 0, "exact", 1) for h in fp.hunks)
+    if existing:
+        if existing == wanted and policy.forward:
+            return FileResult(target, "create", "already-applied", hunks)
+        failed = tuple(
+            HunkResult(h.number, h.old_start, None, 0, "failed", 1, reason="file exists")
+            for h in fp.hunks
+        )
+        same = " with the same content" if existing == wanted else " with different content"
+        return FileResult(
+            target,
+            "create",
+            "failed",
+            failed,
+            f"cannot create {_show(target)}: it already exists{same}",
+        )
+    # Absent, or present and empty: GNU patch creates into an empty file as well.
+    state.changes[target] = wanted
+    if fp.new_mode is not None:
+        state.modes[target] = fp.new_mode
+    return FileResult(target, "create", "applied", hunks)
+
+
+@dataclass(slots=True)
+class _Outcome:
+    status: str  # "applied" | "already-applied" | "failed"
+    output: bytes | None
+    hunks: tuple[HunkResult, ...]
+    error: str | None = None
+
+
+def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outcome:
+    """Place and apply the hunks of one file, as GNU patch's main loop does for one file."""
+    lines = split_lines(content)
+    file = FileLines(lines)
+    in_offset = 0
+    out_offset = 0
+    last_frozen = 0
+    copied = 0  # input lines already copied to the output
+    output: list[bytes] = []
+    results: list[HunkResult] = []
+    failed = False
+    want_others = policy.ambiguity != "off"
+    for hunk in hunks:
+        placed = locate(
+            hunk,
+            file,
+            in_offset=in_offset,
+            last_frozen_line=last_frozen,
+            exact=policy.exact,
+            want_others=want_others,
+        )
+        if (
+            placed.where == 0
+            and hunk.number == 1
+            and policy.forward
+            and _reverse_applies(hunks, file, policy)
+        ):
+            return _Outcome(
+                "already-applied",
+                None,
+                tuple(
+                    HunkResult(h.number, h.old_start, None, 0, "exact", 0, reason="already applied")
+                    for h in hunks
+                ),
+            )
+        if placed.where == 0:
+            failed = True
+            results.append(
+                HunkResult(
+                    number=hunk.number,
+                    stated_line=hunk.old_start,
+                    applied_line=None,
+                    offset=in_offset,
+                    status="failed",
+                    reported_line=first_line(hunk) + in_offset + out_offset,
+                    near_miss=near_miss(hunk, file, placed.first_guess),
+                    reason="the preimage does not match exactly anywhere in the search range",
+                )
+            )
+            continue
+        # GNU patch updates its running offset as soon as the hunk is located, even if applying it
+        # then fails (below); later hunks' first guesses depend on it.
+        in_offset += placed.offset
+        reported = placed.where + out_offset
+        reason: str | None = None
+        status: HunkStatus = "offset" if in_offset else "exact"
+        if not applicable(hunk, placed.where, last_frozen):
+            status, reason = "failed", "misordered: it would change lines an earlier hunk changed"
+        elif policy.max_offset is not None and abs(in_offset) > policy.max_offset:
+            status = "failed"
+            reason = f"offset {in_offset} exceeds the allowed maximum of {policy.max_offset}"
+        elif placed.others and policy.ambiguity == "error":
+            status = "ambiguous"
+            shown = ", ".join(str(w) for w in placed.others)
+            reason = f"the preimage also matches at line(s) {shown}"
+        if status in ("failed", "ambiguous"):
+            failed = True
+            results.append(
+                HunkResult(
+                    number=hunk.number,
+                    stated_line=hunk.old_start,
+                    applied_line=None,
+                    offset=in_offset,
+                    status=status,
+                    reported_line=reported,
+                    other_matches=placed.others,
+                    near_miss=None,
+                    reason=reason,
+                )
+            )
+            continue
+        # Apply: copy input up to the first change, then the hunk's changes; trailing context stays
+        # uncopied (GNU patch copies lazily, which is why the next hunk's context may overlap it).
+        start = placed.where - 1
+        first_change = start + hunk.prefix_context
+        output.extend(lines[copied:first_change])
+        body = hunk.lines[hunk.prefix_context : len(hunk.lines) - hunk.suffix_context]
+        for kind, text in body:
+            if kind == REMOVED:
+                continue
+            output.append(text)
+        copied = frozen_after(hunk, placed.where)
+        last_frozen = copied
+        out_offset += hunk.new_len - hunk.old_len
+        results.append(
+            HunkResult(
+                number=hunk.number,
+                stated_line=hunk.old_start,
+                applied_line=reported,
+                offset=in_offset,
+                status=status,
+                reported_line=reported,
+                other_matches=placed.others,
+            )
+        )
+    if failed:
+        return _Outcome("failed", None, tuple(results), _failure_summary(results))
+    output.extend(lines[copied:])
+    return _Outcome("applied", b"".join(output), tuple(results))
+
+
+def _reverse_applies(hunks: Sequence[Hunk], file: FileLines, policy: Policy) -> bool:
+    """GNU patch ``--forward`` checks the reverse of hunk 1 only; we require every hunk to reverse-apply,
+    so a file that carries only part of the change is a failure, not "already applied"."""
+    reverse = tuple(h.reversed() for h in hunks)
+    outcome = _place_hunks(reverse, b"".join(file.lines), _strict(policy))
+    return outcome.output is not None
+
+
+def _failure_summary(results: Sequence[HunkResult]) -> str:
+    bad = [r for r in results if not r.ok]
+    numbers = ", ".join(f"#{r.number}" for r in bad)
+    return f"{len(bad)} of {len(results)} hunks did not apply ({numbers})"

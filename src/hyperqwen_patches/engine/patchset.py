@@ -1,0 +1,665 @@
+"""Parse unified diffs (plain and git-style) into typed, byte-exact patches.
+
+Why our own scanner and not ``unidiff`` alone: unidiff decodes the patch to ``str`` (we keep bytes end
+to end, Latin-1 and CRLF content included), it has no notion of GNU patch's rule that a ``---`` line is
+a file header only when ``+++`` and then a hunk header follow (so a commit message containing ``---``
+derails it), and it does not model ``\\ No newline at end of file`` on the line it applies to. The tests
+use unidiff as an independent cross-check of hunk structure on well-formed input
+(``tests/test_engine_parse.py``).
+
+Everything here is a pure function on bytes: no disk, no git.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hyperqwen_patches.errors import UsageError
+
+#: The line kinds a hunk holds, as the byte that starts them in the patch.
+CONTEXT = 0x20  # b" "
+REMOVED = 0x2D  # b"-"
+ADDED = 0x2B  # b"+"
+
+DEV_NULL = b"/dev/null"
+
+_HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_GIT_HEADER = re.compile(rb"^diff --git ")
+_MODE = re.compile(rb"^[0-7]{6}$")
+_NO_NEWLINE = b"\\"
+_EOL = b"\r\n"
+
+
+class PatchParseError(UsageError):
+    """A patch file that cannot be read as a unified diff; names the patch, its line and what is wrong."""
+
+    def __init__(
+        self, patch: str, line: int | None, problem: str, *, hint: str | None = None
+    ) -> None:
+        where = f"{patch}:{line}" if line is not None else patch
+        super().__init__(f"{where}: {problem}", hint=hint)
+        self.patch = patch
+        self.line = line
+        self.problem = problem
+
+
+@dataclass(frozen=True, slots=True)
+class Hunk:
+    """One ``@@`` hunk. ``lines`` holds ``(kind, text)`` pairs: kind is CONTEXT/REMOVED/ADDED and text
+    the line's bytes with its ending (no ending when ``\\ No newline at end of file`` followed it)."""
+
+    number: int  # 1-based within its file, as GNU patch numbers them
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    lines: tuple[tuple[int, bytes], ...]
+    patch_line: int  # line of the ``@@`` header in the patch file (1-based)
+
+    @property
+    def old_lines(self) -> tuple[bytes, ...]:
+        """The preimage: context and removed lines, in order (the pattern placement looks for)."""
+        return tuple(text for kind, text in self.lines if kind != ADDED)
+
+    @property
+    def new_lines(self) -> tuple[bytes, ...]:
+        """The postimage: context and added lines, in order."""
+        return tuple(text for kind, text in self.lines if kind != REMOVED)
+
+    @property
+    def prefix_context(self) -> int:
+        """Context lines before the first change (GNU patch's ``pch_prefix_context``)."""
+        count = 0
+        for kind, _ in self.lines:
+            if kind != CONTEXT:
+                break
+            count += 1
+        return count
+
+    @property
+    def suffix_context(self) -> int:
+        """Context lines after the last change (GNU patch's ``pch_suffix_context``)."""
+        count = 0
+        for kind, _ in reversed(self.lines):
+            if kind != CONTEXT:
+                break
+            count += 1
+        return count
+
+    def reversed(self) -> Hunk:
+        """The hunk that undoes this one: sides swapped, removed and added lines exchanged."""
+        swap = {REMOVED: ADDED, ADDED: REMOVED, CONTEXT: CONTEXT}
+        return Hunk(
+            number=self.number,
+            old_start=self.new_start,
+            old_len=self.new_len,
+            new_start=self.old_start,
+            new_len=self.old_len,
+            lines=_reorder_reversed(tuple((swap[k], t) for k, t in self.lines)),
+            patch_line=self.patch_line,
+        )
+
+
+def _reorder_reversed(lines: tuple[tuple[int, bytes], ...]) -> tuple[tuple[int, bytes], ...]:
+    """Within each run of changes, put removed lines before added ones (diff's canonical order)."""
+    out: list[tuple[int, bytes]] = []
+    run_removed: list[tuple[int, bytes]] = []
+    run_added: list[tuple[int, bytes]] = []
+    for kind, text in (*lines, (CONTEXT, b"")):
+        if kind == REMOVED:
+            run_removed.append((kind, text))
+        elif kind == ADDED:
+            run_added.append((kind, text))
+        else:
+            out.extend(run_removed)
+            out.extend(run_added)
+            run_removed, run_added = [], []
+            out.append((kind, text))
+    out.pop()  # the sentinel
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class FilePatch:
+    """The changes to one file. ``old_path`` is None for a creation, ``new_path`` None for a deletion."""
+
+    old_path: bytes | None
+    new_path: bytes | None
+    hunks: tuple[Hunk, ...]
+    old_mode: int | None = None
+    new_mode: int | None = None
+    binary: bool = False
+    rename: bool = False
+    copy: bool = False
+    header_line: int = 0  # line of the file's first header in the patch file (1-based)
+    #: For module-file rows (``patch_from_files``): the whole content to create, exactly.
+    content: bytes | None = None
+
+    @property
+    def path(self) -> bytes:
+        """The path this file patch is about, for messages: the new path unless it deletes."""
+        path = self.new_path if self.new_path is not None else self.old_path
+        assert path is not None  # parse never builds a file patch with neither side
+        return path
+
+    @property
+    def action(self) -> str:
+        if self.old_path is None:
+            return "create"
+        if self.new_path is None:
+            return "delete"
+        if self.rename or self.copy:
+            return "rename" if self.rename else "copy"
+        return "modify"
+
+    def reversed(self) -> FilePatch:
+        """The file patch that undoes this one (a creation becomes a deletion, a rename goes back)."""
+        if self.copy:
+            # Undoing a copy is deleting the copy; its content is what the hunks produce, which we
+            # cannot know without the source, so the reverse is expressed on the copy alone.
+            return FilePatch(
+                old_path=self.new_path,
+                new_path=None,
+                hunks=tuple(h.reversed() for h in self.hunks),
+                old_mode=self.new_mode,
+                new_mode=None,
+                header_line=self.header_line,
+            )
+        return FilePatch(
+            old_path=self.new_path,
+            new_path=self.old_path,
+            hunks=tuple(h.reversed() for h in self.hunks),
+            old_mode=self.new_mode,
+            new_mode=self.old_mode,
+            binary=self.binary,
+            rename=self.rename,
+            header_line=self.header_line,
+            content=self.content,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Patch:
+    """A parsed patch file (or a module-file row): its file patches in order and the text before them."""
+
+    name: str
+    files: tuple[FilePatch, ...]
+    preamble: bytes = b""
+    #: True for a module-file row built by ``patch_from_files`` (creations with whole contents).
+    module_files: bool = field(default=False)
+
+    def reversed(self) -> Patch:
+        """The patch that undoes this one: file patches reversed, in reverse order."""
+        return Patch(
+            name=self.name,
+            files=tuple(f.reversed() for f in reversed(self.files)),
+            preamble=self.preamble,
+            module_files=self.module_files,
+        )
+
+    @property
+    def hunk_count(self) -> int:
+        return sum(len(f.hunks) for f in self.files)
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """Split on ``\\n`` only, keeping each ending (GNU patch's notion of a line: a lone ``\\r`` is data)."""
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    last = lines.pop()
+    out = [line + b"\n" for line in lines]
+    if last:
+        out.append(last)
+    return out
+
+
+def strip_path(raw: bytes, strip: int, *, patch: str, line: int) -> bytes | None:
+    """Apply ``-p<strip>`` to a header name; None for ``/dev/null``. Refuses names escaping the tree."""
+    name = raw.split(b"\t", 1)[0].rstrip(b"\r\n")
+    if name.startswith(b'"'):
+        name = _unquote_c(name, patch=patch, line=line)
+    elif name.endswith(b" ") and b"\t" not in raw:
+        name = name.rstrip(b" ")
+    if name == DEV_NULL:
+        return None
+    if not name:
+        raise PatchParseError(patch, line, "empty file name in header")
+    rest = name
+    for _ in range(strip):
+        slash = rest.find(b"/")
+        if slash < 0:
+            raise PatchParseError(
+                patch,
+                line,
+                f"file name {_show(name)} has fewer than {strip} leading directories to strip (-p{strip})",
+                hint="check the series' path convention (-p level)",
+            )
+        rest = rest[slash + 1 :].lstrip(b"/")
+    check_relative_path(rest, patch=patch, line=line)
+    return rest
+
+
+def check_relative_path(path: bytes, *, patch: str, line: int | None) -> None:
+    """A patched path must stay inside the tree: not absolute, no ``..`` component, not empty."""
+    if not path or path.startswith(b"/"):
+        raise PatchParseError(
+            patch, line, f"file name {_show(path)} is absolute or empty: it would escape the tree"
+        )
+    parts = path.split(b"/")
+    if any(part == b".." for part in parts):
+        raise PatchParseError(
+            patch, line, f"file name {_show(path)} contains '..': it would escape the tree"
+        )
+    if b"\0" in path:
+        raise PatchParseError(patch, line, f"file name {_show(path)} contains a NUL byte")
+
+
+_ESCAPES = {
+    ord("a"): 7,
+    ord("b"): 8,
+    ord("t"): 9,
+    ord("n"): 10,
+    ord("v"): 11,
+    ord("f"): 12,
+    ord("r"): 13,
+    ord('"'): 34,
+    ord("\\"): 92,
+}
+
+
+def _unquote_c(name: bytes, *, patch: str, line: int) -> bytes:
+    """Undo git's C-style quoting of a path (``"a/caf\\303\\251.py"``), byte for byte."""
+    end = name.rfind(b'"')
+    if end <= 0:
+        raise PatchParseError(patch, line, f"unterminated quoted file name {_show(name)}")
+    body = name[1:end]
+    out = bytearray()
+    i = 0
+    while i < len(body):
+        byte = body[i]
+        if byte != 0x5C:
+            out.append(byte)
+            i += 1
+            continue
+        nxt = body[i + 1 : i + 2]
+        if not nxt:
+            raise PatchParseError(patch, line, f"bad escape in quoted file name {_show(name)}")
+        if nxt in b"01234567":
+            octal = body[i + 1 : i + 4]
+            out.append(int(octal, 8) & 0xFF)
+            i += 4
+        elif nxt[0] in _ESCAPES:
+            out.append(_ESCAPES[nxt[0]])
+            i += 2
+        else:
+            raise PatchParseError(patch, line, f"bad escape in quoted file name {_show(name)}")
+    return bytes(out)
+
+
+def _show(data: bytes) -> str:
+    return data.decode("utf-8", errors="backslashreplace")
+
+
+def _git_names(line: bytes) -> tuple[bytes, bytes] | None:
+    """The two names of a ``diff --git a/x b/x`` line (None when they cannot be split unambiguously)."""
+    rest = line[len(b"diff --git ") :].rstrip(b"\r\n")
+    if rest.startswith(b'"'):
+        close = rest.find(b'" ', 1)
+        if close < 0:
+            return None
+        return rest[: close + 1], rest[close + 2 :]
+    if rest.endswith(b'"'):
+        open_ = rest.rfind(b' "')
+        if open_ < 0:
+            return None
+        return rest[:open_], rest[open_ + 1 :]
+    # Unquoted: the two names are equal in the common case, so split at the middle space.
+    half = len(rest) // 2
+    if len(rest) % 2 == 1 and rest[half : half + 1] == b" ":
+        left, right = rest[:half], rest[half + 1 :]
+        if left.split(b"/", 1)[-1] == right.split(b"/", 1)[-1]:
+            return left, right
+    parts = rest.split(b" ")
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    return None
+
+
+@dataclass(slots=True)
+class _GitHeader:
+    line: int
+    names: tuple[bytes, bytes] | None
+    old_mode: int | None = None
+    new_mode: int | None = None
+    new_file: bool = False
+    deleted: bool = False
+    rename_from: bytes | None = None
+    rename_to: bytes | None = None
+    copy_from: bytes | None = None
+    copy_to: bytes | None = None
+    binary: bool = False
+
+
+_GIT_EXTENDED = (
+    b"old mode ",
+    b"new mode ",
+    b"deleted file mode ",
+    b"new file mode ",
+    b"rename from ",
+    b"rename to ",
+    b"rename old ",
+    b"rename new ",
+    b"copy from ",
+    b"copy to ",
+    b"similarity index ",
+    b"dissimilarity index ",
+    b"index ",
+    b"Binary files ",
+    b"GIT binary patch",
+)
+
+
+def _mode(value: bytes, *, patch: str, line: int) -> int:
+    value = value.strip()
+    if not _MODE.match(value):
+        raise PatchParseError(
+            patch, line, f"bad file mode {_show(value)!r} (expected six octal digits)"
+        )
+    return int(value, 8)
+
+
+def _is_file_header(lines: list[bytes], i: int) -> bool:
+    """GNU patch's rule: ``---`` is a file header only when ``+++`` and then a hunk header follow."""
+    return (
+        lines[i].startswith(b"--- ")
+        and i + 2 < len(lines)
+        and lines[i + 1].startswith(b"+++ ")
+        and lines[i + 2].startswith(b"@@ ")
+    )
+
+
+def parse_patch(data: bytes, *, name: str, strip: int = 1) -> Patch:
+    """Parse a patch file into a :class:`Patch`.
+
+    Raises :class:`PatchParseError` naming the patch and line for an empty patch, a truncated or
+    malformed hunk, a binary diff, a path escaping the tree, or a header that cannot be read.
+    """
+    if not data.strip():
+        raise PatchParseError(name, None, "empty patch: no file headers and no hunks")
+    lines = split_lines(data)
+    files: list[FilePatch] = []
+    preamble_end: int | None = None
+    i = 0
+    n = len(lines)
+    while i < n:
+        line = lines[i]
+        if _GIT_HEADER.match(line):
+            if preamble_end is None:
+                preamble_end = i
+            i, file_patch = _parse_git_section(lines, i, name=name, strip=strip)
+            if file_patch is not None:
+                files.append(file_patch)
+            continue
+        if _is_file_header(lines, i):
+            if preamble_end is None:
+                preamble_end = i
+            old = strip_path(line[4:], strip, patch=name, line=i + 1)
+            new = strip_path(lines[i + 1][4:], strip, patch=name, line=i + 2)
+            if old is None and new is None:
+                raise PatchParseError(name, i + 1, "both sides of the file header are /dev/null")
+            header = i + 1
+            i, hunks = _parse_hunks(lines, i + 2, name=name)
+            files.append(FilePatch(old_path=old, new_path=new, hunks=hunks, header_line=header))
+            continue
+        if line.startswith(b"@@ -") and _HUNK_HEADER.match(line) and preamble_end is not None:
+            raise PatchParseError(
+                name, i + 1, "hunk header outside a file (no '---'/'+++' header before it)"
+            )
+        i += 1
+    if not files:
+        raise PatchParseError(
+            name,
+            None,
+            "no file headers found: this is not a unified diff",
+            hint="a patch needs '--- a/<path>', '+++ b/<path>' and '@@' hunk headers",
+        )
+    preamble = b"".join(lines[: preamble_end or 0])
+    return Patch(name=name, files=tuple(files), preamble=preamble)
+
+
+def _parse_git_section(
+    lines: list[bytes], start: int, *, name: str, strip: int
+) -> tuple[int, FilePatch | None]:
+    """A ``diff --git`` section: extended headers, then optional ``---``/``+++`` and hunks."""
+    head = _GitHeader(line=start + 1, names=_git_names(lines[start]))
+    i = start + 1
+    n = len(lines)
+    while i < n:
+        line = lines[i]
+        value = line.rstrip(b"\r\n")
+        if line.startswith(b"old mode "):
+            head.old_mode = _mode(value[9:], patch=name, line=i + 1)
+        elif line.startswith(b"new mode "):
+            head.new_mode = _mode(value[9:], patch=name, line=i + 1)
+        elif line.startswith(b"deleted file mode "):
+            head.deleted = True
+            head.old_mode = _mode(value[18:], patch=name, line=i + 1)
+        elif line.startswith(b"new file mode "):
+            head.new_file = True
+            head.new_mode = _mode(value[14:], patch=name, line=i + 1)
+        elif line.startswith((b"rename from ", b"rename old ")):
+            head.rename_from = value[12:]
+        elif line.startswith((b"rename to ", b"rename new ")):
+            head.rename_to = value[10:] if line.startswith(b"rename to ") else value[11:]
+        elif line.startswith(b"copy from "):
+            head.copy_from = value[10:]
+        elif line.startswith(b"copy to "):
+            head.copy_to = value[8:]
+        elif line.startswith((b"Binary files ", b"GIT binary patch")):
+            head.binary = True
+        elif line.startswith((b"similarity index ", b"dissimilarity index ", b"index ")):
+            pass
+        else:
+            break
+        i += 1
+    label = _show(head.names[1]) if head.names else f"line {head.line}"
+    if head.binary:
+        raise PatchParseError(
+            name,
+            head.line,
+            f"binary diff for {label}: binary patches are not supported",
+            hint="carry binary files as module files (copied whole), not as diffs",
+        )
+    old: bytes | None
+    new: bytes | None
+    hunks: tuple[Hunk, ...] = ()
+    header_line = head.line
+    if i < n and lines[i].startswith(b"--- ") and i + 1 < n and lines[i + 1].startswith(b"+++ "):
+        if not (i + 2 < n and lines[i + 2].startswith(b"@@ ")):
+            raise PatchParseError(name, i + 3, f"file header for {label} is not followed by a hunk")
+        # The file to patch comes from the ---/+++ names, as GNU patch and git apply choose it.
+        old = strip_path(lines[i][4:], strip, patch=name, line=i + 1)
+        new = strip_path(lines[i + 1][4:], strip, patch=name, line=i + 2)
+        i, hunks = _parse_hunks(lines, i + 2, name=name)
+    else:
+        if head.names is None:
+            raise PatchParseError(name, head.line, "cannot read the file names of 'diff --git'")
+        old = strip_path(head.names[0], strip, patch=name, line=head.line)
+        new = strip_path(head.names[1], strip, patch=name, line=head.line)
+        if head.new_file:
+            old = None
+        if head.deleted:
+            new = None
+    rename = head.rename_from is not None and head.rename_to is not None
+    copy = head.copy_from is not None and head.copy_to is not None
+    if rename or copy:
+        # rename/copy headers carry names without the a/ b/ prefixes: they are already stripped
+        # by one level, which is what -p1 means for git-style diffs.
+        src = head.rename_from if rename else head.copy_from
+        dst = head.rename_to if rename else head.copy_to
+        assert src is not None and dst is not None
+        src_path = _strip_git_name(src, strip, patch=name, line=head.line)
+        dst_path = _strip_git_name(dst, strip, patch=name, line=head.line)
+        old = src_path if old is not None else old
+        new = dst_path if new is not None else new
+    if head.new_file:
+        old = None
+    if head.deleted:
+        new = None
+    if old is None and new is None:
+        raise PatchParseError(name, head.line, "both sides of the file header are /dev/null")
+    nothing = not (hunks or rename or copy or head.new_file or head.deleted)
+    if nothing and head.old_mode is None and head.new_mode is None:
+        # A 'diff --git' with nothing to do (GNU patch skips it too).
+        return i, None
+    return i, FilePatch(
+        old_path=old,
+        new_path=new,
+        hunks=hunks,
+        old_mode=head.old_mode,
+        new_mode=head.new_mode,
+        rename=rename,
+        copy=copy,
+        header_line=header_line,
+    )
+
+
+def _strip_git_name(raw: bytes, strip: int, *, patch: str, line: int) -> bytes:
+    """Names in ``rename from`` lines have no ``a/`` prefix: strip one level fewer."""
+    name = _unquote_c(raw, patch=patch, line=line) if raw.startswith(b'"') else raw
+    rest = name
+    for _ in range(max(strip - 1, 0)):
+        slash = rest.find(b"/")
+        if slash < 0:
+            raise PatchParseError(patch, line, f"file name {_show(name)} too short for -p{strip}")
+        rest = rest[slash + 1 :]
+    check_relative_path(rest, patch=patch, line=line)
+    return rest
+
+
+def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[Hunk, ...]]:
+    """Read consecutive ``@@`` hunks starting at ``lines[i]``; return the index after them."""
+    hunks: list[Hunk] = []
+    n = len(lines)
+    while i < n and lines[i].startswith(b"@@ "):
+        match = _HUNK_HEADER.match(lines[i])
+        if match is None:
+            raise PatchParseError(
+                name, i + 1, f"malformed hunk header {_show(lines[i].rstrip())!r}"
+            )
+        old_start = int(match[1])
+        old_len = int(match[2]) if match[2] is not None else 1
+        new_start = int(match[3])
+        new_len = int(match[4]) if match[4] is not None else 1
+        header = i + 1
+        number = len(hunks) + 1
+        old_left, new_left = old_len, new_len
+        body: list[tuple[int, bytes]] = []
+        i += 1
+        while old_left > 0 or new_left > 0:
+            if i >= n:
+                raise PatchParseError(
+                    name,
+                    header,
+                    f"hunk #{number} is truncated: the patch ends with {old_left} old and "
+                    f"{new_left} new lines of the @@ -{old_start},{old_len} +{new_start},{new_len} @@ "
+                    "header still missing",
+                )
+            line = lines[i]
+            lead = line[0]
+            if line in (b"\n", b"\r\n"):
+                # An empty line is a context line whose leading space was eaten by an editor or a
+                # mailer; GNU patch accepts it as such.
+                kind, text = CONTEXT, line
+            elif lead in (CONTEXT, REMOVED, ADDED):
+                kind, text = lead, line[1:]
+            elif line.startswith(_NO_NEWLINE):
+                body = _drop_newline(body, name=name, line=i + 1)
+                i += 1
+                continue
+            else:
+                raise PatchParseError(
+                    name,
+                    i + 1,
+                    f"malformed hunk #{number}: line {_show(line.rstrip(_EOL))!r} is not "
+                    f"context, removal or addition ({old_left} old and {new_left} new lines "
+                    "of its header still expected)",
+                )
+            if kind != ADDED:
+                old_left -= 1
+            if kind != REMOVED:
+                new_left -= 1
+            if old_left < 0 or new_left < 0:
+                raise PatchParseError(
+                    name,
+                    i + 1,
+                    f"hunk #{number} has more lines than its header "
+                    f"@@ -{old_start},{old_len} +{new_start},{new_len} @@ states",
+                )
+            body.append((kind, text))
+            i += 1
+        if i < n and lines[i].startswith(_NO_NEWLINE):
+            body = _drop_newline(body, name=name, line=i + 1)
+            i += 1
+        if old_len == 0 and new_len == 0:
+            raise PatchParseError(
+                name, header, f"hunk #{number} is empty (@@ -{old_start},0 +{new_start},0 @@)"
+            )
+        hunks.append(
+            Hunk(
+                number=number,
+                old_start=old_start,
+                old_len=old_len,
+                new_start=new_start,
+                new_len=new_len,
+                lines=tuple(body),
+                patch_line=header,
+            )
+        )
+    return i, tuple(hunks)
+
+
+def _drop_newline(
+    body: list[tuple[int, bytes]], *, name: str, line: int
+) -> list[tuple[int, bytes]]:
+    """``\\ No newline at end of file``: the previous line has no line ending."""
+    if not body:
+        raise PatchParseError(name, line, "'\\ No newline at end of file' with no line before it")
+    kind, text = body[-1]
+    if text.endswith(b"\r\n"):
+        text = text[:-2]
+    elif text.endswith(b"\n"):
+        text = text[:-1]
+    body[-1] = (kind, text)
+    return body
+
+
+def patch_from_files(name: str, files: Mapping[bytes, bytes]) -> Patch:
+    """A module-file row: a patch that creates each file with exactly the given bytes.
+
+    Applying it where a file already exists with identical content is "already-applied"; with
+    different content it fails (see ``engine.applying``).
+    """
+    file_patches: list[FilePatch] = []
+    for path in sorted(files):
+        check_relative_path(path, patch=name, line=None)
+        content = files[path]
+        body = tuple((ADDED, line) for line in split_lines(content))
+        hunks: tuple[Hunk, ...] = ()
+        if body:
+            hunks = (
+                Hunk(
+                    number=1,
+                    old_start=0,
+                    old_len=0,
+                    new_start=1,
+                    new_len=len(body),
+                    lines=body,
+                    patch_line=0,
+                ),
+            )
+        file_patches.append(FilePatch(old_path=None, new_path=path, hunks=hunks, content=content))
+    return Patch(name=name, files=tuple(file_patches), module_files=True)
