@@ -231,17 +231,20 @@ def export_commits(
 
     Every refusal of every commit is collected before anything is raised, so one run names them all.
     """
-    problems: list[str] = []
-    for commit in commits:
-        for problem in refusals(git_dir, commit, module=commit.row in module_rows):
-            problems.append(f"{commit.sha[:12]} {commit.subject!r}: {problem}")
-    if problems:
-        raise FindingError(
-            f"{len(problems)} commit(s) cannot be exported:\n  " + "\n  ".join(problems),
-            hint="fix the commits on the export point and run export again",
-        )
     result: dict[str, bytes | dict[bytes, bytes]] = {}
+    # Everything runs in a scratch view of the fork's objects: the fork's attributes and config cannot
+    # change binary detection or the bytes written.
     with forkgit.scratch_repo(borrow=git_dir) as view:
+        problems: list[str] = []
+        for commit in commits:
+            for problem in refusals(view, commit, module=commit.row in module_rows):
+                problems.append(f"{commit.sha[:12]} {commit.subject!r}: {problem}")
+        if problems:
+            raise FindingError(
+                f"{len(problems)} problem(s) make the export point unexportable:\n  "
+                + "\n  ".join(problems),
+                hint="fix the commits on the export point and run export again",
+            )
         for commit in commits:
             if commit.row in module_rows:
                 result[commit.sha] = {

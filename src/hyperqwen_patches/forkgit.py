@@ -194,7 +194,9 @@ def list_commits(git_dir: Path, base: str, tip: str) -> list[ForkCommit]:
     commits: list[ForkCommit] = []
     for sha in out.decode().split():
         tree, parents, message = read_commit(git_dir, sha)
-        subject = message.split(b"\n\n", 1)[0].replace(b"\n", b" ").decode("utf-8", "replace")
+        subject = (
+            message.split(b"\n\n", 1)[0].strip().replace(b"\n", b" ").decode("utf-8", "replace")
+        )
         changes = diff_tree(git_dir, parents[0], sha) if len(parents) == 1 else ()
         commits.append(
             ForkCommit(sha, parents, tree, message, subject, row_trailer(message), changes)
