@@ -1,0 +1,526 @@
+# SPDX-License-Identifier: Apache-2.0
+"""KVarN attention backend for vLLM 0.29.0 (``--kv-cache-dtype kvarn_k4v2_g128`` and the other presets).
+
+What lives where (one layer, one KV-cache group):
+
+- the KV cache: one packed record per (kernel block, KV head), ``[num_blocks, Hkv, record]`` bytes,
+  folded from the runner's 4-D byte view ``[B, H, N, C]`` (C = record / G bytes per token). Under the
+  layout this backend declares (LBHNC: block, head, token, content) a (block, head) record is one
+  contiguous run; under LBNHC the tokens of a head are interleaved with the other heads' and the fold
+  (a ``view``) fails loudly instead of reading garbage;
+- an fp16 pool per layer, ``[slots, G, Hkv, D]`` for K and V (rotated), holding block 0 of every
+  request (the sink, fp16 for the request's lifetime) and every block that still has uncommitted
+  tokens; it is allocated during ``profile_run`` so the memory profiler charges it;
+- which block holds which slot, and what to flush: ``kvarn_pool.KVarNSlotTable``, one per KV-cache
+  group, owned by the metadata builder and planned once per step (device tensors, no host sync).
+
+Per step and layer, ``forward``: compress the blocks the plan flushes (all their tokens committed),
+write this step's K/V rotated into the pool, then attend: a request's first prefill chunk on the raw
+K/V, everything else through the two-tier cache (the part-1 fused decode for single-token queries,
+the reference gather + SDPA for multi-token queries). Limits are listed in kvarn/README.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from vllm.config import get_current_vllm_config
+from vllm.logger import init_logger
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    AttentionLayer,
+    AttentionMetadata,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+)
+from vllm.v1.attention.backends.kvarn_pool import KVarNSlotTable, SlotPlan, pool_slots_needed
+from vllm.v1.attention.ops.kvarn.config import KVarNConfig
+from vllm.v1.attention.ops.kvarn.layout import (
+    PRESETS,
+    SUPPORTED_HEAD_DIMS,
+    KVarNLayoutError,
+    RecordLayout,
+    get_preset,
+    record_layout,
+)
+from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
+
+if TYPE_CHECKING:
+    from vllm.config.cache import CacheConfig, CacheDType
+    from vllm.config.model import ModelConfig
+
+logger = init_logger(__name__)
+
+KVARN_PREFIX = "kvarn_"
+KVARN_CACHE_DTYPES: tuple[str, ...] = tuple(PRESETS)
+
+
+def is_kvarn_cache_dtype(cache_dtype: object) -> bool:
+    return isinstance(cache_dtype, str) and cache_dtype.startswith(KVARN_PREFIX)
+
+
+def kvarn_state_content_bytes(cache_dtype: str, head_size: int) -> int:
+    """Bytes one token owns in a page: record / G (records are padded to a multiple of lcm(8, G))."""
+    layout = record_layout(cache_dtype, head_size)
+    assert layout.size % layout.group == 0
+    return layout.size // layout.group
+
+
+def _current_cache_dtype() -> str | None:
+    try:
+        return get_current_vllm_config().cache_config.cache_dtype
+    except Exception:  # no current config (e.g. a bare class-level query)
+        return None
+
+
+def check_kvarn_config(cache_config: CacheConfig, model_config: ModelConfig | None) -> None:
+    """Startup checks for kvarn_* (called from the CUDA platform's check_and_update_config).
+
+    Raises ValueError naming the preset and the offending value; turns prefix caching off with a
+    warning (block 0 and unflushed tails live in a per-layer fp16 pool keyed by block id, which a
+    prefix-cache hit from another request cannot see).
+    """
+    cache_dtype = cache_config.cache_dtype
+    try:
+        preset = get_preset(cache_dtype)
+    except KVarNLayoutError as e:
+        raise ValueError(str(e)) from None
+    if model_config is not None:
+        head_size = model_config.get_head_size()
+        if head_size not in SUPPORTED_HEAD_DIMS:
+            raise ValueError(
+                f"--kv-cache-dtype {cache_dtype}: the model's head size is {head_size}; KVarN "
+                f"supports head sizes {list(SUPPORTED_HEAD_DIMS)} (pick another --kv-cache-dtype)"
+            )
+        if getattr(model_config, "use_mla", False):
+            raise ValueError(f"--kv-cache-dtype {cache_dtype}: KVarN does not support MLA models")
+    if cache_config.user_specified_block_size and cache_config.block_size % preset.group:
+        raise ValueError(
+            f"--kv-cache-dtype {cache_dtype} compresses tiles of {preset.group} tokens; "
+            f"--block-size {cache_config.block_size} is not a multiple of {preset.group}"
+        )
+    if cache_config.enable_prefix_caching:
+        logger.warning(
+            "KVarN (%s): disabling prefix caching; the fp16 sink block and unflushed tails "
+            "are kept per block id and cannot be shared between requests.",
+            cache_dtype,
+        )
+        cache_config.enable_prefix_caching = False
+
+
+def fold_records(kv_cache: torch.Tensor, record_size: int) -> torch.Tensor:
+    """The runner's per-layer byte view [B, H, N, C] -> one record per (block, head): [B, H, N·C].
+
+    A ``view``, never a copy: it succeeds only when each head's N·C bytes are contiguous, i.e. under
+    LBHNC. Under LBNHC (tokens outer, heads inner) a record would be strided across the other heads
+    and the view raises; this turns that into an error naming the layout to use.
+    """
+    if kv_cache.dim() != 4:
+        raise ValueError(
+            f"KVarN expects the runner's 4-D per-layer KV cache view [blocks, heads, tokens, bytes], "
+            f"got shape {tuple(kv_cache.shape)}"
+        )
+    b, h, n, c = kv_cache.shape
+    if n * c != record_size:
+        raise ValueError(
+            f"KVarN: a (block, head) page holds {n} tokens x {c} bytes = {n * c} bytes, the record is "
+            f"{record_size} bytes (kernel block size must equal the tile size G)"
+        )
+    try:
+        return kv_cache.view(b, h, n * c)
+    except RuntimeError as e:
+        raise ValueError(
+            "KVarN needs each (block, KV head) record contiguous: KV cache layout LBHNC "
+            f"(got strides {tuple(kv_cache.stride())} for shape {tuple(kv_cache.shape)}; "
+            "unset VLLM_KV_CACHE_LAYOUT or set it to LBHNC)"
+        ) from e
+
+
+class KVarNAttentionBackend(AttentionBackend):
+    """KVarN: Hadamard rotation + two-axis variance normalization + 4/2-bit RTN, per block and head."""
+
+    accept_output_buffer: bool = True
+    # forward() flushes, writes the pool and attends, in that order, in one custom op.
+    forward_includes_kv_cache_update: bool = True
+
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
+    supported_kv_cache_dtypes: ClassVar[list[CacheDType]] = list(KVARN_CACHE_DTYPES)  # type: ignore[assignment]
+
+    @staticmethod
+    def get_name() -> str:
+        return "KVARN"
+
+    @staticmethod
+    def get_impl_cls() -> type[KVarNAttentionImpl]:
+        return KVarNAttentionImpl
+
+    @staticmethod
+    def get_builder_cls() -> type[KVarNMetadataBuilder]:
+        return KVarNMetadataBuilder
+
+    @classmethod
+    def supported_kv_cache_layouts(cls) -> tuple[KVCacheLayout, ...]:
+        # LBHNC keeps each head's G tokens (one record) together; LBNHC interleaves heads per token.
+        return (KVCacheLayout.LBHNC,)
+
+    @staticmethod
+    def get_supported_kernel_block_sizes() -> list[int]:
+        # The kernel block is the tile: exactly G tokens of the configured preset. Without a
+        # current config (class-level queries) both tile sizes are offered, the larger first.
+        cache_dtype = _current_cache_dtype()
+        if is_kvarn_cache_dtype(cache_dtype) and cache_dtype in PRESETS:
+            return [PRESETS[cache_dtype].group]
+        return sorted({p.group for p in PRESETS.values()}, reverse=True)
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return list(SUPPORTED_HEAD_DIMS)
+
+    @classmethod
+    def supports_kv_cache_dtype(cls, kv_cache_dtype: CacheDType | None) -> bool:
+        return kv_cache_dtype in KVARN_CACHE_DTYPES
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+    @classmethod
+    def supports_kv_connector(cls) -> bool:
+        # A connector would move the records but not the fp16 pool holding sinks and tails.
+        return False
+
+    @classmethod
+    def kernel_block_size_for(cls, cache_dtype: str) -> int:
+        """Model Runner V2 (kvarn-v2-runner row) forces the kernel block of a KVarN group to G."""
+        return get_preset(cache_dtype).group
+
+    @classmethod
+    def customize_spec(cls, spec: AttentionSpec) -> AttentionSpec:
+        """Per-token state bytes = record / G, so a page of G tokens is heads x record.
+
+        The attention layer already sets it (it knows the cache dtype); this covers specs built
+        elsewhere (hybrid page alignment) from the current config.
+        """
+        if spec.state_content_bytes is not None or not spec.kv_quant_mode.is_kvarn:
+            return spec
+        cache_dtype = _current_cache_dtype()
+        if not is_kvarn_cache_dtype(cache_dtype):
+            raise ValueError(
+                "KVarN KV-cache spec without a kvarn_* cache dtype in the current vLLM config"
+            )
+        return replace(
+            spec, state_content_bytes=kvarn_state_content_bytes(cache_dtype, spec.head_size)
+        )
+
+
+@dataclass
+class KVarNMetadata(AttentionMetadata):
+    seq_lens: torch.Tensor  # [R] device, exact (this step's tokens included)
+    query_start_loc: torch.Tensor  # [R + 1] device
+    query_start_loc_cpu: torch.Tensor  # [R + 1] host
+    seq_lens_cpu: torch.Tensor | None  # [R] host, an upper bound under async spec decode
+    block_table: torch.Tensor  # [R, W] kernel-block ids
+    slot_mapping: torch.Tensor  # [T] kernel-block slots (block · G + row), -1 = padding
+    num_actual_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    plan: SlotPlan
+    block_slot: torch.Tensor  # [num_blocks] pool slot of a block, -1 when compressed
+
+
+class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
+    """Builds the step's metadata and the pool plan; one slot table per KV-cache group."""
+
+    # The plan is recomputed each step into fresh tensors: attention runs eagerly between the
+    # piecewise graphs (no full CUDA graph over attention).
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.cache_dtype = vllm_config.cache_config.cache_dtype
+        self.preset = get_preset(self.cache_dtype)
+        if kv_cache_spec.block_size != self.preset.group:
+            raise ValueError(
+                f"{self.cache_dtype}: kernel block size {kv_cache_spec.block_size} != tile "
+                f"{self.preset.group} (the kvarn-v2-runner row sets it; is it applied?)"
+            )
+        self.num_slots = kvarn_pool_slots(vllm_config, self.preset.group)
+        self._table: KVarNSlotTable | None = None
+
+    def _slot_table(self) -> KVarNSlotTable:
+        if self._table is None:
+            ctx = self.vllm_config.compilation_config.static_forward_context
+            kv_cache = ctx[self.layer_names[0]].kv_cache
+            self._table = KVarNSlotTable(
+                int(kv_cache.shape[0]), self.num_slots, self.preset.group, self.device
+            )
+        return self._table
+
+    def release_blocks(self, block_ids: torch.Tensor) -> None:
+        """Called by Model Runner V2 for each finished or preempted request (kvarn-v2-runner)."""
+        if self._table is not None:
+            self._table.release(block_ids)
+
+    def build(
+        self,
+        common_prefix_len: int,
+        common_attn_metadata: CommonAttentionMetadata,
+        fast_build: bool = False,
+    ) -> KVarNMetadata:
+        cam = common_attn_metadata
+        n = cam.num_actual_tokens
+        table = self._slot_table()
+        plan = table.plan(
+            cam.block_table_tensor, cam.seq_lens, cam.query_start_loc, cam.slot_mapping[:n]
+        )
+        return KVarNMetadata(
+            seq_lens=cam.seq_lens,
+            query_start_loc=cam.query_start_loc,
+            query_start_loc_cpu=cam.query_start_loc_cpu,
+            seq_lens_cpu=cam.seq_lens_cpu_upper_bound,
+            block_table=cam.block_table_tensor,
+            slot_mapping=cam.slot_mapping,
+            num_actual_tokens=n,
+            max_query_len=cam.max_query_len,
+            max_seq_len=cam.max_seq_len,
+            plan=plan,
+            block_slot=table.decode_view,
+        )
+
+
+def kvarn_pool_slots(vllm_config: Any, group: int) -> int:
+    sched = vllm_config.scheduler_config
+    spec = vllm_config.speculative_config
+    max_query_len = 1 + (getattr(spec, "num_speculative_tokens", 0) or 0 if spec else 0)
+    return pool_slots_needed(sched.max_num_seqs, sched.max_num_batched_tokens, group, max_query_len)
+
+
+class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
+    supports_quant_query_input: bool = False
+
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int | None = None,
+        alibi_slopes: list[float] | None = None,
+        sliding_window: int | None = None,
+        kv_cache_dtype: str = "auto",
+        logits_soft_cap: float | None = None,
+        attn_type: str = AttentionType.DECODER,
+        kv_sharing_target_layer_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if alibi_slopes is not None or sliding_window is not None or logits_soft_cap:
+            raise NotImplementedError(
+                "KVarN: ALiBi, sliding window and soft-capping are not supported"
+            )
+        if kv_sharing_target_layer_name is not None:
+            raise NotImplementedError("KVarN: cross-layer KV sharing is not supported")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.layout: RecordLayout = record_layout(kv_cache_dtype, head_size)
+        self.group = self.layout.group
+        self.config = KVarNConfig.from_env()
+        vllm_config = get_current_vllm_config()
+        self.num_slots = kvarn_pool_slots(vllm_config, self.group)
+        self.pool_k: torch.Tensor | None = None
+        self.pool_v: torch.Tensor | None = None
+        self.h16: torch.Tensor | None = None
+
+    # -- device state ---------------------------------------------------------------------------
+    def _ensure_pool(self, device: torch.device) -> None:
+        """Allocate the fp16 pool (and H) once. The first forward is profile_run's, so the memory
+        profiler sees it as non-KV memory and the KV budget shrinks by exactly this much."""
+        if self.pool_k is not None:
+            return
+        from vllm.v1.attention.ops.kvarn.hadamard import hadamard
+
+        # One extra trailing slot takes the writes of padding tokens (never read).
+        shape = (self.num_slots + 1, self.group, self.num_kv_heads, self.head_size)
+        self.pool_k = torch.zeros(shape, dtype=torch.float16, device=device)
+        self.pool_v = torch.zeros(shape, dtype=torch.float16, device=device)
+        self.h16 = hadamard(self.head_size, dtype=torch.float16, device=device)
+        logger.info_once(
+            "KVarN %s: fp16 pool of %d slots x %d tokens per layer (%.1f MiB per layer).",
+            self.kv_cache_dtype,
+            self.num_slots,
+            self.group,
+            2 * self.pool_k.numel() * 2 / (1 << 20),
+        )
+
+    # -- the step --------------------------------------------------------------------------------
+    def forward(
+        self,
+        layer: AttentionLayer,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: KVarNMetadata | None,
+        output: torch.Tensor | None = None,
+        output_scale: torch.Tensor | None = None,
+        output_block_scale: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        assert output is not None, "KVarN writes into the runner's output buffer"
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("KVarN: fused output quantization is not supported")
+        self._ensure_pool(query.device)
+        if attn_metadata is None:  # profile_run / dummy run without attention
+            return output.fill_(0)
+        assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
+        records = fold_records(kv_cache, self.layout.size)
+        plan = attn_metadata.plan
+        n = attn_metadata.num_actual_tokens
+
+        self._flush(records, plan)
+        self._write(key[:n], value[:n], plan)
+        self._attend(query[:n], key[:n], value[:n], records, attn_metadata, output[:n])
+        return output
+
+    def _flush(self, records: torch.Tensor, plan: SlotPlan) -> None:
+        """Compress every block whose tokens are all committed (before this step writes the pool)."""
+        mask = plan.flush_slots >= 0
+        slots, blocks = plan.flush_slots[mask], plan.flush_blocks[mask]  # host sync: eager path
+        if slots.numel() == 0:
+            return
+        assert self.pool_k is not None and self.pool_v is not None
+        store = _store_kernel()
+        if store is not None:
+            store(records, self.pool_k, self.pool_v, slots, blocks, self.layout, self.config)
+        else:
+            from vllm.v1.attention.ops.kvarn.reference import flush_reference
+
+            flush_reference(
+                records,
+                self.pool_k,
+                self.pool_v,
+                slots,
+                blocks,
+                self.layout,
+                self.config.sinkhorn_iters,
+            )
+
+    def _write(self, key: torch.Tensor, value: torch.Tensor, plan: SlotPlan) -> None:
+        """Every new token goes, rotated, into its block's pool slot (padding tokens are dropped)."""
+        assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
+        from vllm.v1.attention.ops.kvarn.hadamard import rotate
+
+        slots = torch.where(plan.write_slots >= 0, plan.write_slots, self.num_slots)
+        rows = plan.write_rows
+        self.pool_k[slots, rows] = rotate(key, self.h16)  # [T, Hkv, D] fp16
+        self.pool_v[slots, rows] = rotate(value, self.h16)
+
+    def _attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        records: torch.Tensor,
+        md: KVarNMetadata,
+        out: torch.Tensor,
+    ) -> None:
+        qsl = md.query_start_loc_cpu.tolist()
+        num_reqs = len(qsl) - 1
+        committed = md.plan.committed  # device, exact
+        committed_cpu = committed.tolist()  # one sync per layer: the eager path
+        decode_rows = [
+            i for i in range(num_reqs) if qsl[i + 1] - qsl[i] == 1 and committed_cpu[i] > 0
+        ]
+        if decode_rows:
+            self._decode(query, records, md, out, decode_rows, qsl)
+        for i in range(num_reqs):
+            lo, hi = qsl[i], qsl[i + 1]
+            if hi <= lo or i in decode_rows:
+                continue
+            q = query[lo:hi]
+            if committed_cpu[i] == 0:
+                # The first prefill chunk attends over its own raw K/V (nothing is cached yet).
+                out[lo:hi] = self._sdpa(q, key[lo:hi], value[lo:hi], 0).to(out.dtype)
+            else:
+                k, v = self._gather(records, md, i, committed_cpu[i] + (hi - lo))
+                out[lo:hi] = self._sdpa_rotated(q, k, v, committed_cpu[i]).to(out.dtype)
+
+    def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int) -> torch.Tensor:
+        """Causal attention of q (positions past..past+Lq-1) over k/v (positions 0..past+Lq-1)."""
+        lq, lk = q.shape[0], k.shape[0]
+        rep = self.num_heads // self.num_kv_heads
+        qh = q.transpose(0, 1).float()  # [Hq, Lq, D]
+        kh = k.transpose(0, 1).float().repeat_interleave(rep, 0)
+        vh = v.transpose(0, 1).float().repeat_interleave(rep, 0)
+        pos_q = torch.arange(past, past + lq, device=q.device)[:, None]
+        pos_k = torch.arange(lk, device=q.device)[None, :]
+        o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=pos_k <= pos_q, scale=self.scale)
+        return o.transpose(0, 1)
+
+    def _sdpa_rotated(self, q, k, v, past: int) -> torch.Tensor:
+        assert self.h16 is not None
+        h = self.h16.float()
+        return self._sdpa(q.float() @ h, k, v, past) @ h
+
+    def _gather(self, records, md: KVarNMetadata, i: int, length: int):
+        from vllm.v1.attention.ops.kvarn.reference import gather_kv
+
+        nblk = math.ceil(length / self.group)
+        assert self.pool_k is not None and self.pool_v is not None
+        k, v = gather_kv(
+            records, self.pool_k, self.pool_v, md.block_slot, md.block_table[i, :nblk], self.layout
+        )
+        return k[:length], v[:length]
+
+    def _decode(
+        self, query, records, md: KVarNMetadata, out, rows: list[int], qsl: list[int]
+    ) -> None:
+        assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
+        idx = torch.tensor([qsl[i] for i in rows], device=query.device)
+        ridx = torch.tensor(rows, device=query.device)
+        q = query[idx]  # [B, Hq, D]
+        args = (
+            q,
+            records,
+            self.pool_k,
+            self.pool_v,
+            md.block_slot,
+            md.block_table[ridx],
+            md.seq_lens[ridx],
+            self.layout,
+            self.h16,
+            self.scale,
+        )
+        kernel = _decode_kernel() if self.config.fused_decode else None
+        if kernel is not None:
+            o = kernel(*args, config=self.config)
+        else:
+            from vllm.v1.attention.ops.kvarn.reference import reference_decode
+
+            o = reference_decode(*args)
+        out[idx] = o.to(out.dtype)
+
+
+def _store_kernel():
+    """The part-1 Triton store launcher, or None where Triton cannot run (the reference is used)."""
+    try:
+        from vllm.v1.attention.ops.kvarn.triton_store import kvarn_flush  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    return kvarn_flush
+
+
+def _decode_kernel():
+    """The part-1 fused decode launcher, or None (the reference decode is used)."""
+    try:
+        from vllm.v1.attention.ops.kvarn.triton_decode import kvarn_decode  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    return kvarn_decode

@@ -1,0 +1,250 @@
+"""The store (flush) kernel: normalize, quantize, pack and write records for a batch of pool tiles.
+
+One program per (tile, KV head) handles K then V. A tile is held as a 3-D tensor [R, C/P, P] with
+P = 8/bits codes per byte, so packing is a shifted sum over the last axis (lowest index in the lowest
+bits) and needs no reshape. Rows are axis 0; columns are the flattened axes (1, 2): for K, R = D and
+C = G; for V, R = G and C = D.
+
+Only sizes that are fixed for a model are constexpr (G, D, bits, record offsets); the number of tiles
+is the grid and the iteration count is a plain runtime argument, so a flush never recompiles.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .layout import RecordLayout
+
+
+@triton.jit
+def _load_tile(base, s_row, s_col, R: tl.constexpr, CP: tl.constexpr, P: tl.constexpr):
+    """M3[r, j, i] = base[r·s_row + (P·j + i)·s_col] as fp32."""
+    r = tl.arange(0, R)[:, None, None]
+    j = tl.arange(0, CP)[None, :, None]
+    i = tl.arange(0, P)[None, None, :]
+    return tl.load(base + r * s_row + (j * P + i) * s_col).to(tl.float32)
+
+
+@triton.jit
+def _col_std(x, R: tl.constexpr):
+    mean = tl.sum(x, axis=0) / R
+    dev = x - mean[None, :, :]
+    return tl.sqrt(tl.sum(dev * dev, axis=0) / (R - 1))
+
+
+@triton.jit
+def _row_std(x, C: tl.constexpr):
+    mean = tl.sum(tl.sum(x, axis=2), axis=1) / C
+    dev = x - mean[:, None, None]
+    return tl.sqrt(tl.sum(tl.sum(dev * dev, axis=2), axis=1) / (C - 1))
+
+
+@triton.jit
+def _imbalance(s_col, s_row):
+    c_max = tl.max(tl.max(s_col, axis=1), axis=0)
+    c_min = tl.min(tl.min(s_col, axis=1), axis=0)
+    r_max = tl.max(s_row, axis=0)
+    r_min = tl.min(s_row, axis=0)
+    return c_max / tl.maximum(c_min, 1e-8) + r_max / tl.maximum(r_min, 1e-8)
+
+
+@triton.jit
+def _scaled(m, lc, lr):
+    return m / tl.exp(lc)[None, :, :] / tl.exp(lr)[:, None, None]
+
+
+@triton.jit
+def _round_half_even(x):
+    # x >= 0 here. x − floor(x) is exact in fp32, so ties are detected exactly (floor(x + 0.5)
+    # would round x + 0.5 for some x just below a half and pick the wrong integer).
+    f = tl.floor(x)
+    frac = x - f
+    odd = (f - 2.0 * tl.floor(f * 0.5)) == 1.0
+    up = (frac > 0.5) | ((frac == 0.5) & odd)
+    return f + up.to(tl.float32)
+
+
+@triton.jit
+def _norm_quant_pack(
+    src,
+    s_row,
+    s_col,
+    n_iters,
+    rec_u8,
+    rec_f16,  # this record's base, as bytes and as fp16
+    CODES_OFF: tl.constexpr,
+    ROWVEC_OFF: tl.constexpr,  # fp16 index: δ·e^ℓr per row (K: s_col[d]; V: s_row[g])
+    ZP_OFF: tl.constexpr,  # fp16 index: lo·e^ℓr per row
+    COLVEC_OFF: tl.constexpr,  # fp16 index: e^ℓc per column (K: s_row[g]; V: s_col[d])
+    R: tl.constexpr,
+    C: tl.constexpr,
+    BITS: tl.constexpr,
+):
+    P: tl.constexpr = 8 // BITS
+    CP: tl.constexpr = C // P
+    QMAX: tl.constexpr = (1 << BITS) - 1
+    # The tile is reloaded (L1/L2 hits) instead of kept beside `cur`: a [256, 128] fp32 tile twice
+    # would not fit in registers.
+    m = _load_tile(src, s_row, s_col, R, CP, P)
+    lc = tl.zeros([CP, P], dtype=tl.float32)
+    lr = tl.zeros([R], dtype=tl.float32)
+    sc = _col_std(m, R)
+    best = _imbalance(sc, _row_std(m, C))
+    best_lc = lc
+    best_lr = lr
+    for _ in range(n_iters):
+        lc = tl.minimum(tl.maximum(lc + tl.log(tl.minimum(tl.maximum(sc, 1e-3), 1e3)), -0.3), 10.0)
+        cur = _scaled(_load_tile(src, s_row, s_col, R, CP, P), lc, lr)
+        sr = _row_std(cur, C)
+        lr = tl.minimum(tl.maximum(lr + tl.log(tl.minimum(tl.maximum(sr, 1e-3), 1e3)), -0.3), 10.0)
+        cur = _scaled(_load_tile(src, s_row, s_col, R, CP, P), lc, lr)
+        sc = _col_std(cur, R)
+        imb = _imbalance(sc, _row_std(cur, C))
+        take = imb <= best  # ties take the later iterate
+        best = tl.where(take, imb, best)
+        best_lc = tl.where(take, lc, best_lc)
+        best_lr = tl.where(take, lr, best_lr)
+    b = _scaled(_load_tile(src, s_row, s_col, R, CP, P), best_lc, best_lr)
+    lo = tl.min(tl.min(b, axis=2), axis=1)
+    hi = tl.max(tl.max(b, axis=2), axis=1)
+    delta = tl.maximum((hi - lo) / QMAX, 1e-10)
+    q = _round_half_even((b - lo[:, None, None]) / delta[:, None, None])
+    q = tl.minimum(tl.maximum(q, 0.0), QMAX).to(tl.int32)
+    shifts = tl.arange(0, P) * BITS
+    packed = tl.sum(q << shifts[None, None, :], axis=2)  # [R, CP]
+    r = tl.arange(0, R)
+    jj = tl.arange(0, CP)
+    tl.store(rec_u8 + CODES_OFF + r[:, None] * CP + jj[None, :], packed.to(tl.uint8))
+    row_scale = tl.exp(best_lr)
+    tl.store(rec_f16 + ROWVEC_OFF + r, (delta * row_scale).to(tl.float16))
+    tl.store(rec_f16 + ZP_OFF + r, (lo * row_scale).to(tl.float16))
+    cidx = jj[:, None] * P + tl.arange(0, P)[None, :]
+    tl.store(rec_f16 + COLVEC_OFF + cidx, tl.exp(best_lc).to(tl.float16))
+
+
+@triton.jit(do_not_specialize=["n_iters"])
+def _kvarn_store_kernel(
+    pool_k,
+    pool_v,
+    slots,
+    blocks,
+    cache_u8,
+    cache_f16,
+    s_ps,
+    s_pg,
+    s_ph,  # pool strides (elements): slot, token, head; head_dim is contiguous
+    s_cb,
+    s_ch,  # cache strides (bytes): block, head
+    n_iters,
+    D: tl.constexpr,
+    G: tl.constexpr,
+    KB: tl.constexpr,
+    VB: tl.constexpr,
+    K_CODES: tl.constexpr,
+    K_SCOL: tl.constexpr,
+    K_ZP: tl.constexpr,
+    K_SROW: tl.constexpr,
+    V_CODES: tl.constexpr,
+    V_SCOL: tl.constexpr,
+    V_SROW: tl.constexpr,
+    V_ZP: tl.constexpr,
+):
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    slot = tl.load(slots + t).to(tl.int64)
+    blk = tl.load(blocks + t).to(tl.int64)
+    rec = blk * s_cb + h * s_ch  # byte offset of the record
+    src = slot * s_ps + h * s_ph
+    # K tile [D, G]: row d, column g -> pool[slot, g, h, d]
+    _norm_quant_pack(
+        pool_k + src,
+        1,
+        s_pg,
+        n_iters,
+        cache_u8 + rec,
+        cache_f16 + rec // 2,
+        K_CODES,
+        K_SCOL // 2,
+        K_ZP // 2,
+        K_SROW // 2,
+        D,
+        G,
+        KB,
+    )
+    # V tile [G, D]: row g, column d -> pool[slot, g, h, d]
+    _norm_quant_pack(
+        pool_v + src,
+        s_pg,
+        1,
+        n_iters,
+        cache_u8 + rec,
+        cache_f16 + rec // 2,
+        V_CODES,
+        V_SROW // 2,
+        V_ZP // 2,
+        V_SCOL // 2,
+        G,
+        D,
+        VB,
+    )
+
+
+def store_blocks(
+    cache: torch.Tensor,
+    pool_k: torch.Tensor,
+    pool_v: torch.Tensor,
+    slots: torch.Tensor,
+    blocks: torch.Tensor,
+    layout: RecordLayout,
+    iters: int,
+    num_warps: int | None = None,
+) -> None:
+    """Compress pool slots ``slots`` into cache blocks ``blocks`` (int32 [N] each), all KV heads.
+
+    cache uint8 [num_blocks, Hkv, size]; pool_k/v fp16 [num_slots, G, Hkv, D] with D contiguous.
+    """
+    n = slots.numel()
+    if n == 0:
+        return
+    hkv = cache.shape[1]
+    g, d = layout.group, layout.head_dim
+    if cache.dtype != torch.uint8 or cache.shape[2] != layout.size or not cache.is_contiguous():
+        raise ValueError(f"cache must be contiguous uint8 [blocks, Hkv, {layout.size}]")
+    if (
+        pool_k.shape[1:] != (g, hkv, d)
+        or pool_k.stride(-1) != 1
+        or pool_v.stride() != pool_k.stride()
+    ):
+        raise ValueError(f"pools must be fp16 [slots, {g}, {hkv}, {d}] with head_dim contiguous")
+    if num_warps is None:
+        num_warps = 8 if d * g <= 128 * 128 else 16
+    p = layout.preset
+    _kvarn_store_kernel[(n, hkv)](
+        pool_k,
+        pool_v,
+        slots,
+        blocks,
+        cache,
+        cache.view(torch.float16),
+        pool_k.stride(0),
+        pool_k.stride(1),
+        pool_k.stride(2),
+        cache.stride(0),
+        cache.stride(1),
+        iters,
+        D=d,
+        G=g,
+        KB=p.k_bits,
+        VB=p.v_bits,
+        K_CODES=layout.k_codes,
+        K_SCOL=layout.k_scol,
+        K_ZP=layout.k_zp,
+        K_SROW=layout.k_srow,
+        V_CODES=layout.v_codes,
+        V_SCOL=layout.v_scol,
+        V_SROW=layout.v_srow,
+        V_ZP=layout.v_zp,
+        num_warps=num_warps,
+    )
