@@ -338,6 +338,7 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         self.pool_k: torch.Tensor | None = None
         self.pool_v: torch.Tensor | None = None
         self.h16: torch.Tensor | None = None
+        self._workspace: Any = None  # split-K partials (CUDA), created with the pool
 
     # -- device state ---------------------------------------------------------------------------
     def _ensure_pool(self, device: torch.device) -> None:
@@ -352,6 +353,10 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         self.pool_k = torch.zeros(shape, dtype=torch.float16, device=device)
         self.pool_v = torch.zeros(shape, dtype=torch.float16, device=device)
         self.h16 = hadamard(self.head_size, dtype=torch.float16, device=device)
+        if device.type == "cuda":
+            from vllm.v1.attention.ops.kvarn.triton_decode import DecodeWorkspace
+
+            self._workspace = DecodeWorkspace()
         logger.info_once(
             "KVarN %s: fp16 pool of %d slots x %d tokens per layer (%.1f MiB per layer).",
             self.kv_cache_dtype,
@@ -396,10 +401,19 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         if slots.numel() == 0:
             return
         assert self.pool_k is not None and self.pool_v is not None
-        store = _store_kernel()
-        if store is not None:
-            store(records, self.pool_k, self.pool_v, slots, blocks, self.layout, self.config)
-        else:
+        if records.is_cuda:
+            from vllm.v1.attention.ops.kvarn.triton_store import store_blocks
+
+            store_blocks(
+                records,
+                self.pool_k,
+                self.pool_v,
+                slots.to(torch.int32),
+                blocks.to(torch.int32),
+                self.layout,
+                self.config.sinkhorn_iters,
+            )
+        else:  # no GPU (CPU tests): the torch reference the kernel is tested against
             from vllm.v1.attention.ops.kvarn.reference import flush_reference
 
             flush_reference(
@@ -498,29 +512,15 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             self.h16,
             self.scale,
         )
-        kernel = _decode_kernel() if self.config.fused_decode else None
-        if kernel is not None:
-            o = kernel(*args, config=self.config)
-        else:
+        if records.is_cuda:
+            # The fused kernel (with KVARN_FUSED_DECODE=0, kvarn_decode runs the reference).
+            from vllm.v1.attention.ops.kvarn.triton_decode import kvarn_decode
+
+            o = kvarn_decode(
+                *args, self.config, max_seq_len=md.max_seq_len, workspace=self._workspace
+            )
+        else:  # no GPU (CPU tests): the torch reference the kernel is tested against
             from vllm.v1.attention.ops.kvarn.reference import reference_decode
 
             o = reference_decode(*args)
         out[idx] = o.to(out.dtype)
-
-
-def _store_kernel():
-    """The part-1 Triton store launcher, or None where Triton cannot run (the reference is used)."""
-    try:
-        from vllm.v1.attention.ops.kvarn.triton_store import kvarn_flush  # type: ignore[attr-defined]
-    except Exception:
-        return None
-    return kvarn_flush
-
-
-def _decode_kernel():
-    """The part-1 fused decode launcher, or None (the reference decode is used)."""
-    try:
-        from vllm.v1.attention.ops.kvarn.triton_decode import kvarn_decode  # type: ignore[attr-defined]
-    except Exception:
-        return None
-    return kvarn_decode
