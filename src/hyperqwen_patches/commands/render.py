@@ -42,6 +42,7 @@ def render_command(
 ) -> None:
     from hyperqwen_patches import render
     from hyperqwen_patches.console import err, out
+    from hyperqwen_patches.errors import FindingError
     from hyperqwen_patches.manifest import load_manifest, resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
@@ -52,17 +53,17 @@ def render_command(
         out.file.flush()
         if drifts:
             names = ", ".join(d.path for d in drifts)
-            err.print(
-                f"render --check: {names} differ from what render writes (run: hyperqwen-patches render)"
+            raise FindingError(
+                f"render --check: {names} differ from what render writes",
+                hint="run: hyperqwen-patches render",
             )
-            raise typer.Exit(1)
-        err.print("render --check: PATCHES.md and patches/series are up to date")
+        err.print("render --check: PATCHES.md and patches/series are up to date", soft_wrap=True)
         return
     changed = render.write(manifest)
     if changed:
-        err.print(f"render: wrote {', '.join(changed)}")
+        err.print(f"render: wrote {', '.join(changed)}", soft_wrap=True)
     else:
-        err.print("render: PATCHES.md and patches/series were already up to date")
+        err.print("render: PATCHES.md and patches/series were already up to date", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

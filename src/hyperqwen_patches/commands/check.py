@@ -1,0 +1,196 @@
+"""``check``: the CI patch-integrity job and the reviewer's command; every invariant in one table."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.check import CheckReport
+
+HELP = """Check the series against its invariants, without writing anything anywhere.
+
+Runs each invariant as an independent check and prints one table (row, files, hunks, exact, at offset,
+status), the findings, and a summary:
+
+  1  the manifest pin equals docker/requirements.txt's vllm==;
+  2  patches/series, the patch and module files under patches/ and kvarn/, and the manifest rows agree
+     in both directions;
+  3  every row applies, in order, at fuzz 0 onto the pristine tree (an ambiguous placement fails;
+     offsets are reported per hunk; --max-offset bounds them);
+  6  PATCHES.md and patches/series are exactly what `render` writes.
+
+The pristine tree defaults to the manifest's source (pypi:vllm==<pin>, downloaded once into the cache:
+$HQP_CACHE, else $XDG_CACHE_HOME/hyperqwen-patches). An invalid manifest stops before the checks, with
+every problem listed (file, line, field).
+
+Examples:
+
+  hyperqwen-patches check
+
+  hyperqwen-patches check --json
+
+  hyperqwen-patches check --source git:../vllm@v0.29.0 --max-offset 20
+"""
+
+EPILOG = (
+    "Exit codes: 0 every invariant holds; 1 a finding (an invariant is broken); 2 a usage or environment "
+    "problem (bad option, invalid manifest, the pristine tree cannot be obtained)."
+)
+
+
+class TerminalProgress:
+    """Rich progress on stderr, only when stderr is a terminal (``pristine.Progress``)."""
+
+    def __init__(self) -> None:
+        from hyperqwen_patches.console import is_terminal
+
+        self.live = is_terminal()
+
+    @contextlib.contextmanager
+    def waiting(self, label: str) -> Iterator[None]:
+        if not self.live:
+            yield
+            return
+        from hyperqwen_patches.console import err
+
+        with err.status(label):
+            yield
+
+    @contextlib.contextmanager
+    def download(self, label: str) -> Iterator[Callable[[int, int | None], None]]:
+        if not self.live:
+            yield lambda done, total: None
+            return
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TransferSpeedColumn,
+        )
+
+        from hyperqwen_patches.console import err
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(label, total=None)
+
+            def update(done: int, total: int | None) -> None:
+                bar.update(task, completed=done, total=total)
+
+            yield update
+
+
+def render_table(report: CheckReport) -> str:
+    """Print the table and the findings on stdout; return the one-line summary."""
+    from rich.table import Table
+
+    from hyperqwen_patches.console import out
+
+    table = Table(title=f"series on {report.source}", title_justify="left", show_edge=False)
+    for name, justify in (
+        ("row", "left"),
+        ("files", "right"),
+        ("hunks", "right"),
+        ("exact", "right"),
+        ("at offset", "right"),
+        ("status", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in report.rows:
+        table.add_row(r.row, str(r.files), str(r.hunks), str(r.exact), str(r.offset), r.status)
+    if report.rows:
+        out.print(table)
+        offsets = [
+            (r.row, h) for r in report.rows for h in r.hunk_records if h.offset and h.applied_line
+        ]
+        for row, h in offsets:
+            out.print(
+                f"  {row}: {h.path} hunk #{h.number} at line {h.applied_line} (offset {h.offset} lines)"
+            )
+    else:
+        out.print(f"series on {report.source}: no rows")
+    for f in report.findings:
+        label = {"error": "FAIL", "warning": "warn", "problem": "ERROR"}[f.severity]
+        out.print(f"{label} [{f.check}] {f.subject}: {f.message}", soft_wrap=True)
+        if f.detail:
+            for line in f.detail.rstrip("\n").splitlines():
+                out.print(f"    {line}", soft_wrap=True)
+    errors = sum(1 for f in report.findings if f.severity == "error")
+    problems = sum(1 for f in report.findings if f.severity == "problem")
+    applied = sum(1 for r in report.rows if r.status in ("exact", "offset"))
+    checks = ", ".join(report.checks)
+    if report.exit_code == 0:
+        summary = f"check: all {len(report.checks)} checks hold ({checks}); {applied} rows applied onto {report.source}"
+    else:
+        parts = []
+        if errors:
+            parts.append(f"{errors} finding{'s' if errors != 1 else ''}")
+        if problems:
+            parts.append(f"{problems} check{'s' if problems != 1 else ''} could not run")
+        summary = f"check: {', '.join(parts)} ({checks}); {applied} of {sum(1 for r in report.rows if r.status != 'skipped')} rows applied"
+    return summary
+
+
+def check_command(
+    repo: Annotated[
+        Path | None,
+        typer.Option(
+            "--repo",
+            help="The repository (the directory holding patches/manifest.yaml); default: found upward from the current directory.",
+            file_okay=False,
+        ),
+    ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source",
+            help="Pristine tree instead of the manifest's: pypi:vllm==X[#sdist], git:PATH@REF or dir:PATH.",
+        ),
+    ] = None,
+    max_offset: Annotated[
+        int | None,
+        typer.Option(
+            "--max-offset", min=0, help="Fail a hunk that applies more than this many lines away."
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="Print the records (rows, hunks, findings) as JSON on stdout."),
+    ] = False,
+) -> None:
+    from hyperqwen_patches.check import run_check
+    from hyperqwen_patches.console import emit_json, out
+    from hyperqwen_patches.errors import EnvironmentProblem, ExitCode, FindingError
+    from hyperqwen_patches.manifest import resolve_repo
+
+    root = resolve_repo(repo)
+    report = run_check(root, source=source, max_offset=max_offset, progress=TerminalProgress())
+    if json_output:
+        emit_json(report.to_json())
+        summary = f"check: exit {int(report.exit_code)}"
+    else:
+        summary = render_table(report)
+    # The exit code travels as a typed error so that cli.main maps it (the summary becomes its message).
+    if report.exit_code == ExitCode.FINDING:
+        raise FindingError(summary)
+    if report.exit_code == ExitCode.USAGE:
+        raise EnvironmentProblem(summary)
+    out.print(summary, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check", help=HELP, epilog=EPILOG)(check_command)
