@@ -42,12 +42,19 @@ EPILOG = (
 def default_series(repo_root: Path) -> list[Patch]:
     """The patches ``apply`` uses when no ``--patch`` is given: the manifest's series.
 
-    The manifest engineer plugs the real lookup in here (``series.py``); until then there is none.
+    The rows of ``patches/manifest.yaml`` in the repository at or above ``repo_root``, built by
+    ``series.py`` (patch rows parsed, module-file rows as creations; skipped rows left out).
     """
-    raise UsageError(
-        "no --patch given and no manifest found",
-        hint="pass the patches to apply with --patch FILE (repeatable)",
-    )
+    from hyperqwen_patches import series
+    from hyperqwen_patches.manifest import find_repo_root
+
+    root = find_repo_root(repo_root)
+    if root is None:
+        raise UsageError(
+            "no --patch given and no manifest found",
+            hint="pass the patches to apply with --patch FILE (repeatable)",
+        )
+    return series.default_series(root)
 
 
 def load_patch(path: Path, *, strip: int = 1) -> Patch:
