@@ -1,0 +1,165 @@
+"""``port --to VERSION``: triage the series against another release; ``--rebase`` builds the new branch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+HELP = """Triage every row of the series against another release, without stopping at a failure.
+
+Each row is tried on the new release's pristine tree (same cache as the pin), alone and in series
+order: it applies exactly, at an offset (per hunk), is already upstream (its reverse applies), is
+partly upstream (some hunks carried, the rest apply), or conflicts. A conflicting hunk shows the lines
+that no longer match and the old-vs-new pristine diff around it; every row lists which of its files
+changed between the releases.
+
+With --rebase, a new fork branch is built on the new release's base commit from every row that goes
+through (offsets refreshed; already-upstream hunks dropped), the upstream rows are recorded as
+retirement candidates with their evidence, and the conflicting rows are listed. The old branch is
+never rewritten.
+
+Examples:
+
+  hqp port --to 0.30.0
+
+  hqp port --to 0.31.0 --markdown port-0.31.md --json > port-0.31.json
+
+  hqp port --to 0.30.0 --rebase --fork ../fork
+
+Exit codes: 0 every row applies or is upstream; 1 at least one row conflicts; 2 usage or
+environment problem (a version not on PyPI, the pin itself); 3 git failed.
+"""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("port", help=HELP, no_args_is_help=True)(port)
+
+
+def port(
+    to: Annotated[str, typer.Option("--to", help="The release to port to, such as 0.30.0.")],
+    repo: Annotated[
+        Path, typer.Option("--repo", help="The repository holding patches/manifest.yaml.")
+    ] = Path("."),
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source",
+            help="The new release's pristine source (default pypi:vllm==VERSION; or dir:PATH, git:PATH@REF).",
+        ),
+    ] = None,
+    from_source: Annotated[
+        str | None,
+        typer.Option("--from-source", help="The pin's pristine source (default: the manifest's)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the records as JSON.")] = False,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Also write the report as markdown to FILE.")
+    ] = None,
+    diffs: Annotated[
+        bool,
+        typer.Option("--diffs/--no-diffs", help="Show conflict details and pristine diffs."),
+    ] = True,
+) -> None:
+    from hyperqwen_patches.console import emit_json, err
+    from hyperqwen_patches.errors import FindingError
+    from hyperqwen_patches.port import port as run_port
+    from hyperqwen_patches.portreport import render_markdown
+
+    report = run_port(
+        repo.resolve(), to, to_source=source, from_source=from_source, progress=_progress()
+    )
+    if markdown is not None:
+        markdown.write_text(render_markdown(report), encoding="utf-8")
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        render_terminal(report, details=diffs)
+    if markdown is not None:
+        err.print(f"wrote {markdown}")
+    if not report.ok:
+        conflicts = [r.name for r in report.rows if r.status == "conflicts"]
+        raise FindingError(
+            f"{len(conflicts)} row(s) conflict on {report.to_version}: {', '.join(conflicts)}"
+        )
+
+
+def _progress() -> object:
+    """The same download progress as ``check`` (rich on a terminal, silent otherwise)."""
+    from hyperqwen_patches.commands.check import TerminalProgress
+
+    return TerminalProgress()
+
+
+STYLES = {
+    "exact": "green",
+    "offset": "cyan",
+    "upstream": "magenta",
+    "partly-upstream": "magenta",
+    "conflicts": "red",
+    "conflict": "red",
+    "skipped": "dim",
+}
+
+
+def render_terminal(report: object, *, details: bool) -> None:
+    """The table (one line per row) and, for rows that need a look, their hunks and pristine diffs."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from hyperqwen_patches.commands.diff import render_diff
+    from hyperqwen_patches.console import out, show
+    from hyperqwen_patches.port import PortReport
+    from hyperqwen_patches.portreport import hunk_counts
+
+    assert isinstance(report, PortReport)
+    table = Table(
+        title=f"{report.package} {report.from_version} -> {report.to_version} ({report.to_label})",
+        title_justify="left",
+    )
+    for column in ("#", "row", "status", "alone", "hunks", "files changed upstream"):
+        table.add_column(column, no_wrap=column in ("#", "row", "status"))
+    for row in report.rows:
+        table.add_row(
+            str(row.position),
+            row.name,
+            Text(row.status, style=STYLES[row.status]),
+            "same" if not row.differs else Text(row.alone.status, style=STYLES[row.alone.status]),
+            hunk_counts(row.in_sequence),
+            ", ".join(f"{show(d.path)} ({d.status})" for d in row.changed_files) or "-",
+        )
+    out.print(table)
+    out.print(
+        ", ".join(f"{n} {s}" for s, n in report.counts.items() if n) or "the series has no rows"
+    )
+    if not details:
+        return
+    for row in report.rows:
+        for f in row.in_sequence.files:
+            if f.error:
+                out.print(
+                    Text(f"{row.name}: {show(f.path)}: {f.error}", style=STYLES.get(f.status, ""))
+                )
+            for h in f.hunks:
+                if h.status not in ("upstream", "conflict"):
+                    continue
+                out.print()
+                out.print(
+                    Text(
+                        f"{row.name}: {show(h.path)} hunk #{h.number} (stated line {h.stated_line}): "
+                        f"{h.status}: {h.cause}",
+                        style="bold",
+                    )
+                )
+                for m in h.mismatches:
+                    actual = "<end of file>" if m.actual is None else show(m.actual).rstrip("\n")
+                    out.print(
+                        Text(
+                            f"  line {m.line}: expected {show(m.expected).rstrip()!r}", style="red"
+                        )
+                    )
+                    out.print(Text(f"  line {m.line}:      found {actual!r}", style="green"))
+                if h.pristine_diff:
+                    out.print(Text("  old -> new pristine:", style="dim"))
+                    out.print(render_diff(h.pristine_diff))

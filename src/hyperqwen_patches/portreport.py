@@ -1,0 +1,168 @@
+"""The port report as a markdown document (``port --markdown FILE``, docs/port-matrix.md).
+
+Pure: a :class:`~hyperqwen_patches.port.PortReport` in, text out. Stable output (no dates, rows in series
+order) so a re-run on the same inputs gives the same file.
+"""
+
+from __future__ import annotations
+
+from hyperqwen_patches.console import show
+from hyperqwen_patches.port import Attempt, HunkVerdict, PortReport, RowPort
+
+STATUS_WORDS = {
+    "exact": "applies exactly",
+    "offset": "applies at an offset",
+    "upstream": "already upstream",
+    "partly-upstream": "partly upstream",
+    "conflicts": "conflicts",
+    "skipped": "skipped (manifest)",
+}
+
+
+def cell(text: str) -> str:
+    """A markdown table cell: pipes escaped, line breaks folded."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def fence(body: str, lang: str = "diff") -> str:
+    """A fenced block long enough that the body's own backticks cannot close it."""
+    ticks = "```"
+    while ticks in body:
+        ticks += "`"
+    if not body.endswith("\n"):
+        body += "\n"
+    return f"{ticks}{lang}\n{body}{ticks}\n"
+
+
+def hunk_counts(attempt: Attempt) -> str:
+    parts = [
+        f"{attempt.count(s)} {s}"
+        for s in ("exact", "offset", "upstream", "conflict")
+        if attempt.count(s)
+    ]
+    return ", ".join(parts) or "-"
+
+
+def row_line(row: RowPort) -> str:
+    alone = "same" if not row.differs else STATUS_WORDS[row.alone.status]
+    changed = ", ".join(f"`{show(d.path)}` {d.status}" for d in row.changed_files) or "none"
+    return (
+        f"| {row.position} | {cell(row.name)} | {row.status} | {cell(alone)} | "
+        f"{hunk_counts(row.in_sequence)} | {cell(changed)} |"
+    )
+
+
+def _hunk_section(h: HunkVerdict) -> list[str]:
+    where = f"`{show(h.path)}` hunk #{h.number} (stated line {h.stated_line})"
+    out: list[str] = []
+    if h.status in ("exact", "offset"):
+        ambiguous = (
+            f"; its preimage also matches at line(s) {', '.join(map(str, h.other_matches))}"
+            if h.other_matches
+            else ""
+        )
+        if h.status == "offset" or ambiguous:
+            out.append(f"- {where}: applies at line {h.line} (offset {h.offset}){ambiguous}")
+        return out
+    if h.status == "upstream":
+        out.append(f"- {where}: **already upstream**: {h.cause}")
+    else:
+        near = (
+            f" (closest at line {h.near_line}: {h.matched}/{h.total} lines equal)"
+            if h.near_line
+            else ""
+        )
+        out.append(f"- {where}: **conflict**{near}: {h.cause}")
+        if h.mismatches:
+            body = "".join(
+                f"-{show(m.expected)}"
+                + ("" if m.expected.endswith(b"\n") else "\n")
+                + (
+                    f"+{show(m.actual)}" + ("" if m.actual.endswith(b"\n") else "\n")
+                    if m.actual is not None
+                    else "+<end of file>\n"
+                )
+                for m in h.mismatches
+            )
+            out.append("")
+            out.append(
+                "  Lines that no longer match (`-` the row's preimage, `+` the new release, "
+                f"from line {h.mismatches[0].line}):"
+            )
+            out.append("")
+            out += ["  " + line if line else "" for line in fence(body).splitlines()]
+    if h.pristine_diff:
+        out.append("")
+        out.append("  What changed there between the releases (old → new pristine):")
+        out.append("")
+        out += ["  " + line if line else "" for line in fence(show(h.pristine_diff)).splitlines()]
+    elif h.status == "conflict":
+        out.append("")
+        out.append(
+            "  The pristine trees do not differ around the hunk's region: the mismatch comes from "
+            "an earlier row in the sequence or from a change elsewhere in the file."
+        )
+    out.append("")
+    return out
+
+
+def _row_section(row: RowPort, report: PortReport) -> list[str]:
+    out = [f"### {row.position}. {row.name}: {STATUS_WORDS[row.status]}", ""]
+    if row.skip is not None:
+        out += [f"Skipped in the manifest: {row.skip}", ""]
+        return out
+    if row.differs:
+        out.append(
+            f"In sequence: {STATUS_WORDS[row.in_sequence.status]}; alone on the pristine "
+            f"{report.to_version} tree: {STATUS_WORDS[row.alone.status]}."
+        )
+        out.append("")
+    if row.drift:
+        out.append("Files the row touches, between the releases:")
+        out.append("")
+        out += [f"- {d.describe()}" for d in row.drift]
+        out.append("")
+    for f in row.in_sequence.files:
+        if f.error:
+            out.append(f"- `{show(f.path)}` ({f.action}): **{f.status}**: {f.error}")
+            out.append("")
+        for h in f.hunks:
+            out += _hunk_section(h)
+    return out
+
+
+def render_markdown(report: PortReport, *, heading_level: int = 1) -> str:
+    """The whole report; ``heading_level`` 2 nests it under a document's own title."""
+    h = "#" * heading_level
+    counts = ", ".join(f"{n} {s}" for s, n in report.counts.items() if n) or "no rows"
+    lines = [
+        f"{h} {report.package} {report.from_version} → {report.to_version}",
+        "",
+        f"From `{report.from_label}` to `{report.to_label}`: {counts}.",
+        "",
+    ]
+    if not report.rows:
+        lines += ["The series has no rows.", ""]
+        return "\n".join(lines)
+    lines += [
+        "Status is the row in series order (on the new release plus the rows before it that went "
+        "through); *alone* is the row on the pristine new release by itself, when that differs.",
+        "",
+        "| # | row | status | alone | hunks | files changed upstream |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [row_line(r) for r in report.rows]
+    lines.append("")
+    for row in report.rows:
+        interesting = (
+            row.status not in ("exact",)
+            or row.differs
+            or row.changed_files
+            or any(hv.other_matches for hv in row.in_sequence.hunks)
+        )
+        if interesting:
+            lines += [
+                ("#" * (heading_level + 1)) + line[3:] if line.startswith("### ") else line
+                for line in _row_section(row, report)
+            ]
+    return "\n".join(lines).rstrip("\n") + "\n"
