@@ -1,0 +1,279 @@
+"""The manifest model: valid input becomes a typed model; every bad input is named by file, line and field,
+all problems at once, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hyperqwen_patches import manifest as m
+from hyperqwen_patches.errors import ExitCode, UsageError
+from hyperqwen_patches.manifest import ManifestError, load_manifest, parse_manifest
+
+REPO = Path(__file__).resolve().parent.parent
+SHA_A = "a" * 40
+SHA_B = "b" * 40
+
+VALID = f"""\
+format: 1
+pin: "0.29.0"
+package: vllm
+source: pypi:vllm==0.29.0
+paths: root
+export_points:
+  - name: main
+    branch: hyperqwen/v0.29.0
+    commit: {SHA_A}
+    base: {SHA_B}
+rows:
+  - name: memory-profile-after-warmup
+    patch: patches/0001-memory-profile-after-warmup.patch
+    kind: fix
+    what: Profile memory after the warm-up | not before
+    upstream: https://github.com/vllm-project/vllm/pull/1
+    cut_against: "0.29.0"
+    retires_when: upstream merges the PR
+    export_point: main
+    commit: {SHA_A}
+  - name: kvarn-modules
+    files: kvarn/files
+    kind: own
+    what: KVarN modules
+    cut_against: "0.29.0"
+    retires_when: never (our own code)
+  - name: old-fix
+    patch: patches/0003-old-fix.patch
+    kind: backport
+    what: an old backport
+    upstream: vllm-project/vllm#2
+    cut_against: "0.28.0"
+    retires_when: "0.30.0"
+    skip: carried by 0.29.0 already
+retirements:
+  - row: old-fix
+    pin: "0.29.0"
+    upstream: vllm-project/vllm#2
+    reason: merged upstream
+    evidence: reverse-applies on the 0.29.0 wheel
+"""
+
+
+def parse(text: str) -> m.Manifest:
+    return parse_manifest(
+        text.encode(),
+        path=Path("/r/patches/manifest.yaml"),
+        root=Path("/r"),
+        shown="patches/manifest.yaml",
+    )
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ManifestError) as info:
+        parse(text)
+    return [str(p) for p in info.value.problems]
+
+
+def test_valid_manifest_becomes_the_model() -> None:
+    man = parse(VALID)
+    assert (man.pin, man.package, man.source, man.paths) == (
+        "0.29.0",
+        "vllm",
+        "pypi:vllm==0.29.0",
+        "root",
+    )
+    assert man.export_points == (m.ExportPoint("main", "hyperqwen/v0.29.0", SHA_A, SHA_B, line=7),)
+    assert [r.name for r in man.rows] == ["memory-profile-after-warmup", "kvarn-modules", "old-fix"]
+    assert [r.name for r in man.active_rows] == ["memory-profile-after-warmup", "kvarn-modules"]
+    first, module, old = man.rows
+    assert first.patch == "patches/0001-memory-profile-after-warmup.patch" and not first.is_module
+    assert first.line == 12 and first.commit == SHA_A and first.export_point == "main"
+    assert module.is_module and module.files == "kvarn/files" and module.upstream is None
+    assert old.skip == "carried by 0.29.0 already"
+    assert man.retirements[0].row == "old-fix" and man.retirements[0].line == 36
+    # The JSON form is plain data with every key.
+    assert json.loads(json.dumps(man.to_json()))["rows"][1]["files"] == "kvarn/files"
+
+
+def test_source_defaults_to_pypi_pin_and_empty_lists() -> None:
+    man = parse('format: 1\npin: "0.29.0"\npackage: vllm\nrows: []\n')
+    assert man.source == "pypi:vllm==0.29.0" and man.paths == "root"
+    assert man.rows == () and man.export_points == () and man.retirements == ()
+
+
+def test_shipped_manifest_is_valid() -> None:
+    man = load_manifest(REPO)
+    assert man.pin == "0.29.0" and man.package == "vllm"
+    assert man.source == f"pypi:vllm=={man.pin}"
+
+
+def test_syntax_error_names_file_and_line() -> None:
+    got = problems('format: 1\npin: "0.29.0"\nrows: [\n  - name: x\n')
+    assert len(got) == 1
+    assert got[0].startswith("patches/manifest.yaml:4: YAML syntax:"), got
+
+
+def test_missing_required_field_names_row_line_and_field() -> None:
+    text = VALID.replace("    kind: own\n", "")
+    assert problems(text) == ["patches/manifest.yaml:21: rows[1].kind: required field is missing"]
+
+
+def test_wrong_types_are_named() -> None:
+    text = VALID.replace('pin: "0.29.0"', "pin: 0.29").replace(
+        "skip: carried by 0.29.0 already", "skip: true"
+    )
+    assert problems(text) == [
+        "patches/manifest.yaml:2: pin: must be a string, got a number (quote it)",
+        "patches/manifest.yaml:34: rows[2].skip: must be a string, got a boolean (quote it)",
+        "patches/manifest.yaml:37: retirements[0].pin: must be a string, got a number (quote it)",
+    ]
+    assert problems('format: 1\npin: "1.0"\npackage: vllm\nrows: {a: 1}\n') == [
+        "patches/manifest.yaml:4: rows: must be a list, got a mapping"
+    ]
+    assert problems("- 1\n") == [
+        "patches/manifest.yaml:1: (document): must be a mapping, got a list"
+    ]
+
+
+def test_unknown_kind_lists_the_kinds() -> None:
+    got = problems(VALID.replace("kind: fix", "kind: fixx"))
+    assert got == [
+        "patches/manifest.yaml:14: rows[0].kind: unknown kind 'fixx'; expected one of backport, fix, feature, local, own"
+    ]
+
+
+def test_unknown_keys_are_errors_with_a_suggestion() -> None:
+    got = problems(VALID.replace("retires_when: never", "retire_when: never"))
+    assert got == [
+        "patches/manifest.yaml:26: rows[1].retire_when: unknown key; did you mean 'retires_when'? "
+        "(known: name, kind, what, cut_against, retires_when, patch, files, upstream, export_point, commit, skip)",
+        "patches/manifest.yaml:21: rows[1].retires_when: required field is missing",
+    ]
+    assert problems(VALID.replace("paths: root", "pathz: root"))[0].startswith(
+        "patches/manifest.yaml:5: pathz: unknown key; did you mean 'paths'?"
+    )
+
+
+def test_duplicate_rows_keys_and_files() -> None:
+    dup_name = VALID.replace("name: kvarn-modules", "name: memory-profile-after-warmup")
+    assert problems(dup_name) == [
+        "patches/manifest.yaml:21: rows[1].name: duplicate row 'memory-profile-after-warmup' (first on line 12)"
+    ]
+    dup_file = VALID.replace(
+        "patches/0003-old-fix.patch", "patches/0001-memory-profile-after-warmup.patch"
+    )
+    assert problems(dup_file) == [
+        "patches/manifest.yaml:28: rows[2].patch: 'patches/0001-memory-profile-after-warmup.patch' "
+        "is already row 'memory-profile-after-warmup' (line 12)"
+    ]
+    dup_key = VALID.replace("    kind: own\n", "    kind: own\n    kind: local\n")
+    assert problems(dup_key) == [
+        "patches/manifest.yaml:24: rows[1].kind: duplicate key (first given on line 23)"
+    ]
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    text = (
+        VALID.replace("kind: fix", "kind: fixx")
+        .replace("files: kvarn/files", "files: ../kvarn/files")
+        .replace('cut_against: "0.28.0"', "cut_against: soon")
+        .replace("evidence: reverse-applies on the 0.29.0 wheel\n", "")
+    )
+    got = problems(text)
+    assert [g.split(": ", 2)[1] for g in got] == [
+        "rows[0].kind",
+        "rows[1].files",
+        "rows[2].cut_against",
+        "retirements[0].evidence",
+    ]
+    assert all(g.startswith("patches/manifest.yaml:") for g in got)
+
+
+def test_cross_references_are_checked() -> None:
+    text = VALID.replace("    export_point: main\n", "    export_point: side\n").replace(
+        "    skip: carried by 0.29.0 already\n", ""
+    )
+    assert problems(text) == [
+        "patches/manifest.yaml:19: rows[0].export_point: 'side' is not a declared export point (main)",
+        "patches/manifest.yaml:35: retirements[0].row: row 'old-fix' is retired but still applied: "
+        "remove it from rows or give it a skip reason",
+    ]
+    wrong_pin = VALID.replace("source: pypi:vllm==0.29.0", "source: pypi:vllm==0.30.0")
+    assert problems(wrong_pin) == [
+        "patches/manifest.yaml:4: source: names version 0.30.0 but the pin is 0.29.0"
+    ]
+    no_upstream = VALID.replace(
+        "    upstream: vllm-project/vllm#2\n    cut_against", "    cut_against"
+    )
+    assert problems(no_upstream) == [
+        "patches/manifest.yaml:27: rows[2].upstream: a backport must name its upstream reference"
+    ]
+
+
+def test_paths_must_stay_inside_the_repository() -> None:
+    for bad in ("/etc/x.patch", "../x.patch", "patches/./x.patch", "patches\\x.patch"):
+        got = problems(VALID.replace("patches/0003-old-fix.patch", bad))
+        assert len(got) == 1 and "rows[2].patch" in got[0] and "plain relative path" in got[0], got
+    assert problems(VALID.replace("0003-old-fix.patch", "0003-old-fix.txt")) == [
+        "patches/manifest.yaml:28: rows[2].patch: 'patches/0003-old-fix.txt' must end in .patch or .diff"
+    ]
+
+
+def test_format_version_and_empty_file() -> None:
+    assert problems(VALID.replace("format: 1", "format: 2")) == [
+        "patches/manifest.yaml:1: format: format 2 is not understood by this version (which reads format 1)"
+    ]
+    assert problems("") == ["patches/manifest.yaml:1: the manifest is empty"]
+
+
+def test_manifest_error_is_a_usage_error_with_every_line() -> None:
+    with pytest.raises(ManifestError) as info:
+        parse(VALID.replace("kind: fix", "kind: fixx").replace("kind: own", "kind: 3"))
+    exc = info.value
+    assert isinstance(exc, UsageError) and exc.exit_code == ExitCode.USAGE
+    lines = exc.message.splitlines()
+    assert lines[0] == "patches/manifest.yaml: 2 problems in the manifest"
+    assert len(lines) == 3
+
+
+def test_schema_json_matches_the_model() -> None:
+    """The published JSON Schema and the validator's key sets must not drift apart."""
+    schema = json.loads((REPO / "src/hyperqwen_patches/manifest.schema.json").read_text())
+    assert set(schema["properties"]) == set(m.TOP_REQUIRED + m.TOP_OPTIONAL)
+    assert set(schema["required"]) == set(m.TOP_REQUIRED)
+    defs = schema["$defs"]
+    for key, required, optional in (
+        ("row", m.ROW_REQUIRED, m.ROW_OPTIONAL),
+        ("export_point", m.EXPORT_POINT_REQUIRED, m.EXPORT_POINT_OPTIONAL),
+        ("retirement", m.RETIREMENT_REQUIRED, m.RETIREMENT_OPTIONAL),
+    ):
+        assert set(defs[key]["properties"]) == set(required + optional), key
+        assert set(defs[key]["required"]) == set(required), key
+        assert defs[key]["additionalProperties"] is False
+    assert defs["row"]["properties"]["kind"]["enum"] == list(m.KINDS)
+    assert schema["additionalProperties"] is False
+
+
+def test_cli_reports_every_problem_and_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "patches").mkdir()
+    bad = VALID.replace("kind: fix", "kind: fixx").replace("kind: own", "kind: 3")
+    (tmp_path / "patches/manifest.yaml").write_text(bad)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for argv in (["render"], ["check"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "hyperqwen_patches", *argv, "--repo", str(tmp_path)],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 2, proc
+        assert "patches/manifest.yaml: 2 problems in the manifest" in proc.stderr
+        assert "patches/manifest.yaml:14: rows[0].kind: unknown kind 'fixx'" in proc.stderr
+        assert (
+            "patches/manifest.yaml:23: rows[1].kind: must be a string, got an integer"
+            in proc.stderr
+        )
+        assert "Traceback" not in proc.stderr
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
