@@ -18,13 +18,18 @@ and ``@@`` numbers (positional drift).
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
-from hyperqwen_patches import forkgit, gitrun
-from hyperqwen_patches.errors import FindingError, UsageError
+from hyperqwen_patches import basecommit, forkgit, gitrun
+from hyperqwen_patches.errors import FindingError, GitError, UsageError
+from hyperqwen_patches.manifest import Manifest
 
 # (command-line option, config pin or None, why). One place; docs/fork.md reproduces the table.
 FORMAT_PATCH_OPTIONS: tuple[tuple[str, tuple[str, str] | None, str], ...] = (
@@ -262,3 +267,373 @@ def check_message_encoding(message: bytes, where: str) -> None:
         message.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{where}: the commit message is not UTF-8 ({exc})") from exc
+
+
+# --- the export operation: fork → patch files, manifest SHAs, series and ledger ------------------------
+
+Drift = Literal["unchanged", "new", "removed", "positional", "semantic", "rendered", "manifest"]
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One repository file export would write (``new``) or remove (``new`` None)."""
+
+    path: str  # repo-relative POSIX path
+    row: str  # the row it belongs to ("" for the manifest and the rendered files)
+    old: bytes | None
+    new: bytes | None
+    drift: Drift
+
+
+@dataclass
+class ExportPlan:
+    """What export would do; ``write_export`` does it, ``export --check`` reports it."""
+
+    root: Path
+    changes: list[FileChange] = field(default_factory=list)
+    added_rows: list[str] = field(default_factory=list)
+    vanished_rows: list[str] = field(default_factory=list)
+    commit_updates: dict[str, str] = field(default_factory=dict)  # row -> new commit SHA
+    point_updates: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (base, tip)
+
+    @property
+    def semantic(self) -> list[FileChange]:
+        return [c for c in self.changes if c.drift in ("new", "removed", "semantic")]
+
+    @property
+    def positional(self) -> list[FileChange]:
+        return [c for c in self.changes if c.drift == "positional"]
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.changes and not self.added_rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": str(self.root),
+            "up_to_date": self.up_to_date,
+            "semantic_drift": bool(self.semantic or self.added_rows),
+            "changes": [{"path": c.path, "row": c.row, "drift": c.drift} for c in self.changes],
+            "added_rows": self.added_rows,
+            "vanished_rows": self.vanished_rows,
+            "commit_updates": dict(sorted(self.commit_updates.items())),
+            "export_points": {
+                k: {"base": b, "commit": t} for k, (b, t) in sorted(self.point_updates.items())
+            },
+        }
+
+
+def classify(old: bytes | None, new: bytes | None) -> Drift:
+    """unchanged / new / removed / positional (only ``index`` hashes and ``@@`` numbers moved) /
+    semantic; the one definition of positional drift is ``seriesdiff.fold_positional``."""
+    from hyperqwen_patches.seriesdiff import fold_positional
+
+    if old == new:
+        return "unchanged"
+    if old is None:
+        return "new"
+    if new is None:
+        return "removed"
+    return "positional" if fold_positional(old) == fold_positional(new) else "semantic"
+
+
+def find_base(git_dir: Path, tip: str, *, package: str, pin: str, branch: str) -> str:
+    """The export point's base: its one root commit, which must be the pristine commit of the pin."""
+    out = gitrun.check(
+        ["rev-list", "--max-parents=0", tip], git_dir=git_dir, what=f"finding the base of {branch}"
+    )
+    roots = out.decode().split()
+    if len(roots) != 1:
+        raise FindingError(
+            f"export point {branch} has {len(roots)} root commits; it must grow from one base commit",
+        )
+    _tree, _parents, message = forkgit.read_commit(git_dir, roots[0])
+    if message != basecommit.base_message(package, pin):
+        first = message.split(b"\n", 1)[0].decode("utf-8", "backslashreplace")
+        raise FindingError(
+            f"export point {branch} is not built on the {package} {pin} base commit (its root "
+            f"{roots[0][:12]} says {first!r})",
+            hint="import the series to build the base (docs/fork.md), then rebase the fork onto it",
+        )
+    return roots[0]
+
+
+_SLUG = re.compile(r"[^a-z0-9._-]+")
+
+
+def slug(subject: str, taken: set[str]) -> str:
+    base = _SLUG.sub("-", subject.lower()).strip("-._")[:48].rstrip("-._") or "commit"
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
+    return name
+
+
+def _module_target(row_files: str, tree_path: bytes, manifest: Manifest) -> str:
+    rel = tree_path
+    if manifest.paths == "package":
+        rel = tree_path.removeprefix(manifest.package.encode() + b"/")
+    return f"{row_files.rstrip('/')}/{os.fsdecode(rel)}"
+
+
+def _read(root: Path, rel: str) -> bytes | None:
+    try:
+        return (root / rel).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def plan_export(manifest: Manifest, fork: Path, *, export_points: Sequence[str] = ()) -> ExportPlan:
+    """Everything export would change in the repository, computed without writing."""
+    from hyperqwen_patches import replay
+
+    if manifest.paths != "root":
+        raise UsageError(
+            f"{manifest.path}: export writes patches relative to the directory holding the package "
+            f"(paths: root); this manifest says paths: {manifest.paths}",
+        )
+    if not manifest.export_points:
+        raise UsageError(
+            f"{manifest.path}: the manifest names no export point",
+            hint="add export_points: [{name: ..., branch: ...}] (docs/manifest.md)",
+        )
+    points = [p for p in manifest.export_points if not export_points or p.name in export_points]
+    unknown = set(export_points) - {p.name for p in manifest.export_points}
+    if unknown:
+        raise UsageError(f"unknown export point(s): {', '.join(sorted(unknown))}")
+    git_dir = gitrun.git_dir_of(fork)
+    root = manifest.root
+    plan = ExportPlan(root)
+    first = manifest.export_points[0].name
+    taken = {r.name for r in manifest.rows}
+    new_rows: list[dict[str, str]] = []
+    for point in points:
+        tip = forkgit.resolve(git_dir, f"refs/heads/{point.branch}", what="export")
+        if tip is None:
+            raise GitError(f"{fork}: the export point branch {point.branch!r} does not exist")
+        base = find_base(
+            git_dir, tip, package=manifest.package, pin=manifest.pin, branch=point.branch
+        )
+        plan.point_updates[point.name] = (base, tip)
+        commits = forkgit.list_commits(git_dir, base, tip)
+        rows = [
+            r for r in manifest.rows if (r.export_point or first) == point.name and r.skip is None
+        ]
+        matching = replay.match_rows([(r.name, r.commit) for r in rows], commits)
+        if matching.duplicate:
+            name, commit = matching.duplicate[0]
+            raise FindingError(
+                f"row {name} is named by more than one commit (also {commit.sha[:12]})"
+            )
+        plan.vanished_rows += matching.vanished_rows
+        by_name = {r.name: r for r in rows}
+        module_rows = frozenset(n for n in by_name if by_name[n].is_module)
+        exported = export_commits(git_dir, commits, module_rows=module_rows)
+        paired = {c.sha: n for n, c in matching.pairs}
+        added = {c.sha: n for n, c in matching.missing_rows}
+        for commit in commits:
+            if commit.sha in paired:
+                name = paired[commit.sha]
+                row = by_name[name]
+                if row.commit != commit.sha:
+                    plan.commit_updates[name] = commit.sha
+            else:
+                name = added.get(commit.sha) or slug(commit.subject, taken)
+                taken.add(name)
+                row = None
+                plan.added_rows.append(name)
+                new_rows.append(
+                    {
+                        "name": name,
+                        "kind": "local",
+                        "what": f"TODO: describe (added by export from {commit.subject})",
+                        "patch": f"patches/{name}.patch",
+                        "cut_against": manifest.pin,
+                        "retires_when": "TODO",
+                        "export_point": point.name,
+                        "commit": commit.sha,
+                    }
+                )
+            content = exported[commit.sha]
+            if isinstance(content, dict):
+                assert row is not None and row.files is not None
+                wanted = {_module_target(row.files, p, manifest): d for p, d in content.items()}
+                on_disk = _module_files_on_disk(root, row.files)
+                for rel in sorted(set(wanted) | set(on_disk)):
+                    old, new = on_disk.get(rel), wanted.get(rel)
+                    drift = classify(old, new)
+                    if drift != "unchanged":
+                        plan.changes.append(FileChange(rel, name, old, new, drift))
+            else:
+                rel = row.patch if row is not None and row.patch else f"patches/{name}.patch"
+                old = _read(root, rel)
+                drift = classify(old, content)
+                if drift != "unchanged":
+                    plan.changes.append(FileChange(rel, name, old, content, drift))
+    # The manifest (targeted text edits) and what render writes from the edited manifest.
+    from hyperqwen_patches.manifest import parse_manifest
+    from hyperqwen_patches.render import render
+
+    old_text = manifest.path.read_bytes()
+    new_text = edit_manifest(old_text, plan, new_rows)
+    if new_text != old_text:
+        plan.changes.append(
+            FileChange(_rel(manifest.path, root), "", old_text, new_text, "manifest")
+        )
+    edited = parse_manifest(new_text, path=manifest.path, root=root)
+    for rel, data in render(edited).items():
+        old = _read(root, rel)
+        if old != data:
+            plan.changes.append(FileChange(rel, "", old, data, "rendered"))
+    return plan
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _module_files_on_disk(root: Path, files: str) -> dict[str, bytes]:
+    from hyperqwen_patches.series import IGNORED_DIRS, IGNORED_SUFFIXES
+
+    base = root / files
+    out: dict[str, bytes] = {}
+    if not base.is_dir():
+        return out
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = [d for d in dirnames if os.fsencode(d) not in IGNORED_DIRS]
+        for name in filenames:
+            if os.fsencode(name).endswith(IGNORED_SUFFIXES):
+                continue
+            full = Path(dirpath) / name
+            out[full.relative_to(root).as_posix()] = full.read_bytes()
+    return out
+
+
+def write_export(plan: ExportPlan) -> list[str]:
+    """Write the plan: every file through a temporary file and a rename; return the paths written."""
+    written: list[str] = []
+    for change in plan.changes:
+        target = plan.root / change.path
+        if change.new is None:
+            target.unlink(missing_ok=True)
+        else:
+            _atomic_write(target, change.new)
+        written.append(change.path)
+    return written
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --- targeted edits of the manifest's text (its comments and formatting are kept) ---------------------
+
+
+def _scalar(value: str) -> str:
+    """A YAML scalar for ``value``: plain when unambiguous, double-quoted (JSON) otherwise."""
+    if re.fullmatch(r"[a-z][a-z0-9._/-]*", value) and value not in (
+        "null",
+        "true",
+        "false",
+        "yes",
+        "no",
+        "on",
+        "off",
+    ):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str, str]]) -> bytes:
+    """Set rows' and export points' ``commit:`` (and points' ``base:``) and append new rows, editing only
+    those scalars in the text (re-dumping the YAML would lose comments, order and quoting)."""
+    import yaml
+
+    source = text.decode("utf-8")
+    top = yaml.compose(source)
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in character offsets
+
+    def set_key(node: yaml.MappingNode, key: str, value: str) -> None:
+        for k, v in node.value:
+            if k.value == key:
+                quoted = v.style in ('"', "'")
+                text_value = json.dumps(value) if quoted else _scalar(value)
+                edits.append((v.start_mark.index, v.end_mark.index, text_value))
+                return
+        name_value = next(v for k, v in node.value if k.value == "name")
+        column = node.value[0][0].start_mark.column
+        # Insert on its own line after the name line.
+        line_end = source.find("\n", name_value.end_mark.index)
+        line_end = len(source) if line_end < 0 else line_end
+        edits.append((line_end, line_end, f"\n{' ' * column}{key}: {_scalar(value)}"))
+
+    def get(node: yaml.MappingNode, key: str) -> yaml.Node | None:
+        return next((v for k, v in node.value if k.value == key), None)
+
+    rows_node = get(top, "rows")
+    points_node = get(top, "export_points")
+    if points_node is not None:
+        for item in points_node.value:
+            name = get(item, "name")
+            if name is not None and name.value in plan.point_updates:
+                base, tip = plan.point_updates[name.value]
+                current_commit = get(item, "commit")
+                current_base = get(item, "base")
+                if current_commit is None or current_commit.value != tip:
+                    set_key(item, "commit", tip)
+                if current_base is None or current_base.value != base:
+                    set_key(item, "base", base)
+    if rows_node is not None:
+        for item in rows_node.value:
+            name = get(item, "name")
+            if name is not None and name.value in plan.commit_updates:
+                set_key(item, "commit", plan.commit_updates[name.value])
+    if new_rows and rows_node is not None:
+        keys = (
+            "name",
+            "kind",
+            "what",
+            "patch",
+            "cut_against",
+            "retires_when",
+            "export_point",
+            "commit",
+        )
+        if rows_node.flow_style or not rows_node.value:
+            column = rows_node.start_mark.column if rows_node.value else 0
+            dash = " " * 2
+            lines = []
+            for row in new_rows:
+                lines.append(f"{dash}- {keys[0]}: {_scalar(row[keys[0]])}")
+                lines += [f"{dash}  {k}: {_scalar(row[k])}" for k in keys[1:]]
+            del column
+            start = rows_node.start_mark.index
+            while start > 0 and source[start - 1] == " ":  # "rows: []" becomes "rows:" + block
+                start -= 1
+            edits.append((start, rows_node.end_mark.index, "\n" + "\n".join(lines)))
+        else:
+            dash_col = rows_node.start_mark.column
+            key_col = rows_node.value[0].start_mark.column
+            lines = []
+            for row in new_rows:
+                lines.append(f"{' ' * dash_col}- {keys[0]}: {_scalar(row[keys[0]])}")
+                lines += [f"{' ' * key_col}{k}: {_scalar(row[k])}" for k in keys[1:]]
+            at = rows_node.end_mark.index
+            prefix = "" if at == 0 or source[at - 1] == "\n" else "\n"
+            edits.append((at, at, prefix + "\n".join(lines) + "\n"))
+    for start, end, replacement in sorted(edits, reverse=True):
+        source = source[:start] + replacement + source[end:]
+    return source.encode("utf-8")

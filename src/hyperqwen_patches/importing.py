@@ -1,0 +1,251 @@
+"""``import``: build each export point's fork branch from the pristine base and the series.
+
+One commit per active row, in manifest order, on top of the deterministic base commit:
+
+- the tree is the engine's result of applying the row at fuzz 0 (the same code as ``apply`` and
+  ``check``), so the fork is what the Docker image installs, not what ``git apply`` would guess;
+- the message, author and author date come from the patch file's email header (read by
+  ``git mailinfo``, as ``git am`` reads it); a plain diff without one gets the row's name and ``what``;
+  a module-file row gets ``<name>: add module files``;
+- the committer is fixed (``hyperqwen-patches``), its date is the author date, and every message ends
+  with the ``Hqp-Row: <name>`` trailer (added when the patch file lacks it);
+
+so the same input gives the same SHAs on any machine. Objects are written into the target repository's
+object store; the only ref touched is the export point's branch (``update-ref`` with the old value, so a
+concurrent change is not overwritten). The work tree, index, HEAD and config are never touched.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hyperqwen_patches import basecommit, forkgit, gitrun, replay
+from hyperqwen_patches.errors import GitError, UsageError
+from hyperqwen_patches.manifest import ExportPoint, Manifest, Row
+
+_DATE_RE = re.compile(rb"^(?P<ts>\d+) (?P<tz>[+-]\d{4})$")
+
+
+@dataclass(frozen=True)
+class ImportedRow:
+    row: str
+    commit: str
+
+
+@dataclass
+class ImportResult:
+    export_point: str
+    branch: str
+    base: str
+    tip: str
+    previous: str | None  # the branch's value before (None: created)
+    rows: list[ImportedRow] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.previous != self.tip
+
+
+@dataclass(frozen=True)
+class MailHeader:
+    author_name: bytes
+    author_email: bytes
+    date: str  # git's "<unix> <tz>" form
+    message: bytes
+
+
+def rows_of(manifest: Manifest, point: ExportPoint) -> list[Row]:
+    """The active rows of an export point, in order (a row without one belongs to the first point)."""
+    first = manifest.export_points[0].name if manifest.export_points else None
+    return [r for r in manifest.active_rows if (r.export_point or first) == point.name]
+
+
+def read_mail(view: Path, data: bytes, *, row: Row) -> MailHeader | None:
+    """The commit a patch file describes (``git mailinfo``, as ``git am``); None for a bare diff."""
+    with tempfile.TemporaryDirectory(prefix="hqp-mail-") as tmp:
+        msg, patch = Path(tmp) / "msg", Path(tmp) / "patch"
+        # -b: strip only "[PATCH...]" brackets from the subject, not "[kvarn]"; --encoding: UTF-8 out.
+        info = gitrun.check(
+            ["mailinfo", "-b", "--encoding=UTF-8", "--no-scissors", str(msg), str(patch)],
+            git_dir=view,
+            input=data,
+            what=f"reading the header of {row.patch}",
+        )
+        body = msg.read_bytes()
+    fields: dict[bytes, bytes] = {}
+    for line in info.split(b"\n"):
+        key, sep, value = line.partition(b": ")
+        if sep:
+            fields[key] = value
+    subject = fields.get(b"Subject", b"").strip()
+    if not subject or not fields.get(b"Email"):
+        return None
+    date = _git_date(view, fields.get(b"Date", b""), row=row)
+    message = stripspace(view, subject + b"\n\n" + body)
+    return MailHeader(fields.get(b"Author", b"").strip(), fields[b"Email"].strip(), date, message)
+
+
+def _git_date(view: Path, value: bytes, *, row: Row) -> str:
+    """An RFC 2822 date as git's ``<unix> <tz>`` (git's own parser, via ``rev-parse --since``? no:
+    ``git var`` with GIT_AUTHOR_DATE set, which normalises exactly as commit-tree would)."""
+    if not value:
+        return basecommit.BASE_DATE
+    out = gitrun.check(
+        ["var", "GIT_AUTHOR_IDENT"],
+        git_dir=view,
+        env={"GIT_AUTHOR_NAME": "x", "GIT_AUTHOR_EMAIL": "x@x", "GIT_AUTHOR_DATE": value.decode()},
+        what=f"reading the date of {row.patch}",
+    )
+    stamp = out.strip().rsplit(b"> ", 1)[-1]
+    if not _DATE_RE.match(stamp):
+        raise UsageError(f"{row.patch}: unreadable Date: {value.decode(errors='replace')}")
+    return stamp.decode()
+
+
+def stripspace(view: Path, message: bytes) -> bytes:
+    """git's own message clean-up (what ``git am`` and ``git commit`` do)."""
+    return gitrun.check(["stripspace"], git_dir=view, input=message, what="cleaning a message")
+
+
+def with_trailer(message: bytes, row: str) -> bytes:
+    """The message ending with ``Hqp-Row: <row>``; an existing trailer must name the same row."""
+    named = forkgit.row_trailer(message)
+    if named == row:
+        return message
+    if named is not None:
+        raise UsageError(f"row {row}: the patch file's message names row {named} (Hqp-Row trailer)")
+    return message.rstrip(b"\n") + b"\n\n" + forkgit.ROW_TRAILER + b": " + row.encode() + b"\n"
+
+
+def commit_for_row(view: Path, manifest: Manifest, row: Row) -> tuple[bytes, dict[str, str]]:
+    """(message, identity env) of a row's commit."""
+    if row.is_module:
+        message = f"{row.name}: add module files\n\n{row.what}\n".encode()
+        env = basecommit.fixed_identity_env()
+    else:
+        assert row.patch is not None
+        data = (manifest.root / row.patch).read_bytes()
+        mail = read_mail(view, data, row=row)
+        if mail is None:
+            message = f"{row.name}: {row.what}\n".encode()
+            env = basecommit.fixed_identity_env()
+        else:
+            message = mail.message
+            env = basecommit.fixed_identity_env(mail.date)
+            env["GIT_AUTHOR_NAME"] = mail.author_name.decode("utf-8", "surrogateescape")
+            env["GIT_AUTHOR_EMAIL"] = mail.author_email.decode("utf-8", "surrogateescape")
+    return with_trailer(message, row.name), env
+
+
+def write_state_commit(
+    git_dir: Path, state: replay.TreeState, parent: str, message: bytes, env: dict[str, str]
+) -> str:
+    """Write the state's new blobs, its tree and a commit on ``parent``."""
+    paths = sorted(state.content)
+    shas = basecommit.write_blobs(git_dir, (state.content[p] for p in paths))
+    for path, sha in zip(paths, shas, strict=True):
+        assert state.entries[path][1] == sha, path
+    tree = basecommit.write_tree(
+        git_dir, ((p, b"%o" % mode, sha) for p, (mode, sha) in sorted(state.entries.items()))
+    )
+    return basecommit.commit_tree(git_dir, tree, parents=[parent], message=message, env=env)
+
+
+def build_branch(
+    git_dir: Path,
+    manifest: Manifest,
+    point: ExportPoint,
+    tree: basecommit.TreeSource,
+    patches: dict[str, object],
+) -> tuple[str, list[ImportedRow]]:
+    """Write base + one commit per row into ``git_dir``; return (base sha, rows with commit SHAs)."""
+    base = basecommit.write_base_commit(
+        git_dir, tree, package=manifest.package, version=manifest.pin
+    )
+    state = replay.TreeState(replay.tree_entries(git_dir, base.commit), tree.read)
+    parent = base.commit
+    out: list[ImportedRow] = []
+    with forkgit.scratch_repo() as view:
+        for row in rows_of(manifest, point):
+            replay.apply_row(state, patches[row.name], row=row.name)
+            message, env = commit_for_row(view, manifest, row)
+            parent = write_state_commit(git_dir, state, parent, message, env)
+            out.append(ImportedRow(row.name, parent))
+    return base.commit, out
+
+
+def import_series(
+    manifest: Manifest,
+    repo: Path,
+    *,
+    tree: basecommit.TreeSource,
+    export_points: Sequence[str] = (),
+    force: bool = False,
+    create: bool = False,
+) -> list[ImportResult]:
+    """Build every (or the named) export point's branch in ``repo``; return what each ref became."""
+    from hyperqwen_patches.series import build_patch
+
+    if not manifest.export_points:
+        raise UsageError(
+            f"{manifest.path}: the manifest names no export point",
+            hint="add export_points: [{name: ..., branch: ...}] (docs/manifest.md)",
+        )
+    points = list(manifest.export_points)
+    if export_points:
+        unknown = [n for n in export_points if manifest.export_point(n) is None]
+        if unknown:
+            raise UsageError(f"unknown export point(s): {', '.join(unknown)}")
+        points = [p for p in points if p.name in export_points]
+    if not repo.exists() and create:
+        repo.mkdir(parents=True)
+        gitrun.check(
+            ["init", "--quiet", str(repo)], git_dir=None, cwd=repo, what=f"creating {repo}"
+        )
+    git_dir = gitrun.git_dir_of(repo)
+    patches: dict[str, object] = {r.name: build_patch(manifest, r) for r in manifest.active_rows}
+    head = gitrun.run(["symbolic-ref", "--quiet", "HEAD"], git_dir=git_dir).stdout.strip()
+    results: list[ImportResult] = []
+    planned: list[tuple[ExportPoint, str, list[ImportedRow], str | None]] = []
+    for point in points:
+        base, rows = build_branch(git_dir, manifest, point, tree, patches)
+        tip = rows[-1].commit if rows else base
+        ref = f"refs/heads/{point.branch}"
+        previous = forkgit.resolve(git_dir, ref, what="import")
+        if previous is not None and previous != tip and not force:
+            raise GitError(
+                f"branch {point.branch} exists at {previous[:12]}, not at the imported {tip[:12]}",
+                hint="pass --force to move it (its old commits stay reachable from the reflog)",
+            )
+        if previous != tip and head == ref.encode() and not _is_bare(git_dir):
+            raise GitError(
+                f"branch {point.branch} is checked out in {repo}; import never moves a checked-out "
+                "branch (the work tree would no longer match it)",
+                hint="switch to another branch first, or import into another repository",
+            )
+        planned.append((point, tip, rows, previous))
+        results.append(ImportResult(point.name, point.branch, base, tip, previous, rows))
+    for point, tip, _rows, previous in planned:
+        if previous != tip:
+            gitrun.check(
+                [
+                    "update-ref",
+                    "-m",
+                    "hyperqwen-patches import",
+                    f"refs/heads/{point.branch}",
+                    tip,
+                    previous or "0" * 40,
+                ],
+                git_dir=git_dir,
+                what=f"updating {point.branch}",
+            )
+    return results
+
+
+def _is_bare(git_dir: Path) -> bool:
+    out = gitrun.check(["rev-parse", "--is-bare-repository"], git_dir=git_dir, what="reading")
+    return out.strip() == b"true"

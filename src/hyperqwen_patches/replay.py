@@ -1,0 +1,466 @@
+"""Replay identity (invariant 4) and fork membership (invariant 7), on git objects only.
+
+    pristine + rows 1..k == the k-th fork commit, for every k, and pristine + all rows == the tip.
+
+The pristine side is the engine applying each row at fuzz 0 (the same code ``apply`` and the Docker image
+use), in memory. The fork side is read from git objects (``ls-tree``, ``diff-tree``, ``cat-file``); the
+two are compared by blob SHA and mode, so nothing is checked out and nothing is written: not into the
+user's work tree, index, refs or config. The one repository written to is a scratch bare repository of
+our own (the base commit is built there; a URL or bundle fork is fetched there); a local fork is read
+through ``objects/info/alternates``.
+
+Rows are matched to fork commits by the ``Hqp-Row: <name>`` trailer (docs/fork.md), else by the row's
+recorded ``commit:`` SHA. What cannot be matched is named: a fork commit whose trailer names a row the
+manifest does not have (a missing row), a fork commit with neither (an extra commit), a row with no
+commit on its export point (its commit vanished).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from hyperqwen_patches import forkgit, gitrun
+from hyperqwen_patches.console import show
+from hyperqwen_patches.errors import GitError, UsageError
+
+Severity = Literal["error", "warning", "info"]
+Reader = Callable[[bytes], bytes | None]
+
+DEFAULT_MODE = 0o100644
+SHORT_DIFF_LINES = 20
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One replay or membership finding (``check`` turns these into its ``Finding`` records)."""
+
+    check: str  # "replay-identity" | "fork-commits"
+    severity: Severity
+    subject: str  # the row, commit or export point it is about
+    message: str
+    detail: str = ""
+
+
+# --- the state of a tree while rows are applied ------------------------------------------------------
+
+
+class TreeState:
+    """A tree as ``path -> (mode, content or blob sha)`` on top of a base, updated one row at a time."""
+
+    def __init__(self, base_entries: Mapping[bytes, tuple[int, str]], read_base: Reader) -> None:
+        self.entries: dict[bytes, tuple[int, str]] = dict(base_entries)
+        self.content: dict[bytes, bytes] = {}
+        self._read_base = read_base
+
+    def read(self, path: bytes) -> bytes | None:
+        if path in self.content:
+            return self.content[path]
+        if path not in self.entries:
+            return None
+        return self._read_base(path)
+
+    def apply_changes(
+        self, patch: object, changes: Mapping[bytes, bytes | None], modes: Mapping[bytes, int]
+    ) -> None:
+        """Fold one row's engine result into the state (renames keep the old file's mode)."""
+        carried: dict[bytes, int] = {}
+        for fp in getattr(patch, "files", ()):
+            if getattr(fp, "rename", False) and fp.old_path in self.entries:
+                carried[fp.new_path] = self.entries[fp.old_path][0]
+        for path, data in changes.items():
+            if data is None:
+                self.entries.pop(path, None)
+                self.content.pop(path, None)
+                continue
+            mode = modes.get(path) or carried.get(path)
+            if mode is None:
+                mode = self.entries[path][0] if path in self.entries else DEFAULT_MODE
+            self.entries[path] = (mode, forkgit.blob_sha(data))
+            self.content[path] = data
+        for path, mode in modes.items():
+            if path in self.entries and path not in changes:
+                self.entries[path] = (mode, self.entries[path][1])
+
+
+def tree_entries(git_dir: Path, treeish: str) -> dict[bytes, tuple[int, str]]:
+    return {p: (int(m, 8), s) for p, (m, s) in forkgit.ls_tree(git_dir, treeish).items()}
+
+
+def apply_row(state: TreeState, patch: object, *, row: str) -> None:
+    """Apply one row's engine patch on the state; a failure raises naming the row, file and hunk."""
+    from hyperqwen_patches.engine.applying import Policy, apply_series
+
+    result = apply_series([patch], state.read, Policy())  # type: ignore[list-item]
+    if not result.ok:
+        raise RowDoesNotApply(row, _failure_text(result))
+    state.apply_changes(patch, result.changes, result.modes)
+
+
+class RowDoesNotApply(UsageError):
+    def __init__(self, row: str, detail: str) -> None:
+        super().__init__(f"row {row} does not apply at fuzz 0: {detail}")
+        self.row = row
+        self.detail = detail
+
+
+def _failure_text(result: object) -> str:
+    parts = []
+    for patch in getattr(result, "patches", ()):
+        for file in patch.files:
+            if file.status == "failed" or file.error:
+                bad = [h.number for h in file.hunks if h.status in ("failed", "ambiguous")]
+                where = f" hunk(s) {', '.join(map(str, bad))}" if bad else ""
+                parts.append(f"{show(file.path)}{where}: {file.error or 'failed'}")
+        if patch.error:
+            parts.append(patch.error)
+    return "; ".join(parts) or "failed"
+
+
+# --- matching rows to fork commits -------------------------------------------------------------------
+
+
+@dataclass
+class Matching:
+    pairs: list[tuple[str, forkgit.ForkCommit]] = field(default_factory=list)  # (row name, commit)
+    missing_rows: list[tuple[str, forkgit.ForkCommit]] = field(
+        default_factory=list
+    )  # trailer, no row
+    extra_commits: list[forkgit.ForkCommit] = field(default_factory=list)  # no trailer, no row
+    vanished_rows: list[str] = field(default_factory=list)  # row with no commit
+    duplicate: list[tuple[str, forkgit.ForkCommit]] = field(default_factory=list)
+
+
+def match_rows(
+    rows: Sequence[tuple[str, str | None]], commits: Sequence[forkgit.ForkCommit]
+) -> Matching:
+    """Pair ``(row name, recorded commit)`` rows with fork commits: trailer first, recorded SHA second."""
+    names = {name for name, _ in rows}
+    by_sha = {sha: name for name, sha in rows if sha}
+    out = Matching()
+    taken: set[str] = set()
+    for commit in commits:
+        name = commit.row
+        if name is None and commit.sha in by_sha:
+            name = by_sha[commit.sha]
+        if name is None:
+            out.extra_commits.append(commit)
+        elif name not in names:
+            out.missing_rows.append((name, commit))
+        elif name in taken:
+            out.duplicate.append((name, commit))
+        else:
+            taken.add(name)
+            out.pairs.append((name, commit))
+    out.vanished_rows = [name for name, _ in rows if name not in taken]
+    return out
+
+
+# --- opening a fork without writing to it -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForkView:
+    """A scratch repository that can read the fork's objects, and the fork's export point tip there."""
+
+    git_dir: Path  # the scratch repository
+    tip: str
+    label: str
+
+
+@contextlib.contextmanager
+def open_fork(fork: str, branch: str) -> Iterator[ForkView]:
+    """Open ``fork`` (a local repository path, a URL, or a bundle file) read-only at ``branch``.
+
+    A local repository is borrowed through alternates and its branch resolved read-only. A URL or a
+    bundle is fetched into the scratch repository (a bundle's prerequisite, the base commit, must be
+    written there first: the caller does that through ``ForkView.git_dir`` before ``fetch``).
+    """
+    path = Path(fork)
+    if path.is_dir():
+        git_dir = gitrun.git_dir_of(path)
+        tip = forkgit.resolve(git_dir, f"refs/heads/{branch}", what="fork") or forkgit.resolve(
+            git_dir, branch, what="fork"
+        )
+        if tip is None:
+            raise GitError(
+                f"{fork}: the export point branch {branch!r} does not exist",
+                hint="pass --export-point NAME or fetch the branch into the fork",
+            )
+        with forkgit.scratch_repo(borrow=git_dir) as scratch:
+            yield ForkView(scratch, tip, f"{fork}@{branch}")
+        return
+    with forkgit.scratch_repo() as scratch:
+        yield ForkView(scratch, "", fork)
+
+
+def fetch_branch(view: ForkView, fork: str, branch: str) -> ForkView:
+    """Fetch ``branch`` of a URL or bundle into the scratch repository; return the view with its tip."""
+    ref = f"refs/hqp/fork/{branch}"
+    result = gitrun.run(
+        [
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            fork,
+            f"+refs/heads/{branch}:{ref}",
+        ],
+        git_dir=view.git_dir,
+    )
+    if not result.ok:
+        raise GitError(
+            f"fetching {branch!r} from {fork} failed: {show(result.stderr).strip()}",
+            hint="a bundle needs the pin's base commit as its prerequisite (docs/fork.md)",
+        )
+    tip = forkgit.require(view.git_dir, ref, what="fork")
+    return ForkView(view.git_dir, tip, f"{fork}@{branch}")
+
+
+# --- the identity check ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepResult:
+    row: str
+    commit: str | None
+    differing: tuple[bytes, ...]
+
+
+@dataclass
+class ReplayReport:
+    export_point: str
+    base: str
+    tip: str
+    steps: list[StepResult] = field(default_factory=list)
+    tip_differing: tuple[bytes, ...] = ()
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.severity == "error" for p in self.problems)
+
+
+def compare(
+    git_dir: Path, state: TreeState, commit: str
+) -> tuple[tuple[bytes, ...], dict[bytes, tuple[int, str]]]:
+    """Paths whose (mode, blob) differ between the state and ``commit``'s tree."""
+    actual = tree_entries(git_dir, commit)
+    expected = state.entries
+    differing = tuple(
+        sorted(p for p in set(actual) | set(expected) if actual.get(p) != expected.get(p))
+    )
+    return differing, actual
+
+
+def short_diff(
+    git_dir: Path, state: TreeState, actual: Mapping[bytes, tuple[int, str]], paths: Sequence[bytes]
+) -> str:
+    """A short unified diff, replay (pristine + series) → fork, for the first differing files."""
+    out: list[str] = []
+    for path in paths[:3]:
+        exp = state.entries.get(path)
+        act = actual.get(path)
+        if exp and act and exp[1] == act[1]:
+            out.append(f"{show(path)}: mode {exp[0]:o} in the series, {act[0]:o} in the fork")
+            continue
+        old = state.read(path) if exp else b""
+        new = forkgit.read_blob(git_dir, act[1]) if act else b""
+        lines = list(
+            difflib.unified_diff(
+                show(old or b"").splitlines(keepends=True),
+                show(new).splitlines(keepends=True),
+                f"series/{show(path)}" if exp else "/dev/null",
+                f"fork/{show(path)}" if act else "/dev/null",
+                n=1,
+            )
+        )
+        if len(lines) > SHORT_DIFF_LINES:
+            lines = [
+                *lines[:SHORT_DIFF_LINES],
+                f"... ({len(lines) - SHORT_DIFF_LINES} more lines)\n",
+            ]
+        out.append("".join(line if line.endswith("\n") else line + "\n" for line in lines).rstrip())
+    if len(paths) > 3:
+        out.append(f"... and {len(paths) - 3} more file(s)")
+    return "\n".join(out)
+
+
+def check_replay(
+    view_dir: Path,
+    *,
+    export_point: str,
+    base: str,
+    tip: str,
+    rows: Sequence[tuple[str, str | None, object | None]],
+    read_base: Reader,
+) -> ReplayReport:
+    """Replay ``rows`` (name, recorded commit, engine patch or None when it cannot be built) on the base
+    and compare every step with the fork's commits in ``view_dir``; collect every problem."""
+    report = ReplayReport(export_point, base, tip)
+    add = report.problems.append
+    if not forkgit.commit_exists(view_dir, base):
+        add(
+            Problem(
+                "fork-commits", "error", export_point, f"the base commit {base} is not in the fork"
+            )
+        )
+        return report
+    try:
+        commits = forkgit.list_commits(view_dir, base, tip)
+    except GitError as exc:
+        add(
+            Problem(
+                "fork-commits",
+                "error",
+                export_point,
+                f"the export point is not built on the pin's base commit {base[:12]}: {exc.message}",
+            )
+        )
+        return report
+    for commit in commits:
+        if len(commit.parents) != 1:
+            add(
+                Problem(
+                    "fork-commits",
+                    "error",
+                    commit.sha[:12],
+                    f"merge commit {commit.subject!r} on the export point",
+                )
+            )
+    matching = match_rows([(n, c) for n, c, _ in rows], commits)
+    for name, commit in matching.missing_rows:
+        add(
+            Problem(
+                "fork-commits",
+                "error",
+                name,
+                f"missing row: fork commit {commit.sha[:12]} {commit.subject!r} names row {name}, which "
+                "the manifest does not have",
+                "run export to add it, or drop the commit from the export point",
+            )
+        )
+    for commit in matching.extra_commits:
+        add(
+            Problem(
+                "fork-commits",
+                "error",
+                commit.sha[:12],
+                f"extra fork commit {commit.sha[:12]} {commit.subject!r}: no Hqp-Row trailer and no row "
+                "records it",
+                "run export to add it as a row, or drop it from the export point",
+            )
+        )
+    for name, commit in matching.duplicate:
+        add(
+            Problem(
+                "fork-commits",
+                "error",
+                name,
+                f"row {name} is named by more than one fork commit (also {commit.sha[:12]})",
+            )
+        )
+    for name in matching.vanished_rows:
+        add(
+            Problem(
+                "fork-commits",
+                "error",
+                name,
+                f"row {name} has no commit on export point {export_point} (its commit vanished)",
+            )
+        )
+    paired = dict(matching.pairs)
+    order = [n for n, _ in matching.pairs]
+    row_order = [n for n, _, _ in rows if n in paired]
+    if order != row_order:
+        add(
+            Problem(
+                "replay-identity",
+                "error",
+                export_point,
+                "the fork's commits are in a different order than the manifest's rows",
+                f"fork: {', '.join(order)}\nmanifest: {', '.join(row_order)}",
+            )
+        )
+    for name, recorded, _ in rows:
+        commit = paired.get(name)
+        if commit is not None and recorded and recorded != commit.sha:
+            add(
+                Problem(
+                    "fork-commits",
+                    "error",
+                    name,
+                    f"row {name} records commit {recorded[:12]}, but its commit on {export_point} is "
+                    f"{commit.sha[:12]} (run export to update the manifest)",
+                )
+            )
+        elif recorded and commit is None and not forkgit.commit_exists(view_dir, recorded):
+            add(
+                Problem(
+                    "fork-commits",
+                    "error",
+                    name,
+                    f"row {name} records commit {recorded[:12]}, which is not in the fork",
+                )
+            )
+
+    state = TreeState(tree_entries(view_dir, base), read_base)
+    first_reported = False
+    for name, _recorded, patch in rows:
+        if patch is None:
+            add(
+                Problem(
+                    "replay-identity",
+                    "error",
+                    name,
+                    f"row {name} cannot be built; replay stops here",
+                )
+            )
+            return report
+        try:
+            apply_row(state, patch, row=name)
+        except RowDoesNotApply as exc:
+            add(Problem("replay-identity", "error", name, exc.message))
+            return report
+        commit = paired.get(name)
+        if commit is None:
+            report.steps.append(StepResult(name, None, ()))
+            continue
+        differing, actual = compare(view_dir, state, commit.sha)
+        report.steps.append(StepResult(name, commit.sha, differing))
+        if differing:
+            add(
+                Problem(
+                    "replay-identity",
+                    "error",
+                    name,
+                    f"{'first divergent step' if not first_reported else 'step'}: pristine + rows up to "
+                    f"{name} differs from fork commit {commit.sha[:12]} in {len(differing)} file(s): "
+                    + ", ".join(show(p) for p in differing[:5]),
+                    short_diff(view_dir, state, actual, differing),
+                )
+            )
+            first_reported = True
+    differing, actual = compare(view_dir, state, tip)
+    report.tip_differing = differing
+    if differing:
+        add(
+            Problem(
+                "replay-identity",
+                "error",
+                export_point,
+                f"tip: pristine + series differs from {tip[:12]} in {len(differing)} file(s): "
+                + ", ".join(show(p) for p in differing[:5]),
+                short_diff(view_dir, state, actual, differing),
+            )
+        )
+    return report
+
+
+def fsdecode(path: bytes) -> str:
+    return os.fsdecode(path)
