@@ -328,10 +328,8 @@ class _Validator:
         if not value.strip():
             self.fail(node, where, "must not be empty")
             return None
-        if value != value.strip():
-            self.fail(node, where, "must not start or end with white space")
-            return None
-        return value
+        # Block scalars (what: |) end in a newline; surrounding white space never carries meaning.
+        return value.strip()
 
     def matching(
         self,

@@ -56,13 +56,13 @@ def version_key(version: str) -> tuple[tuple[int, str], ...]:
 
 
 def render_series(manifest: Manifest) -> str:
-    where = f"the directory that holds {manifest.package}/"
+    where = f"in the directory that holds {manifest.package}/"
     if manifest.paths == "package":
         where = f"inside the {manifest.package}/ package directory"
     lines = [
         "# The apply order of the series, rendered from patches/manifest.yaml by",
         "# `hyperqwen-patches render`: do not edit by hand. Paths are relative to this directory",
-        f"# (quilt's convention); apply each with `patch -p1 --fuzz 0` run in {where}.",
+        f"# (quilt's convention); apply each with `patch -p1 --fuzz 0` run {where}.",
         "# Lines starting with '#' are comments (module-file rows and skipped rows appear as comments),",
         "# so a plain loop reads it with: grep -v '^#' patches/series",
     ]
