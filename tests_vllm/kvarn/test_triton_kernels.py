@@ -1,0 +1,202 @@
+"""The Triton kernels against the torch reference, on small shapes.
+
+Without CUDA the conftest sets TRITON_INTERPRET=1, so these run the very same kernels through
+Triton's interpreter on CPU tensors (that is how CI, which has no GPU, catches a kernel regression);
+with CUDA they run compiled.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import kvarn_scenario as ks
+import pytest
+import torch
+from kvarn_ops import config, layout, quant, reference, triton_decode, triton_store
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    assert os.environ.get("TRITON_INTERPRET") == "1", "conftest must enable the interpreter"
+
+CFG = config.KVarNConfig()
+
+
+def _pool(lay: layout.RecordLayout, hkv: int, slots: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    d, gs = lay.head_dim, lay.group
+    chan = torch.exp(torch.randn(1, 1, hkv, d, generator=g))
+    tok = torch.exp(0.5 * torch.randn(1, gs, hkv, 1, generator=g))
+    pk = (torch.randn(slots, gs, hkv, d, generator=g) * chan * tok).half().to(DEVICE)
+    pv = (torch.randn(slots, gs, hkv, d, generator=g) * chan).half().to(DEVICE)
+    return pk, pv
+
+
+def _compare_store(lay: layout.RecordLayout, iters: int, seed: int = 0) -> None:
+    hkv = 2
+    pk, pv = _pool(lay, hkv, 3, seed)
+    slots = torch.tensor([2, 0], dtype=torch.int32, device=DEVICE)
+    blocks = torch.tensor([3, 1], dtype=torch.int32, device=DEVICE)
+    c_ref = torch.zeros(5, hkv, lay.size, dtype=torch.uint8, device=DEVICE)
+    c_tri = c_ref.clone()
+    reference.flush_reference(c_ref, pk, pv, slots, blocks, lay, iters)
+    triton_store.store_blocks(c_tri, pk, pv, slots, blocks, lay, iters)
+    untouched = torch.tensor([0, 2, 4], device=DEVICE)
+    assert not c_tri[untouched].any(), "the store wrote outside its blocks"
+    assert torch.equal(c_tri[..., lay.payload :], c_ref[..., lay.payload :])
+    fr = quant.decode(c_ref.reshape(-1, lay.size), lay)
+    ft = quant.decode(c_tri.reshape(-1, lay.size), lay)
+    for name, a, b in (("K", fr[0], ft[0]), ("V", fr[1], ft[1])):
+        diff = (a.codes.int() - b.codes.int()).abs()
+        # exp/log and reduction order differ in the last ulp; a code may flip at a rounding boundary
+        assert diff.max().item() <= 1, name
+        assert diff.float().mean().item() <= 1e-3, name
+        for fa, fb in zip(a[1:], b[1:], strict=True):
+            assert torch.allclose(fa.float(), fb.float(), rtol=2e-3, atol=1e-6), name
+    kr, vr = quant.dequantize_blocks(c_ref.reshape(-1, lay.size), lay)
+    kt, vt = quant.dequantize_blocks(c_tri.reshape(-1, lay.size), lay)
+    assert ((kt - kr).norm() / kr.norm()).item() <= 1e-2
+    assert ((vt - vr).norm() / vr.norm()).item() <= 1e-2
+
+
+@pytest.mark.parametrize("preset", sorted(layout.PRESETS))
+def test_store_kernel_matches_reference_d128(preset: str) -> None:
+    _compare_store(layout.record_layout(preset, 128), iters=8)
+
+
+def test_store_kernel_matches_reference_d256_and_zero_iterations() -> None:
+    _compare_store(layout.record_layout("kvarn_k4v2_g128", 256), iters=8, seed=1)
+    _compare_store(layout.record_layout("kvarn_k4v2_g64", 128), iters=0, seed=2)
+
+
+def _decode(sc: ks.Scenario, q: torch.Tensor, splits: int | None, cfg: config.KVarNConfig = CFG):
+    return triton_decode.kvarn_decode(
+        q,
+        sc.cache,
+        sc.pool_k,
+        sc.pool_v,
+        sc.block_slot,
+        sc.block_table,
+        sc.seq_lens,
+        sc.layout,
+        sc.h16,
+        sc.layout.head_dim**-0.5,
+        cfg,
+        num_splits=splits,
+    )
+
+
+@pytest.mark.parametrize(
+    ("preset", "d", "qpk"),
+    [
+        ("kvarn_k4v2_g64", 128, 4),
+        ("kvarn_k4v4_g64", 128, 1),
+        ("kvarn_k4v2_g128", 128, 6),
+        ("kvarn_k4v4_g128", 256, 8),
+    ],
+)
+def test_decode_matches_reference_single_and_split(preset: str, d: int, qpk: int) -> None:
+    g = layout.get_preset(preset).group
+    # lengths around block edges; 0 is a padded row; several flushed blocks per request
+    lens = [1, g - 1, g, g + 1, 4 * g + 5, 0]
+    sc = ks.build(preset, d, 2, lens, device=DEVICE, iters=2, store="triton")
+    assert sc.flushed_blocks >= 3
+    q = ks.queries(sc, qpk)
+    ref = ks.ref_decode(sc, q)
+    single = _decode(sc, q, 1)
+    split = _decode(sc, q, 3)
+    for out in (single, split):
+        assert torch.isfinite(out).all()
+        assert ks.cosine(out, ref).min().item() >= 0.999
+    assert not single[-1].any() and not split[-1].any(), "a padded row must be exactly 0"
+    rel = ((split.float() - single.float()).norm() / single.float().norm()).item()
+    assert rel <= 1e-3
+
+
+def test_more_splits_than_blocks_and_the_reference_fallback() -> None:
+    sc = ks.build("kvarn_k4v2_g64", 128, 1, [70, 3], device=DEVICE, iters=1)
+    q = ks.queries(sc, 2)
+    ref = ks.ref_decode(sc, q)
+    out = _decode(sc, q, 8)  # 8 splits over 2 blocks: empty splits must not poison the combine
+    assert torch.isfinite(out).all() and ks.cosine(out, ref).min().item() >= 0.999
+    off = config.KVarNConfig(fused_decode=False)
+    assert torch.allclose(_decode(sc, q, None, off).float(), ref.half().float())
+
+
+def test_split_heuristic() -> None:
+    cfg = config.KVarNConfig()
+    assert triton_decode.choose_splits(128, 8, 1024, 132, cfg) == 1  # batch fills the GPU
+    assert triton_decode.choose_splits(1, 8, 1024, 132, cfg) == 64  # 4·132/8 = 66, capped at 64
+    assert triton_decode.choose_splits(1, 8, 16, 132, cfg) == 2  # at least 8 blocks a split
+    assert triton_decode.choose_splits(1, 8, 1024, 132, config.KVarNConfig(split_k=False)) == 1
+    assert triton_decode.choose_splits(1, 8, 1024, 132, config.KVarNConfig(num_splits=5)) == 5
+
+
+# Everything that may change from one step to the next. None of it may be a constexpr (a new value
+# would compile a new kernel) and the integer ones must not be value-specialized either.
+PER_STEP = {
+    "_kvarn_decode_kernel": {
+        "num_splits",
+        "s_bt",
+        "q_ptr",
+        "seq_lens",
+        "block_table",
+        "block_slot",
+    },
+    "_kvarn_combine_kernel": {"num_splits"},
+    "_kvarn_store_kernel": {"n_iters", "slots", "blocks"},
+}
+NOT_SPECIALIZED = {
+    "_kvarn_decode_kernel": {"num_splits", "s_bt"},
+    "_kvarn_combine_kernel": {"num_splits"},
+    "_kvarn_store_kernel": {"n_iters"},
+}
+# The only constexprs: sizes fixed for a model (G, D, bits, heads per KV head, record offsets),
+# plus IS_SPLIT (single stage or split-K: two variants in all).
+ALLOWED_CONSTEXPR = {
+    "QPK",
+    "QH",
+    "D",
+    "G",
+    "KB",
+    "VB",
+    "SPAD",
+    "IS_SPLIT",
+    "K_CODES",
+    "K_SCOL",
+    "K_ZP",
+    "K_SROW",
+    "V_CODES",
+    "V_SCOL",
+    "V_SROW",
+    "V_ZP",
+}
+
+
+def _signature(kernel) -> tuple[str, set[str], set[str]]:
+    """(name, constexpr parameters, do_not_specialize names) of a compiled or interpreted kernel."""
+    fn = kernel.fn  # JITFunction.fn and InterpretedFunction.fn are the Python function
+    dns = getattr(kernel, "do_not_specialize", None)
+    if dns is None:  # the interpreter keeps the decorator's arguments in .kwargs
+        dns = kernel.kwargs.get("do_not_specialize") or []
+    names = list(inspect.signature(fn).parameters)
+    consts = {
+        n for n, p in inspect.signature(fn).parameters.items() if "constexpr" in str(p.annotation)
+    }
+    return fn.__name__, consts, {names[i] if isinstance(i, int) else i for i in dns}
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        triton_decode._kvarn_decode_kernel,
+        triton_decode._kvarn_combine_kernel,
+        triton_store._kvarn_store_kernel,
+    ],
+    ids=["decode", "combine", "store"],
+)
+def test_nothing_per_step_is_a_constexpr(kernel) -> None:
+    name, consts, dns = _signature(kernel)
+    assert consts <= ALLOWED_CONSTEXPR, consts - ALLOWED_CONSTEXPR
+    assert not consts & PER_STEP[name]
+    assert NOT_SPECIALIZED[name] <= dns
