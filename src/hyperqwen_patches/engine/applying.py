@@ -20,7 +20,7 @@ and each is off by default except ambiguity reporting:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from hyperqwen_patches.engine.patchset import (
@@ -80,6 +80,9 @@ class HunkResult:
     other_matches: tuple[int, ...] = ()
     near_miss: NearMiss | None = None
     reason: str | None = None
+    #: GNU patch's hint on a failed hunk: its first line and the file's line at the reported place
+    #: differ in CRLF vs LF (printed as "FAILED at L (different line endings).").
+    line_endings_differ: bool = False
 
     @property
     def ok(self) -> bool:
@@ -88,7 +91,8 @@ class HunkResult:
     def gnu_message(self) -> str | None:
         """The line GNU patch would print for this hunk (None when it prints nothing)."""
         if not self.ok:
-            return f"Hunk #{self.number} FAILED at {self.reported_line}."
+            endings = " (different line endings)" if self.line_endings_differ else ""
+            return f"Hunk #{self.number} FAILED at {self.reported_line}{endings}."
         if self.offset == 0:
             return None
         plural = "" if self.offset == 1 else "s"
@@ -281,7 +285,10 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
     action = fp.action
     if fp.old_path is None:
         return _create(fp, state, policy)
+    if fp.new_path is not None and fp.new_path != fp.old_path and not (fp.rename or fp.copy):
+        fp = _in_place(fp, state)
     source = fp.old_path
+    assert source is not None
     content = state.read(source)
     if content is None:
         return _missing_source(fp, state, policy)
@@ -333,6 +340,15 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
     return FileResult(target, action, "applied", outcome.hunks, old_path=source)
 
 
+def _in_place(fp: FilePatch, state: _Overlay) -> FilePatch:
+    """A plain diff whose two names differ patches one file in place; like GNU patch, pick the
+    existing name with the fewest components, then the shortest base name, then the shortest name."""
+    names = [n for n in (fp.old_path, fp.new_path) if n is not None]
+    existing = [n for n in names if state.read(n) is not None] or names
+    best = min(existing, key=lambda n: (n.count(b"/"), len(n.rsplit(b"/", 1)[-1]), len(n)))
+    return replace(fp, old_path=best, new_path=best)
+
+
 def _missing_source(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
     """The file to patch is absent: already deleted / renamed (forward), or a failure."""
     assert fp.old_path is not None
@@ -355,7 +371,19 @@ def _missing_source(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResul
         fp.path,
         action,
         "failed",
-        error=f"{_show(source)} does not exist (the patch {action}s it)",
+        tuple(
+            HunkResult(
+                h.number,
+                h.old_start,
+                None,
+                0,
+                "failed",
+                first_line(h),
+                reason="file does not exist",
+            )
+            for h in fp.hunks
+        ),
+        error=f"{_show(source)} does not exist: nothing to {action}",
         old_path=source,
     )
 
@@ -372,7 +400,8 @@ def _create(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
         wanted = b"".join(text for h in fp.hunks for kind, text in h.lines if kind == ADDED)
     existing = state.read(target)
     hunks = tuple(HunkResult(h.number, h.old_start, 1, 0, "exact", 1) for h in fp.hunks)
-    if existing:
+    if existing or (existing is not None and fp.content is not None):
+        # A module file present with exactly its content is already applied, even when empty.
         if existing == wanted and policy.forward:
             return FileResult(target, "create", "already-applied", hunks)
         failed = tuple(
@@ -439,6 +468,8 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
             )
         if placed.where == 0:
             failed = True
+            # GNU patch reports a hunk it could not locate at its stated line plus out_offset only.
+            reported = first_line(hunk) + out_offset
             results.append(
                 HunkResult(
                     number=hunk.number,
@@ -446,9 +477,10 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
                     applied_line=None,
                     offset=in_offset,
                     status="failed",
-                    reported_line=first_line(hunk) + in_offset + out_offset,
+                    reported_line=reported,
                     near_miss=near_miss(hunk, file, placed.first_guess),
                     reason="the preimage does not match exactly anywhere in the search range",
+                    line_endings_differ=_endings_differ(hunk, lines, reported),
                 )
             )
             continue
@@ -471,6 +503,8 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
             failed = True
             results.append(
                 HunkResult(
+                    line_endings_differ=status == "failed"
+                    and _endings_differ(hunk, lines, reported),
                     number=hunk.number,
                     stated_line=hunk.old_start,
                     applied_line=None,
@@ -511,6 +545,18 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
         return _Outcome("failed", None, tuple(results), _failure_summary(results))
     output.extend(lines[copied:])
     return _Outcome("applied", b"".join(output), tuple(results))
+
+
+def _endings_differ(hunk: Hunk, lines: Sequence[bytes], where: int) -> bool:
+    """GNU patch's ``check_line_endings``: the hunk's first preimage line and the input line at the
+    reported place (clamped to the last line) differ in ending CRLF vs not."""
+    if not hunk.old_lines or not lines:
+        return False
+    first = hunk.old_lines[0]
+    if not first:
+        return False
+    actual = lines[min(max(where, 1), len(lines)) - 1]
+    return first.endswith(b"\r\n") != actual.endswith(b"\r\n")
 
 
 def _reverse_applies(hunks: Sequence[Hunk], file: FileLines, policy: Policy) -> bool:

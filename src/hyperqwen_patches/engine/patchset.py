@@ -604,6 +604,16 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
         if i < n and lines[i].startswith(_NO_NEWLINE):
             body = _drop_newline(body, name=name, line=i + 1)
             i += 1
+        if i < n and _looks_like_hunk_line(lines[i]):
+            # GNU patch silently ignores such a line (the hunk is complete by its counts), which
+            # drops a change the author meant; we refuse the patch instead (docs/engine.md).
+            raise PatchParseError(
+                name,
+                i + 1,
+                f"hunk #{number} has more lines than its header "
+                f"@@ -{old_start},{old_len} +{new_start},{new_len} @@ states "
+                f"(line {_show(lines[i].rstrip(_EOL))!r} follows it)",
+            )
         if old_len == 0 and new_len == 0:
             raise PatchParseError(
                 name, header, f"hunk #{number} is empty (@@ -{old_start},0 +{new_start},0 @@)"
@@ -620,6 +630,14 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
             )
         )
     return i, tuple(hunks)
+
+
+def _looks_like_hunk_line(line: bytes) -> bool:
+    """A line that continues a hunk whose header counted too few lines (not a header, not the
+    ``-- `` signature git format-patch ends with)."""
+    if line.startswith((b"--- ", b"+++ ", b"-- \n", b"-- \r\n", b"--\n")):
+        return False
+    return line[:1] in (b"+", b"-")
 
 
 def _drop_newline(

@@ -1,0 +1,238 @@
+"""Parsing patch files: git-style and plain diffs, byte exact, with clear errors on bad input."""
+
+from __future__ import annotations
+
+import pytest
+import unidiff
+
+from hyperqwen_patches.engine.patchset import (
+    ADDED,
+    CONTEXT,
+    REMOVED,
+    PatchParseError,
+    parse_patch,
+    patch_from_files,
+    split_lines,
+)
+
+FORMAT_PATCH = (
+    b"""From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: A U Thor <author@example.invalid>
+Date: Thu, 1 Jan 2026 00:00:00 +0000
+Subject: [PATCH] memory: profile after warmup
+
+Kind: fix
+--- exported from fork/main ---
+A message line that looks like a header:
+--- not a file header, no +++ follows
+---
+ vllm/envs.py | 2 +-
+ 1 file changed, 1 insertion(+), 1 deletion(-)
+
+diff --git a/vllm/envs.py b/vllm/envs.py
+index 1111111..2222222 100644
+--- a/vllm/envs.py
++++ b/vllm/envs.py
+@@ -1,3 +1,3 @@
+ import os
+-A = 1
++A = 2
+ B = 3
+diff --git a/vllm/new.py b/vllm/new.py
+new file mode 100755
+index 0000000..3333333
+--- /dev/null
++++ b/vllm/new.py
+@@ -0,0 +1,2 @@
++#!/usr/bin/env python
++print("hi")
+diff --git a/vllm/gone.py b/vllm/gone.py
+deleted file mode 100644
+index 4444444..0000000
+--- a/vllm/gone.py
++++ /dev/null
+@@ -1 +0,0 @@
+-x = 1
+diff --git a/vllm/old_name.py b/vllm/new_name.py
+similarity index 100%
+rename from vllm/old_name.py
+rename to vllm/new_name.py
+diff --git a/vllm/run.sh b/vllm/run.sh
+old mode 100644
+new mode 100755
+diff --git a/vllm/empty.py b/vllm/empty.py
+new file mode 100644
+index 0000000..e69de29
+"""
+    + b"-- \n2.39.0\n\n"
+)  # format-patch's signature: "-- " with a trailing space
+
+
+def test_git_format_patch_with_extended_headers() -> None:
+    patch = parse_patch(FORMAT_PATCH, name="0001.patch")
+    assert patch.preamble.startswith(b"From 0000")
+    assert b"--- not a file header" in patch.preamble  # text before the first diff is not a file
+    actions = [(f.action, f.old_path, f.new_path) for f in patch.files]
+    assert actions == [
+        ("modify", b"vllm/envs.py", b"vllm/envs.py"),
+        ("create", None, b"vllm/new.py"),
+        ("delete", b"vllm/gone.py", None),
+        ("rename", b"vllm/old_name.py", b"vllm/new_name.py"),
+        ("modify", b"vllm/run.sh", b"vllm/run.sh"),
+        ("create", None, b"vllm/empty.py"),
+    ]
+    new, mode_change = patch.files[1], patch.files[4]
+    assert new.new_mode == 0o100755
+    assert (mode_change.old_mode, mode_change.new_mode, mode_change.hunks) == (
+        0o100644,
+        0o100755,
+        (),
+    )
+    (hunk,) = patch.files[0].hunks
+    assert (hunk.old_start, hunk.old_len, hunk.new_start, hunk.new_len) == (1, 3, 1, 3)
+    assert hunk.lines == (
+        (CONTEXT, b"import os\n"),
+        (REMOVED, b"A = 1\n"),
+        (ADDED, b"A = 2\n"),
+        (CONTEXT, b"B = 3\n"),
+    )
+    assert hunk.patch_line == FORMAT_PATCH.split(b"\n").index(b"@@ -1,3 +1,3 @@") + 1
+
+
+def test_file_chosen_from_the_minus_plus_names_not_the_diff_git_line() -> None:
+    data = b"diff --git a/one.py b/one.py\n--- a/two.py\n+++ b/two.py\n@@ -1 +1 @@\n-a\n+b\n"
+    (file,) = parse_patch(data, name="p").files
+    assert file.old_path == file.new_path == b"two.py"
+
+
+def test_no_newline_marker_strips_the_line_it_follows_and_crlf_is_kept() -> None:
+    data = (
+        b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\r\n-b\r\n\\ No newline at end of file\n"
+        b"+B\r\n\\ No newline at end of file\n"
+    )
+    (hunk,) = parse_patch(data, name="p").files[0].hunks
+    assert hunk.lines == ((CONTEXT, b"a\r\n"), (REMOVED, b"b"), (ADDED, b"B"))
+
+
+def test_empty_line_inside_a_hunk_is_context() -> None:
+    data = b"--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n\n-c\n+C\n"
+    (hunk,) = parse_patch(data, name="p").files[0].hunks
+    assert hunk.lines[1] == (CONTEXT, b"\n")
+
+
+def test_non_utf8_bytes_are_kept() -> None:
+    data = b"--- a/caf\xe9.py\n+++ b/caf\xe9.py\n@@ -1 +1 @@\n-na\xefve\n+\xff\n"
+    (file,) = parse_patch(data, name="p").files
+    assert file.new_path == b"caf\xe9.py"
+    assert file.hunks[0].new_lines == (b"\xff\n",)
+
+
+def test_quoted_git_names_are_unquoted_byte_for_byte() -> None:
+    data = (
+        b'diff --git "a/caf\\303\\251.py" "b/caf\\303\\251.py"\n'
+        b'--- "a/caf\\303\\251.py"\n+++ "b/caf\\303\\251.py"\n@@ -1 +1 @@\n-a\n+b\n'
+    )
+    (file,) = parse_patch(data, name="p").files
+    assert file.new_path == "café.py".encode()
+
+
+def test_timestamps_after_a_tab_are_ignored() -> None:
+    data = b"--- a/f\t2026-01-01 00:00:00\n+++ b/f\t2026-01-01 00:00:01\n@@ -1 +1 @@\n-a\n+b\n"
+    assert parse_patch(data, name="p").files[0].new_path == b"f"
+
+
+def test_strip_levels() -> None:
+    data = b"--- a/vllm/envs.py\n+++ b/vllm/envs.py\n@@ -1 +1 @@\n-a\n+b\n"
+    assert parse_patch(data, name="p", strip=2).files[0].new_path == b"envs.py"
+    raw = parse_patch(data, name="p", strip=0).files[0]
+    assert (raw.old_path, raw.new_path) == (b"a/vllm/envs.py", b"b/vllm/envs.py")
+
+
+def test_agrees_with_unidiff_on_hunk_structure() -> None:
+    """unidiff (a runtime dependency) as an independent reading of a well-formed diff."""
+    body = FORMAT_PATCH.split(b"\n\ndiff --git", 1)[1]
+    text = b"diff --git" + body.split(b"diff --git a/vllm/old_name.py")[0]
+    ours = parse_patch(text, name="p")
+    theirs = unidiff.PatchSet(text.decode())
+    assert len(ours.files) == len(theirs)
+    for mine, other in zip(ours.files, theirs, strict=True):
+        assert len(mine.hunks) == len(other)
+        for hunk, other_hunk in zip(mine.hunks, other, strict=True):
+            assert (hunk.old_start, hunk.old_len, hunk.new_start, hunk.new_len) == (
+                other_hunk.source_start,
+                other_hunk.source_length,
+                other_hunk.target_start,
+                other_hunk.target_length,
+            )
+            kinds = [chr(kind) for kind, _ in hunk.lines]
+            assert kinds == [line.line_type for line in other_hunk]
+
+
+@pytest.mark.parametrize(
+    ("data", "line", "words"),
+    [
+        (b"", None, "empty patch"),
+        (b"just a commit message\n---\nno diff here\n", None, "no file headers"),
+        (b"--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n-b\n", 3, "truncated"),
+        (b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n+c\n+d\n", 7, "more lines than its header"),
+        (b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n?garbage\n", 5, "malformed hunk #1"),
+        (b"--- a/f\n+++ b/f\n@@ -x +1 @@\n-a\n+b\n", 3, "malformed hunk header"),
+        (b"--- a/f\n+++ b/f\n@@ -1,0 +1,0 @@\n", 3, "empty"),
+        (b"--- a/../../etc/passwd\n+++ b/../../etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", 1, "'..'"),
+        (b"--- a//etc/passwd\n+++ b//etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", None, None),
+        (b"--- nodir\n+++ nodir\n@@ -1 +1 @@\n-a\n+b\n", 1, "fewer than 1 leading"),
+        (
+            b"diff --git a/img.png b/img.png\nindex 1..2 100644\nBinary files a/img.png and b/img.png differ\n",
+            1,
+            "binary diff for b/img.png",
+        ),
+        (
+            b"diff --git a/img.png b/img.png\nindex 1..2 100644\nGIT binary patch\nliteral 4\nLcmZ>\n\n",
+            1,
+            "binary",
+        ),
+        (b"diff --git a/f b/f\nold mode 10064\nnew mode 100755\n", 2, "bad file mode"),
+        (b"--- /dev/null\n+++ /dev/null\n@@ -0,0 +1 @@\n+a\n", 1, "both sides"),
+    ],
+)
+def test_bad_input_is_a_located_error(data: bytes, line: int | None, words: str | None) -> None:
+    if words is None:
+        # GNU patch strips 'a/' and then the extra slash: a//etc/passwd is etc/passwd, relative.
+        assert parse_patch(data, name="bad.patch").files[0].new_path == b"etc/passwd"
+        return
+    with pytest.raises(PatchParseError) as caught:
+        parse_patch(data, name="bad.patch")
+    error = caught.value
+    assert error.patch == "bad.patch"
+    assert error.line == line
+    assert words in error.message
+    assert error.message.startswith("bad.patch")
+
+
+def test_absolute_path_with_strip_zero_is_refused() -> None:
+    data = b"--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n"
+    with pytest.raises(PatchParseError, match="absolute"):
+        parse_patch(data, name="p", strip=0)
+
+
+def test_patch_from_files_builds_creations() -> None:
+    patch = patch_from_files("kvarn-modules", {b"vllm/b.py": b"b\n", b"vllm/a.py": b"a\nno-eol"})
+    assert [f.new_path for f in patch.files] == [b"vllm/a.py", b"vllm/b.py"]
+    assert all(f.action == "create" and f.old_path is None for f in patch.files)
+    assert patch.files[0].hunks[0].new_lines == (b"a\n", b"no-eol")
+    with pytest.raises(PatchParseError, match=r"'\.\.'"):
+        patch_from_files("bad", {b"../x.py": b""})
+
+
+def test_reversed_patch_swaps_sides() -> None:
+    data = b"--- a/f\n+++ b/f\n@@ -3,3 +3,4 @@\n a\n-b\n+B\n+B2\n c\n"
+    patch = parse_patch(data, name="p")
+    (hunk,) = patch.reversed().files[0].hunks
+    assert (hunk.old_start, hunk.old_len, hunk.new_start, hunk.new_len) == (3, 4, 3, 3)
+    assert hunk.old_lines == (b"a\n", b"B\n", b"B2\n", b"c\n")
+    assert hunk.new_lines == (b"a\n", b"b\n", b"c\n")
+
+
+def test_split_lines_splits_on_newline_only() -> None:
+    assert split_lines(b"a\r\nb\rc\nd") == [b"a\r\n", b"b\rc\n", b"d"]
+    assert split_lines(b"") == []
