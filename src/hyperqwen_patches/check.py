@@ -42,6 +42,10 @@ PIPELINE: tuple[str, ...] = (
     "hyperqwen_patches.check:check_series",  # 2. series file ⇔ files on disk ⇔ manifest rows
     "hyperqwen_patches.check:check_apply",  # 3. every hunk applies at fuzz 0 onto the pristine tree
     "hyperqwen_patches.check:check_render",  # 6. PATCHES.md and patches/series == what render writes
+    "hyperqwen_patches.replay:check_replay_identity",  # 4. pristine + rows 1..k == k-th fork commit
+    "hyperqwen_patches.replay:check_export",  # 5. every row's file == what export writes from the fork
+    "hyperqwen_patches.replay:check_fork_commits",  # 7. manifest commits on their export points
+    "hyperqwen_patches.exporting:check_unfilled_rows",  # rows export added, metadata still TODO
 )
 
 REQUIREMENTS = "docker/requirements.txt"
@@ -79,6 +83,8 @@ class CheckContext:
     source: str
     max_offset: int | None = None
     progress: Progress | None = None
+    fork: str | None = None  # --fork PATH|URL|BUNDLE (default: patches/fork.bundle when present)
+    export_point: str | None = None  # --export-point NAME (default: every export point)
     _opened: list[PristineTree] = field(default_factory=list)
 
     @cached_property
@@ -220,6 +226,8 @@ def run_check(
     source: str | None = None,
     max_offset: int | None = None,
     progress: Progress | None = None,
+    fork: str | None = None,
+    export_point: str | None = None,
     pipeline: tuple[str, ...] = PIPELINE,
 ) -> CheckReport:
     """Run every check of the pipeline; an invalid manifest raises ``ManifestError`` (exit 2) first."""
@@ -234,6 +242,8 @@ def run_check(
         source=source or manifest.source,
         max_offset=max_offset,
         progress=progress,
+        fork=fork,
+        export_point=export_point,
     )
     findings: list[Finding] = []
     try:

@@ -385,7 +385,6 @@ def _read(root: Path, rel: str) -> bytes | None:
 
 def plan_export(manifest: Manifest, fork: Path, *, export_points: Sequence[str] = ()) -> ExportPlan:
     """Everything export would change in the repository, computed without writing."""
-    from hyperqwen_patches import replay
 
     if manifest.paths != "root":
         raise UsageError(
@@ -402,15 +401,29 @@ def plan_export(manifest: Manifest, fork: Path, *, export_points: Sequence[str] 
     if unknown:
         raise UsageError(f"unknown export point(s): {', '.join(sorted(unknown))}")
     git_dir = gitrun.git_dir_of(fork)
+    tips: dict[str, str] = {}
+    for point in points:
+        tip = forkgit.resolve(git_dir, f"refs/heads/{point.branch}", what="export")
+        if tip is None:
+            raise GitError(f"{fork}: the export point branch {point.branch!r} does not exist")
+        tips[point.name] = tip
+    return plan_export_at(manifest, git_dir, tips)
+
+
+def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -> ExportPlan:
+    """:func:`plan_export` for export points already resolved to tips in ``git_dir`` (``check`` reads a
+    bundle or URL fork from a scratch repository this way)."""
+    from hyperqwen_patches import replay
+
     root = manifest.root
     plan = ExportPlan(root)
     first = manifest.export_points[0].name
     taken = {r.name for r in manifest.rows}
     new_rows: list[dict[str, str]] = []
-    for point in points:
-        tip = forkgit.resolve(git_dir, f"refs/heads/{point.branch}", what="export")
-        if tip is None:
-            raise GitError(f"{fork}: the export point branch {point.branch!r} does not exist")
+    for point in manifest.export_points:
+        if point.name not in tips:
+            continue
+        tip = tips[point.name]
         base = find_base(
             git_dir, tip, package=manifest.package, pin=manifest.pin, branch=point.branch
         )
@@ -637,3 +650,30 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
     for start, end, replacement in sorted(edits, reverse=True):
         source = source[:start] + replacement + source[end:]
     return source.encode("utf-8")
+
+
+# --- check: rows export added stay flagged until a person fills them in -------------------------------
+
+TODO_MARK = "TODO"
+
+
+def check_unfilled_rows(ctx: object) -> list[object]:
+    """A row whose ``what`` or ``retires_when`` still starts with TODO (as export adds new rows) fails."""
+    from hyperqwen_patches.check import Finding
+
+    findings: list[object] = []
+    for row in ctx.manifest.rows:  # type: ignore[attr-defined]
+        empty = [
+            f for f in ("what", "retires_when") if getattr(row, f).strip().startswith(TODO_MARK)
+        ]
+        if empty:
+            findings.append(
+                Finding(
+                    "unfilled-rows",
+                    "error",
+                    row.name,
+                    f"row {row.name} was added by export and its {', '.join(empty)} still say "
+                    f"{TODO_MARK}; describe it in the manifest (line {row.line})",
+                )
+            )
+    return findings

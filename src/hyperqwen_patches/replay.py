@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from hyperqwen_patches import forkgit, gitrun
+from hyperqwen_patches import basecommit, forkgit, gitrun
 from hyperqwen_patches.console import show
 from hyperqwen_patches.errors import GitError, UsageError
 
@@ -464,3 +464,247 @@ def check_replay(
 
 def fsdecode(path: bytes) -> str:
     return os.fsdecode(path)
+
+
+# --- the check pipeline entries (invariants 4, 5 and 7) ------------------------------------------------
+
+BUNDLE = "patches/fork.bundle"
+
+
+@dataclass
+class ForkSession:
+    """The fork as ``check`` sees it, opened once per run and shared by the fork checks."""
+
+    label: str
+    git_dir: Path  # a scratch repository that reads the fork's objects
+    base: str  # the pin's base commit, built from the pristine tree in the scratch repository
+    tips: dict[str, str]  # export point name -> tip
+    missing: dict[str, str]  # export point name -> why it could not be read
+    _stack: contextlib.ExitStack
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def fork_source(ctx: object) -> str | None:
+    """``--fork`` if given, else the shipped bundle when it exists, else None (nothing to compare)."""
+    given = getattr(ctx, "fork", None)
+    if given:
+        return str(given)
+    root: Path = ctx.root  # type: ignore[attr-defined]
+    bundle = root / BUNDLE
+    return str(bundle) if bundle.is_file() else None
+
+
+def _points(ctx: object) -> list[object]:
+    manifest = ctx.manifest  # type: ignore[attr-defined]
+    wanted = getattr(ctx, "export_point", None)
+    if wanted:
+        point = manifest.export_point(wanted)
+        if point is None:
+            raise UsageError(
+                f"--export-point {wanted}: the manifest has no such export point",
+                hint="export points: " + ", ".join(p.name for p in manifest.export_points),
+            )
+        return [point]
+    return list(manifest.export_points)
+
+
+def fork_session(ctx: object) -> ForkSession | None:
+    """Open (once per check run) the fork named by ``--fork`` or the shipped bundle."""
+    cache = vars(ctx)
+    if "_hqp_fork_session" in cache:
+        return cache["_hqp_fork_session"]  # type: ignore[no-any-return]
+    source = fork_source(ctx)
+    session: ForkSession | None = None
+    if source is not None:
+        session = _open_session(ctx, source)
+        ctx._opened.append(session)  # type: ignore[attr-defined]  # closed with the context
+    cache["_hqp_fork_session"] = session
+    return session
+
+
+def _open_session(ctx: object, source: str) -> ForkSession:
+    manifest = ctx.manifest  # type: ignore[attr-defined]
+    stack = contextlib.ExitStack()
+    path = Path(source)
+    local_repo = path.is_dir()
+    borrow = gitrun.git_dir_of(path) if local_repo else None
+    scratch = stack.enter_context(forkgit.scratch_repo(borrow=borrow))
+    try:
+        base = basecommit.write_base_commit(
+            scratch,
+            ctx.pristine,
+            package=manifest.package,
+            version=manifest.pin,  # type: ignore[attr-defined]
+        ).commit
+        tips: dict[str, str] = {}
+        missing: dict[str, str] = {}
+        for point in _points(ctx):
+            branch = point.branch  # type: ignore[attr-defined]
+            name = point.name  # type: ignore[attr-defined]
+            if local_repo:
+                assert borrow is not None
+                tip = forkgit.resolve(borrow, f"refs/heads/{branch}", what="fork")
+                if tip is None:
+                    missing[name] = f"{source} has no branch {branch}"
+                else:
+                    tips[name] = tip
+                continue
+            try:
+                view = fetch_branch(ForkView(scratch, "", source), source, branch)
+                tips[name] = view.tip
+            except GitError as exc:
+                missing[name] = exc.message
+    except BaseException:
+        stack.close()
+        raise
+    return ForkSession(source, scratch, base, tips, missing, stack)
+
+
+def _finding(problem: Problem) -> object:
+    from hyperqwen_patches.check import Finding
+
+    severity = problem.severity if problem.severity in ("error", "warning") else "warning"
+    return Finding(problem.check, severity, problem.subject, problem.message, problem.detail)  # type: ignore[arg-type]
+
+
+def _reports(ctx: object) -> list[ReplayReport] | None:
+    cache = vars(ctx)
+    if "_hqp_replay_reports" in cache:
+        return cache["_hqp_replay_reports"]  # type: ignore[no-any-return]
+    session = fork_session(ctx)
+    reports: list[ReplayReport] | None = None
+    if session is not None:
+        manifest = ctx.manifest  # type: ignore[attr-defined]
+        first = manifest.export_points[0].name if manifest.export_points else None
+        patches = {s.row.name: s.patch for s in ctx.series}  # type: ignore[attr-defined]
+        reports = []
+        for point in _points(ctx):
+            name = point.name  # type: ignore[attr-defined]
+            if name not in session.tips:
+                report = ReplayReport(name, session.base, "")
+                report.problems.append(
+                    Problem("fork-commits", "error", name, session.missing.get(name, "no tip"))
+                )
+                reports.append(report)
+                continue
+            rows = [
+                (r.name, r.commit, patches.get(r.name))
+                for r in manifest.active_rows
+                if (r.export_point or first) == name
+            ]
+            reports.append(
+                check_replay(
+                    session.git_dir,
+                    export_point=name,
+                    base=session.base,
+                    tip=session.tips[name],
+                    rows=rows,
+                    read_base=ctx.pristine.read,  # type: ignore[attr-defined]
+                )
+            )
+    cache["_hqp_replay_reports"] = reports
+    return reports
+
+
+def _no_fork_warning(ctx: object, check: str) -> list[object]:
+    manifest = ctx.manifest  # type: ignore[attr-defined]
+    if not manifest.active_rows:
+        return []
+    return [
+        _finding(
+            Problem(
+                check,
+                "warning",
+                "fork",
+                f"not verified: no fork given and no {BUNDLE} in the repository",
+                "pass --fork PATH|URL|BUNDLE, or ship the bundle (docs/fork.md)",
+            )
+        )
+    ]
+
+
+def check_replay_identity(ctx: object) -> list[object]:
+    """Invariant 4: pristine + rows 1..k == the k-th fork commit, and pristine + series == the tip."""
+    reports = _reports(ctx)
+    if reports is None:
+        return _no_fork_warning(ctx, "replay-identity")
+    return [_finding(p) for r in reports for p in r.problems if p.check == "replay-identity"]
+
+
+def check_fork_commits(ctx: object) -> list[object]:
+    """Invariant 7: every manifest commit is on its export point, and every export point grows from
+    the pin's base commit; fork commits without rows and rows without commits are named."""
+    reports = _reports(ctx)
+    if reports is None:
+        return _no_fork_warning(ctx, "fork-commits")
+    findings = [_finding(p) for r in reports for p in r.problems if p.check == "fork-commits"]
+    manifest = ctx.manifest  # type: ignore[attr-defined]
+    session = fork_session(ctx)
+    assert session is not None
+    for point in _points(ctx):
+        recorded = point.base  # type: ignore[attr-defined]
+        if recorded and recorded != session.base:
+            findings.append(
+                _finding(
+                    Problem(
+                        "fork-commits",
+                        "error",
+                        point.name,  # type: ignore[attr-defined]
+                        f"export point {point.name} records base {recorded[:12]}, but the {manifest.package} "  # type: ignore[attr-defined]
+                        f"{manifest.pin} base commit is {session.base[:12]}",
+                    )
+                )
+            )
+        tip = session.tips.get(point.name)  # type: ignore[attr-defined]
+        if point.commit and tip and point.commit != tip:  # type: ignore[attr-defined]
+            findings.append(
+                _finding(
+                    Problem(
+                        "fork-commits",
+                        "error",
+                        point.name,  # type: ignore[attr-defined]
+                        f"export point {point.name} records commit {point.commit[:12]}, but its branch "  # type: ignore[attr-defined]
+                        f"is at {tip[:12]} (run export)",
+                    )
+                )
+            )
+    return findings
+
+
+def check_export(ctx: object) -> list[object]:
+    """Invariant 5: every row's file is exactly what export writes from the fork (drift named)."""
+    from hyperqwen_patches import exporting
+
+    session = fork_session(ctx)
+    if session is None:
+        return []
+    manifest = ctx.manifest  # type: ignore[attr-defined]
+    tips = {p.name: session.tips[p.name] for p in _points(ctx) if p.name in session.tips}  # type: ignore[attr-defined]
+    if not tips:
+        return []
+    plan = exporting.plan_export_at(manifest, session.git_dir, tips)
+    findings: list[object] = []
+    for change in plan.changes:
+        if change.drift in ("manifest", "rendered"):
+            continue  # the commit SHAs are fork-commits' business; rendered files are render's
+        severity: Severity = "error"
+        what = {
+            "positional": "positional drift only (index hashes and @@ line numbers moved)",
+            "semantic": "semantic drift: export would change its content",
+            "new": "export would create it",
+            "removed": "export would remove it",
+        }[change.drift]
+        findings.append(
+            _finding(
+                Problem("export", severity, change.row or change.path, f"{change.path}: {what}")
+            )
+        )
+    for name in plan.added_rows:
+        findings.append(
+            _finding(
+                Problem("export", "error", name, f"fork commit for {name} has no row (run export)")
+            )
+        )
+    return findings

@@ -22,7 +22,13 @@ status), the findings, and a summary:
      in both directions;
   3  every row applies, in order, at fuzz 0 onto the pristine tree (an ambiguous placement fails;
      offsets are reported per hunk; --max-offset bounds them);
-  6  PATCHES.md and patches/series are exactly what `render` writes.
+  6  PATCHES.md and patches/series are exactly what `render` writes;
+  4  replay identity: pristine + rows 1..k == the k-th commit of the fork, and at the tip;
+  5  every row's file is what `export` writes from the fork (positional/semantic drift named);
+  7  every manifest commit is on its export point, which grows from the pin's base commit.
+
+The fork is --fork PATH|URL|BUNDLE, else the shipped patches/fork.bundle (offline); it is read from
+git objects only (docs/fork.md).
 
 The pristine tree defaults to the manifest's source (pypi:vllm==<pin>, downloaded once into the cache:
 $HQP_CACHE, else $XDG_CACHE_HOME/hyperqwen-patches). An invalid manifest stops before the checks, with
@@ -167,6 +173,17 @@ def check_command(
             "--max-offset", min=0, help="Fail a hunk that applies more than this many lines away."
         ),
     ] = None,
+    fork: Annotated[
+        str | None,
+        typer.Option(
+            "--fork",
+            help="The fork to verify replay identity against: a repository path, a URL or a bundle file (default: patches/fork.bundle).",
+        ),
+    ] = None,
+    export_point: Annotated[
+        str | None,
+        typer.Option("--export-point", help="Verify only this export point (a manifest name)."),
+    ] = None,
     json_output: Annotated[
         bool,
         typer.Option("--json", help="Print the records (rows, hunks, findings) as JSON on stdout."),
@@ -178,7 +195,14 @@ def check_command(
     from hyperqwen_patches.manifest import resolve_repo
 
     root = resolve_repo(repo)
-    report = run_check(root, source=source, max_offset=max_offset, progress=TerminalProgress())
+    report = run_check(
+        root,
+        source=source,
+        max_offset=max_offset,
+        progress=TerminalProgress(),
+        fork=fork,
+        export_point=export_point,
+    )
     if json_output:
         emit_json(report.to_json())
         summary = f"check: exit {int(report.exit_code)}"
