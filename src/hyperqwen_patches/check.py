@@ -46,6 +46,7 @@ PIPELINE: tuple[str, ...] = (
     "hyperqwen_patches.replay:check_export",  # 5. every row's file == what export writes from the fork
     "hyperqwen_patches.replay:check_fork_commits",  # 7. manifest commits on their export points
     "hyperqwen_patches.exporting:check_unfilled_rows",  # rows export added, metadata still TODO
+    "hyperqwen_patches.port:check_retirements",  # 8. a retirement reverse-applies on its pin
 )
 
 REQUIREMENTS = "docker/requirements.txt"

@@ -23,6 +23,7 @@ Everything here returns result objects; the command renders them (table, JSON, m
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -166,8 +167,10 @@ class Attempt:
     status: RowStatus
     files: tuple[FileVerdict, ...] = ()
     # The changes this attempt contributes to the sequence (path -> bytes, None = delete): every hunk
-    # that applies; nothing for a conflicting row.
+    # that applies; nothing for a conflicting row. ``carried`` is the patch that makes them (the row
+    # without its upstream hunks), which is what ``--rebase`` commits.
     changes: Mapping[bytes, bytes | None] = field(default_factory=dict)
+    carried: Patch | None = None
 
     @property
     def hunks(self) -> tuple[HunkVerdict, ...]:
@@ -266,6 +269,41 @@ class PortReport:
         return {s: sum(1 for r in self.rows if r.status == s) for s in ROW_STATUSES}
 
     @property
+    def retirement_candidates(self) -> tuple[RetirementCandidate, ...]:
+        """Rows (or hunks) the new release carries, with the evidence, ready for the manifest."""
+        out: list[RetirementCandidate] = []
+        for row in self.rows:
+            if row.status not in ("upstream", "partly-upstream"):
+                continue
+            upstream = [h for h in row.in_sequence.hunks if h.status == "upstream"]
+            upstream_files = [
+                f for f in row.in_sequence.files if f.status == "upstream" and not f.hunks
+            ]
+            where = "; ".join(
+                [f"{show(h.path)} hunk #{h.number} at line {h.line}" for h in upstream]
+                + [f"{show(f.path)} ({f.action})" for f in upstream_files]
+            )
+            evidence = (
+                f"the reverse of the row applies exactly on {self.to_label} ({where}); "
+                f"found by hyperqwen-patches port --to {self.to_version}"
+            )
+            if row.status == "upstream":
+                out.append(RetirementCandidate(row.name, self.to_version, None, evidence))
+            else:
+                for h in upstream:
+                    out.append(
+                        RetirementCandidate(
+                            row.name,
+                            self.to_version,
+                            f"{show(h.path)}#{h.number}",
+                            f"hunk #{h.number} of {show(h.path)} reverse-applies exactly on "
+                            f"{self.to_label} at line {h.line}; found by hyperqwen-patches port "
+                            f"--to {self.to_version}",
+                        )
+                    )
+        return tuple(out)
+
+    @property
     def ok(self) -> bool:
         """Every row goes through (applies, or is carried upstream): nothing for a maintainer to fix."""
         return not any(r.status == "conflicts" for r in self.rows)
@@ -280,7 +318,41 @@ class PortReport:
             "counts": self.counts,
             "ok": self.ok,
             "rows": [r.to_json() for r in self.rows],
+            "retirement_candidates": [c.to_json() for c in self.retirement_candidates],
         }
+
+
+@dataclass(frozen=True)
+class RetirementCandidate:
+    """A row (``hunk`` None) or one hunk of it that the new release carries: a manifest retirement
+    waiting for its upstream reference (which a wheel cannot name: the maintainer fills it in)."""
+
+    row: str
+    pin: str
+    hunk: str | None  # "PATH#N": hunk N of PATH, the form ``check`` verifies
+    evidence: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"row": self.row, "pin": self.pin, "hunk": self.hunk, "evidence": self.evidence}
+
+    def to_yaml(self) -> str:
+        """A ``retirements:`` entry for the manifest (upstream and reason left for the maintainer)."""
+        lines = [
+            f"- row: {self.row}",
+            f'  pin: "{self.pin}"',
+            "  upstream: TODO  # the upstream PR or commit that carries it",
+            "  reason: TODO",
+            f"  evidence: {_yaml_str(self.evidence)}",
+        ]
+        if self.hunk is not None:
+            lines.append(f"  hunk: {_yaml_str(self.hunk)}")
+        return "\n".join(lines) + "\n"
+
+
+def _yaml_str(text: str) -> str:
+    import json
+
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
 
 
 # --- the pristine diff ----------------------------------------------------------------------------
@@ -488,9 +560,9 @@ def _attempt(patch: Patch, read: Reader, pair: PristinePair) -> Attempt:
     if not applied.ok:  # pragma: no cover - the subset of hunks that applied applies
         return Attempt("conflicts", tuple(files))
     if "upstream" in statuses:
-        return Attempt("partly-upstream", tuple(files), dict(applied.changes))
+        return Attempt("partly-upstream", tuple(files), dict(applied.changes), subset)
     status: RowStatus = "offset" if "offset" in statuses else "exact"
-    return Attempt(status, tuple(files), dict(applied.changes))
+    return Attempt(status, tuple(files), dict(applied.changes), subset)
 
 
 def _file_verdict(
@@ -677,6 +749,43 @@ def rows_from_manifest(manifest: Any) -> list[PortRow]:
     return rows
 
 
+@dataclass(frozen=True)
+class RebaseRequest:
+    """``--rebase``: where to build the new fork branch."""
+
+    fork: Path  # the fork repository (objects and one new ref are written; nothing else)
+    branch: str | None = None  # default: the export point's branch with the new release's version
+    force: bool = False  # move the new branch if it exists (never an export point's own branch)
+
+
+@dataclass(frozen=True)
+class RebaseResult:
+    """The new fork branch: its base, one commit per row that went through, and what was left out."""
+
+    fork: Path
+    branch: str
+    base: str
+    tip: str
+    previous: str | None
+    commits: tuple[tuple[str, str], ...]  # (row, commit SHA), in order
+    conflicts: tuple[str, ...]  # rows left for the maintainer
+    upstream: tuple[str, ...]  # rows left out because the release carries them
+    messages_from: str  # "fork" (the export point's commits) or "patch files"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fork": str(self.fork),
+            "branch": self.branch,
+            "base": self.base,
+            "tip": self.tip,
+            "previous": self.previous,
+            "commits": [{"row": r, "commit": c} for r, c in self.commits],
+            "conflicts": list(self.conflicts),
+            "upstream": list(self.upstream),
+            "messages_from": self.messages_from,
+        }
+
+
 def port(
     root: Path,
     to_version: str,
@@ -685,8 +794,10 @@ def port(
     from_source: str | None = None,
     cache: Path | None = None,
     progress: Any = None,
-) -> PortReport:
-    """Triage the series of the repository at ``root`` against release ``to_version``."""
+    rebase: RebaseRequest | None = None,
+) -> tuple[PortReport, RebaseResult | None]:
+    """Triage the series of the repository at ``root`` against release ``to_version``; with
+    ``rebase``, also build the new fork branch from the rows that go through."""
     from hyperqwen_patches.manifest import VERSION_RE, load_manifest
     from hyperqwen_patches.pristine import open_pristine
 
@@ -695,12 +806,17 @@ def port(
         raise UsageError(
             f"--to {to_version!r} is not a release version", hint="give one such as 0.30.0"
         )
-    if to_version == manifest.pin and to_source is None:
+    if to_version == manifest.pin:
         raise UsageError(
             f"--to {to_version} is the pin itself: there is nothing to port",
             hint="`check` verifies the series on its pin; give another release to port to",
         )
     rows = rows_from_manifest(manifest)
+    if rebase is not None:
+        # Fail on a bad fork before any download.
+        from hyperqwen_patches import gitrun
+
+        gitrun.git_dir_of(rebase.fork)
     old = open_pristine(
         from_source or manifest.source,
         package=manifest.package,
@@ -708,32 +824,292 @@ def port(
         cache=cache,
         progress=progress,
     )
-    new = open_pristine(
-        to_source or f"pypi:{manifest.package}=={to_version}",
-        package=manifest.package,
-        version=to_version,
-        cache=cache,
-        progress=progress,
-    )
     try:
-        if to_source is not None and old.label == new.label:
-            raise UsageError(
-                f"the old and new pristine trees are the same source ({new.label})",
-                hint="give the new release's source with --source",
+        new = open_pristine(
+            to_source or f"pypi:{manifest.package}=={to_version}",
+            package=manifest.package,
+            version=to_version,
+            cache=cache,
+            progress=progress,
+        )
+        try:
+            classified = classify_rows(rows, old, new)
+            report = PortReport(
+                package=manifest.package,
+                from_version=manifest.pin,
+                to_version=to_version,
+                from_label=old.label,
+                to_label=new.label,
+                rows=tuple(classified),
             )
-        classified = classify_rows(rows, old, new)
+            result = None
+            if rebase is not None:
+                result = rebase_fork(manifest, report, new, rebase)
+        finally:
+            new.close()
     finally:
-        close_old = getattr(old, "close", None)
-        close_new = getattr(new, "close", None)
-        if close_old:
-            close_old()
-        if close_new:
-            close_new()
-    return PortReport(
-        package=manifest.package,
-        from_version=manifest.pin,
-        to_version=to_version,
-        from_label=old.label,
-        to_label=new.label,
-        rows=tuple(classified),
+        old.close()
+    return report, result
+
+
+# --- --rebase: the new fork branch -----------------------------------------------------------------
+
+_VERSION_IN_BRANCH = re.compile(r"(?P<pre>.*?)(?P<ver>\d+\.\d+(?:\.\d+)?)(?P<post>[^0-9]*)$")
+
+
+def default_branch(manifest: Any, to_version: str) -> str:
+    """The export point's branch with the pin's version replaced (``qwen38/0.29`` -> ``qwen38/0.30``);
+    ``port/<version>`` when there is no export point or its name carries no version."""
+    if manifest.export_points:
+        branch = manifest.export_points[0].branch
+        m = _VERSION_IN_BRANCH.match(branch)
+        if m is not None:
+            old = m["ver"]
+            parts = to_version.split(".")
+            new = ".".join(parts[: len(old.split("."))])
+            if new != old:
+                return f"{m['pre']}{new}{m['post']}"
+    return f"port/{to_version}"
+
+
+def _author_env(header: bytes) -> dict[str, str]:
+    """The identity env of a commit: its author kept, the committer pinned (as ``import`` does)."""
+    from hyperqwen_patches import basecommit
+
+    env: dict[str, str] = {}
+    for line in header.split(b"\n"):
+        if line.startswith(b"author "):
+            ident = line[len(b"author ") :]
+            name, _, rest = ident.partition(b" <")
+            email, _, date = rest.partition(b"> ")
+            env = basecommit.fixed_identity_env(date.decode())
+            env["GIT_AUTHOR_NAME"] = name.decode("utf-8", "surrogateescape")
+            env["GIT_AUTHOR_EMAIL"] = email.decode("utf-8", "surrogateescape")
+    return env
+
+
+def _fork_messages(git_dir: Path, manifest: Any) -> dict[str, tuple[bytes, dict[str, str]]]:
+    """Row -> (message, identity) from the export points' commits in the fork, when it has them.
+
+    Only commits are read: whatever the fork's work tree or index hold is not looked at.
+    """
+    from hyperqwen_patches import exporting, forkgit, gitrun
+
+    found: dict[str, tuple[bytes, dict[str, str]]] = {}
+    for point in manifest.export_points:
+        tip = forkgit.resolve(git_dir, f"refs/heads/{point.branch}", what="port --rebase")
+        if tip is None:
+            continue
+        base = exporting.find_base(
+            git_dir, tip, package=manifest.package, pin=manifest.pin, branch=point.branch
+        )
+        for commit in forkgit.list_commits(git_dir, base, tip):
+            if commit.row is None or commit.row in found:
+                continue
+            raw = gitrun.check(
+                ["cat-file", "commit", commit.sha], git_dir=git_dir, what="reading a fork commit"
+            )
+            header = raw.partition(b"\n\n")[0]
+            found[commit.row] = (commit.message, _author_env(header))
+    return found
+
+
+def _with_port_note(message: bytes, note: bytes) -> bytes:
+    """Insert a paragraph before the trailer paragraph (``Hqp-Row`` stays last)."""
+    body = message.rstrip(b"\n")
+    head, sep, last = body.rpartition(b"\n\n")
+    if sep and last.lower().startswith(b"hqp-row:"):
+        return head + b"\n\n" + note.rstrip(b"\n") + b"\n\n" + last + b"\n"
+    return body + b"\n\n" + note.rstrip(b"\n") + b"\n"
+
+
+def rebase_fork(
+    manifest: Any, report: PortReport, new: Tree, request: RebaseRequest
+) -> RebaseResult:
+    """Build the new fork branch: the new release's base commit, then one commit per row that goes
+    through in sequence (the row's hunks that apply, at their refreshed offsets). Rows the release
+    carries and conflicting rows get no commit. Only objects and the new branch's ref are written."""
+    from hyperqwen_patches import basecommit, forkgit, gitrun, importing, replay
+    from hyperqwen_patches.errors import GitError
+
+    git_dir = gitrun.git_dir_of(request.fork)
+    branch = request.branch or default_branch(manifest, report.to_version)
+    ref = f"refs/heads/{branch}"
+    protected = {p.branch for p in manifest.export_points}
+    if branch in protected:
+        raise UsageError(
+            f"--branch {branch} is an export point of the {manifest.pin} series; port never "
+            "rewrites the old branch",
+            hint="name a new branch with --branch",
+        )
+    check = gitrun.run(["check-ref-format", ref], git_dir=git_dir)
+    if not check.ok:
+        raise UsageError(f"--branch {branch!r} is not a valid branch name")
+    previous = forkgit.resolve(git_dir, ref, what="port --rebase")
+    if previous is not None and not request.force:
+        raise GitError(
+            f"branch {branch} already exists in {request.fork} (at {previous[:12]})",
+            hint="pass --force to move it, or name another branch with --branch",
+        )
+    head = gitrun.run(["symbolic-ref", "--quiet", "HEAD"], git_dir=git_dir).stdout.strip()
+    if previous is not None and head == ref.encode():
+        raise GitError(
+            f"branch {branch} is checked out in {request.fork}; port never moves a checked-out branch"
+        )
+
+    messages = _fork_messages(git_dir, manifest)
+    base = basecommit.write_base_commit(
+        git_dir, new, package=manifest.package, version=report.to_version
     )
+    state = replay.TreeState(replay.tree_entries(git_dir, base.commit), new.read)
+    parent = base.commit
+    commits: list[tuple[str, str]] = []
+    from_patch_files = False
+    with forkgit.scratch_repo() as view:
+        for row in report.rows:
+            attempt = row.in_sequence
+            if attempt.carried is None or attempt.status not in (
+                "exact",
+                "offset",
+                "partly-upstream",
+            ):
+                continue
+            replay.apply_row(state, attempt.carried, row=row.name)
+            if row.name in messages:
+                message, env = messages[row.name]
+            else:
+                from_patch_files = True
+                message, env = importing.commit_for_row(view, manifest, manifest.row(row.name))
+            if row.status == "partly-upstream":
+                dropped = ", ".join(
+                    f"{show(h.path)} hunk #{h.number}"
+                    for h in attempt.hunks
+                    if h.status == "upstream"
+                )
+                message = _with_port_note(
+                    message,
+                    f"Ported to {report.package} {report.to_version}: {dropped} dropped, "
+                    f"already upstream.".encode(),
+                )
+            parent = importing.write_state_commit(git_dir, state, parent, message, env)
+            commits.append((row.name, parent))
+    gitrun.check(
+        [
+            "update-ref",
+            "-m",
+            f"hyperqwen-patches port --to {report.to_version} --rebase",
+            ref,
+            parent,
+            previous or "0" * 40,
+        ],
+        git_dir=git_dir,
+        what=f"creating {branch}",
+    )
+    return RebaseResult(
+        fork=request.fork,
+        branch=branch,
+        base=base.commit,
+        tip=parent,
+        previous=previous,
+        commits=tuple(commits),
+        conflicts=tuple(r.name for r in report.rows if r.status == "conflicts"),
+        upstream=tuple(r.name for r in report.rows if r.status == "upstream"),
+        messages_from="patch files" if from_patch_files or not messages else "fork",
+    )
+
+
+# --- check: a retirement is verified against the pin that carries it (invariant 8) ----------------
+
+
+def check_retirements(ctx: Any) -> list[Any]:
+    """Invariant 8: every manifest retirement reverse-applies on its pin's pristine tree.
+
+    The retired row must still be in the manifest (with a skip reason) so its patch can be read; a
+    hunk retirement names ``PATH#N``. Pipeline function of ``check`` (``check.PIPELINE``).
+    """
+    from hyperqwen_patches.check import Finding
+    from hyperqwen_patches.engine.applying import verify_applied
+    from hyperqwen_patches.pristine import open_pristine
+
+    manifest = ctx.manifest
+    findings: list[Finding] = []
+    if not manifest.retirements:
+        return findings
+    built = {s.row.name: s for s in ctx.series}
+    trees: dict[str, Any] = {}
+    try:
+        for ret in manifest.retirements:
+            subject = f"retirement of {ret.row} at {ret.pin}" + (
+                f" ({ret.hunk})" if ret.hunk else ""
+            )
+            entry = built.get(ret.row)
+            if entry is None:
+                findings.append(
+                    Finding(
+                        "retirements",
+                        "error",
+                        subject,
+                        f"row {ret.row} is not in the manifest, so the retirement cannot be verified",
+                        "keep the row with a skip reason (its patch file stays) so check can "
+                        "reverse-apply it on the pin that carries it",
+                    )
+                )
+                continue
+            if entry.patch is None:
+                findings.append(
+                    Finding("retirements", "error", subject, entry.error or "unreadable")
+                )
+                continue
+            patch = entry.patch
+            if ret.hunk is not None:
+                picked = _pick_hunk(patch, ret.hunk)
+                if isinstance(picked, str):
+                    # A malformed PATH#N is an error; a hunk the row no longer has (it was cut out
+                    # when it was retired) cannot be reverse-applied, which is worth a warning only.
+                    severity = "error" if "is not of the form" in picked else "warning"
+                    findings.append(Finding("retirements", severity, subject, picked))
+                    continue
+                patch = picked
+            if ret.pin not in trees:
+                source = (
+                    ctx.source if ret.pin == manifest.pin else f"pypi:{manifest.package}=={ret.pin}"
+                )
+                trees[ret.pin] = open_pristine(
+                    source, package=manifest.package, version=ret.pin, progress=ctx.progress
+                )
+            tree = trees[ret.pin]
+            (presence,) = verify_applied([patch], tree.read)
+            if presence.status != "present":
+                missing = "; ".join(
+                    f"{show(f.path)}: " + (f.error or "its reverse does not apply")
+                    for f in presence.files
+                    if f.status != "applied"
+                )
+                findings.append(
+                    Finding(
+                        "retirements",
+                        "error",
+                        subject,
+                        f"{tree.label} does not carry it: the reverse of the "
+                        f"{'hunk' if ret.hunk else 'row'} does not apply ({presence.status})",
+                        missing,
+                    )
+                )
+    finally:
+        for tree in trees.values():
+            tree.close()
+    return findings
+
+
+def _pick_hunk(patch: Patch, spec: str) -> Patch | str:
+    """The patch reduced to hunk ``PATH#N``, or a message saying why ``spec`` names none."""
+    path, sep, number = spec.rpartition("#")
+    if not sep or not number.isdigit():
+        return f"hunk {spec!r} is not of the form PATH#N (such as vllm/envs.py#2)"
+    for fp in patch.files:
+        if fp.path == path.encode():
+            hunks = tuple(h for h in fp.hunks if h.number == int(number))
+            if not hunks:
+                return f"{path} has no hunk #{number} in the row ({len(fp.hunks)} hunks)"
+            return replace(patch, files=(replace(fp, hunks=hunks),))
+    return f"the row does not touch {path}"

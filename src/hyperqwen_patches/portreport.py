@@ -7,7 +7,7 @@ order) so a re-run on the same inputs gives the same file.
 from __future__ import annotations
 
 from hyperqwen_patches.console import show
-from hyperqwen_patches.port import Attempt, HunkVerdict, PortReport, RowPort
+from hyperqwen_patches.port import Attempt, HunkVerdict, PortReport, RebaseResult, RowPort
 
 STATUS_WORDS = {
     "exact": "applies exactly",
@@ -131,7 +131,9 @@ def _row_section(row: RowPort, report: PortReport) -> list[str]:
     return out
 
 
-def render_markdown(report: PortReport, *, heading_level: int = 1) -> str:
+def render_markdown(
+    report: PortReport, *, heading_level: int = 1, rebased: RebaseResult | None = None
+) -> str:
     """The whole report; ``heading_level`` 2 nests it under a document's own title."""
     h = "#" * heading_level
     counts = ", ".join(f"{n} {s}" for s, n in report.counts.items() if n) or "no rows"
@@ -153,6 +155,23 @@ def render_markdown(report: PortReport, *, heading_level: int = 1) -> str:
     ]
     lines += [row_line(r) for r in report.rows]
     lines.append("")
+    candidates = report.retirement_candidates
+    if candidates:
+        lines += [
+            "Retirement candidates (the release carries them; add the upstream reference and "
+            "reason, then move them into the manifest's `retirements:`):",
+            "",
+        ]
+        lines += fence("".join(c.to_yaml() for c in candidates), "yaml").splitlines()
+        lines.append("")
+    if rebased is not None:
+        lines += [
+            f"Rebased: branch `{rebased.branch}` on base `{rebased.base}`, "
+            f"{len(rebased.commits)} commit(s), tip `{rebased.tip}`.",
+            "",
+        ]
+        lines += [f"- `{sha}` {row}" for row, sha in rebased.commits]
+        lines.append("")
     for row in report.rows:
         interesting = (
             row.status not in ("exact",)

@@ -61,25 +61,64 @@ def port(
         bool,
         typer.Option("--diffs/--no-diffs", help="Show conflict details and pristine diffs."),
     ] = True,
+    rebase: Annotated[
+        bool,
+        typer.Option("--rebase", help="Build the new fork branch from the rows that go through."),
+    ] = False,
+    fork: Annotated[
+        Path | None,
+        typer.Option("--fork", help="The fork repository for --rebase (default: --repo)."),
+    ] = None,
+    branch: Annotated[
+        str | None,
+        typer.Option(
+            "--branch",
+            help="The new branch (default: the export point's branch with the new version, "
+            "e.g. qwen38/0.29 -> qwen38/0.30; else port/VERSION).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Move --branch if it exists (never an export point).")
+    ] = False,
 ) -> None:
     from hyperqwen_patches.console import emit_json, err
-    from hyperqwen_patches.errors import FindingError
+    from hyperqwen_patches.errors import FindingError, UsageError
+    from hyperqwen_patches.port import RebaseRequest
     from hyperqwen_patches.port import port as run_port
     from hyperqwen_patches.portreport import render_markdown
 
-    report = run_port(
-        repo.resolve(), to, to_source=source, from_source=from_source, progress=_progress()
+    if not rebase and (fork is not None or branch is not None or force):
+        raise UsageError("--fork, --branch and --force only make sense with --rebase")
+    request = None
+    if rebase:
+        request = RebaseRequest(fork=(fork or repo).resolve(), branch=branch, force=force)
+    report, rebased = run_port(
+        repo.resolve(),
+        to,
+        to_source=source,
+        from_source=from_source,
+        progress=_progress(),
+        rebase=request,
     )
     if markdown is not None:
-        markdown.write_text(render_markdown(report), encoding="utf-8")
+        markdown.write_text(render_markdown(report, rebased=rebased), encoding="utf-8")
     if as_json:
-        emit_json(report.to_json())
+        payload = report.to_json()
+        payload["rebase"] = rebased.to_json() if rebased is not None else None
+        emit_json(payload)
     else:
         render_terminal(report, details=diffs)
+        if rebased is not None:
+            render_rebase(rebased)
     if markdown is not None:
         err.print(f"wrote {markdown}")
     if not report.ok:
         conflicts = [r.name for r in report.rows if r.status == "conflicts"]
+        if rebased is not None:
+            err.print(
+                f"{rebased.branch} holds the {len(rebased.commits)} row(s) that go through; "
+                "resolve the conflicting rows on it"
+            )
         raise FindingError(
             f"{len(conflicts)} row(s) conflict on {report.to_version}: {', '.join(conflicts)}"
         )
@@ -118,7 +157,7 @@ def render_terminal(report: object, *, details: bool) -> None:
         title=f"{report.package} {report.from_version} -> {report.to_version} ({report.to_label})",
         title_justify="left",
     )
-    for column in ("#", "row", "status", "alone", "hunks", "files changed upstream"):
+    for column in ("#", "row", "status", "alone", "hunks", "files moved upstream"):
         table.add_column(column, no_wrap=column in ("#", "row", "status"))
     for row in report.rows:
         table.add_row(
@@ -127,12 +166,18 @@ def render_terminal(report: object, *, details: bool) -> None:
             Text(row.status, style=STYLES[row.status]),
             "same" if not row.differs else Text(row.alone.status, style=STYLES[row.alone.status]),
             hunk_counts(row.in_sequence),
-            ", ".join(f"{show(d.path)} ({d.status})" for d in row.changed_files) or "-",
+            f"{len(row.changed_files)} of {len(row.drift)}" if row.drift else "-",
         )
     out.print(table)
     out.print(
         ", ".join(f"{n} {s}" for s, n in report.counts.items() if n) or "the series has no rows"
     )
+    candidates = report.retirement_candidates
+    if candidates:
+        out.print()
+        out.print(Text("retirement candidates (for the manifest's retirements:)", style="bold"))
+        for c in candidates:
+            out.print(c.to_yaml().rstrip("\n"))
     if not details:
         return
     for row in report.rows:
@@ -163,3 +208,28 @@ def render_terminal(report: object, *, details: bool) -> None:
                 if h.pristine_diff:
                     out.print(Text("  old -> new pristine:", style="dim"))
                     out.print(render_diff(h.pristine_diff))
+
+
+def render_rebase(result: object) -> None:
+    from rich.text import Text
+
+    from hyperqwen_patches.console import out
+    from hyperqwen_patches.port import RebaseResult
+
+    assert isinstance(result, RebaseResult)
+    out.print()
+    verb = "moved" if result.previous else "created"
+    out.print(
+        Text(
+            f"{verb} {result.branch} in {result.fork}: base {result.base[:12]}, "
+            f"{len(result.commits)} commit(s), tip {result.tip[:12]} "
+            f"(messages from the {result.messages_from})",
+            style="bold",
+        )
+    )
+    for row, sha in result.commits:
+        out.print(f"  {sha[:12]} {row}")
+    if result.upstream:
+        out.print(f"left out, already upstream: {', '.join(result.upstream)}")
+    if result.conflicts:
+        out.print(Text(f"left for you, conflicting: {', '.join(result.conflicts)}", style="red"))
