@@ -1,0 +1,93 @@
+"""``import``: build the fork branch of each export point from the pristine base and the series."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+HELP = """Build each export point's fork branch: the pristine base commit plus one commit per row.
+
+The base commit's SHA depends only on the pristine tree and the pin (docs/fork.md); each row is applied
+at fuzz 0 by the same engine as `apply`; messages, authors and dates come from the patch files, the
+committer is fixed. The same series gives the same SHAs on any machine, so `export` of the result
+reproduces the patch files byte for byte.
+
+Works into a new repository (--create) or an existing one; only the export point's branch is written
+(an existing branch at another commit is moved only with --force, a checked-out one never). The work
+tree, index, HEAD and config are not touched.
+
+Examples:
+
+  hyperqwen-patches import --into ../vllm-fork --create
+
+  hyperqwen-patches import --into ../vllm-fork --export-point qwen38 --force
+
+Exit codes: 0 imported; 1 a row does not apply; 2 usage or an invalid manifest; 3 git failed (or the
+branch exists elsewhere without --force).
+"""
+
+
+def import_command(
+    into: Annotated[
+        Path,
+        typer.Option("--into", help="The repository to build the branches in.", file_okay=False),
+    ],
+    repo: Annotated[
+        Path | None,
+        typer.Option(
+            "--repo",
+            help="The repository holding patches/manifest.yaml; default: found upward from the current directory.",
+            file_okay=False,
+        ),
+    ] = None,
+    export_point: Annotated[
+        list[str] | None,
+        typer.Option("--export-point", help="Import only this export point (repeatable)."),
+    ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option("--source", help="Pristine tree instead of the manifest's source."),
+    ] = None,
+    create: Annotated[
+        bool, typer.Option("--create", help="Create the repository if it does not exist.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Move a branch that exists at another commit.")
+    ] = False,
+) -> None:
+    from hyperqwen_patches.console import out
+    from hyperqwen_patches.importing import import_series
+    from hyperqwen_patches.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.pristine import open_pristine
+
+    manifest = load_manifest(resolve_repo(repo))
+    tree = open_pristine(source or manifest.source, package=manifest.package, version=manifest.pin)
+    try:
+        results = import_series(
+            manifest,
+            into,
+            tree=tree,
+            export_points=tuple(export_point or ()),
+            force=force,
+            create=create,
+        )
+    finally:
+        tree.close()
+    for result in results:
+        for row in result.rows:
+            out.print(f"{row.commit[:12]} {row.row}", soft_wrap=True)
+        state = (
+            "unchanged"
+            if not result.changed
+            else ("created" if result.previous is None else "moved")
+        )
+        out.print(
+            f"{result.branch}: {result.tip} ({state}; base {result.base[:12]}, {len(result.rows)} rows)",
+            soft_wrap=True,
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import", help=HELP)(import_command)
