@@ -1,0 +1,153 @@
+"""GPU tests (skipped cleanly without CUDA): the spec's case grid, split-K against single stage,
+padded rows, and no recompiles across decode steps. Run on the device by gpu/kvarn/run_device.sh,
+which sets KVARN_OUT so each case's figures are recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import kvarn_scenario as ks
+import pytest
+import torch
+from kvarn_ops import config, quant, triton_decode, triton_store
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+LENGTHS = [1, 127, 128, 129, 4133, 131072, 0]  # 0: a padded row
+CFG = config.KVarNConfig()
+
+
+def _record(kind: str, **fields) -> None:
+    out = os.environ.get("KVARN_OUT")
+    if out:
+        with open(os.path.join(out, "gpu_cases.jsonl"), "a") as f:
+            f.write(json.dumps({"kind": kind, **fields}) + "\n")
+
+
+def _decode(sc: ks.Scenario, q: torch.Tensor, splits: int | None, ws=None) -> torch.Tensor:
+    return triton_decode.kvarn_decode(
+        q,
+        sc.cache,
+        sc.pool_k,
+        sc.pool_v,
+        sc.block_slot,
+        sc.block_table,
+        sc.seq_lens,
+        sc.layout,
+        sc.h16,
+        sc.layout.head_dim**-0.5,
+        CFG,
+        num_splits=splits,
+        workspace=ws,
+    )
+
+
+@pytest.fixture(scope="module", params=[128, 256], ids=["D128", "D256"])
+def grid_scenario(request) -> ks.Scenario:
+    return ks.build(
+        "kvarn_k4v2_g128", request.param, 2, LENGTHS, device="cuda", iters=8, store="triton"
+    )
+
+
+@pytest.mark.parametrize("qpk", [1, 4, 6, 8])
+def test_case_grid(grid_scenario: ks.Scenario, qpk: int) -> None:
+    sc = grid_scenario
+    q = ks.queries(sc, qpk)
+    ref = ks.ref_decode(sc, q)
+    single = _decode(sc, q, 1)
+    auto = _decode(sc, q, None)
+    split16 = _decode(sc, q, 16)
+    torch.cuda.synchronize()
+    for name, out in (("single", single), ("auto", auto), ("split16", split16)):
+        assert torch.isfinite(out).all(), name
+        cos = ks.cosine(out, ref)  # [B, Hq]
+        for i, n in enumerate(LENGTHS):
+            _record(
+                "grid",
+                d=sc.layout.head_dim,
+                qpk=qpk,
+                variant=name,
+                length=n,
+                min_cos=cos[i].min().item(),
+            )
+        assert cos.min().item() >= 0.999, (name, cos.min(dim=1).values.tolist())
+        assert not out[-1].any(), f"{name}: the padded row is not 0"
+    for name, out in (("auto", auto), ("split16", split16)):
+        rel = ((out.float() - single.float()).norm() / single.float().norm()).item()
+        _record("split_vs_single", d=sc.layout.head_dim, qpk=qpk, variant=name, rel=rel)
+        assert rel <= 1e-3, (name, rel)
+
+
+def test_store_kernel_vs_reference_on_many_tiles() -> None:
+    from kvarn_ops import layout, reference
+
+    stats = {}
+    for preset in sorted(layout.PRESETS):
+        for d in (128, 256):
+            lay = layout.record_layout(preset, d)
+            g = torch.Generator().manual_seed(d)
+            n, hkv = 64, 4
+            chan = torch.exp(torch.randn(1, 1, hkv, d, generator=g))
+            pk = (torch.randn(n, lay.group, hkv, d, generator=g) * chan).half().cuda()
+            pv = (torch.randn(n, lay.group, hkv, d, generator=g) * chan).half().cuda()
+            slots = torch.arange(n, dtype=torch.int32, device="cuda")
+            blocks = torch.randperm(n, generator=g).to(torch.int32).cuda()
+            c_ref = torch.zeros(n, hkv, lay.size, dtype=torch.uint8, device="cuda")
+            c_tri = c_ref.clone()
+            reference.flush_reference(c_ref, pk, pv, slots, blocks, lay, 8)
+            triton_store.store_blocks(c_tri, pk, pv, slots, blocks, lay, 8)
+            fr = quant.decode(c_ref.reshape(-1, lay.size), lay)
+            ft = quant.decode(c_tri.reshape(-1, lay.size), lay)
+            kr, vr = quant.dequantize_blocks(c_ref.reshape(-1, lay.size), lay)
+            kt, vt = quant.dequantize_blocks(c_tri.reshape(-1, lay.size), lay)
+            s = {
+                "k_code_mismatch": (fr[0].codes != ft[0].codes).float().mean().item(),
+                "v_code_mismatch": (fr[1].codes != ft[1].codes).float().mean().item(),
+                "max_code_diff": max(
+                    (fr[i].codes.int() - ft[i].codes.int()).abs().max().item() for i in (0, 1)
+                ),
+                "k_dequant_rel": ((kt - kr).norm() / kr.norm()).item(),
+                "v_dequant_rel": ((vt - vr).norm() / vr.norm()).item(),
+            }
+            stats[f"{preset}/D{d}"] = s
+            _record("store", preset=preset, d=d, **s)
+    for key, s in stats.items():
+        assert s["max_code_diff"] <= 1, key
+        assert s["k_code_mismatch"] <= 1e-3 and s["v_code_mismatch"] <= 1e-3, (key, s)
+        assert s["k_dequant_rel"] <= 1e-2 and s["v_dequant_rel"] <= 1e-2, (key, s)
+
+
+def _n_compiled(kernel) -> int:
+    return sum(len(c[0]) for c in kernel.device_caches.values())
+
+
+def test_decode_steps_do_not_recompile() -> None:
+    ws = triton_decode.DecodeWorkspace()
+    sc = ks.build("kvarn_k4v2_g128", 128, 2, [300, 5, 1000], device="cuda", iters=1, store="triton")
+    q = ks.queries(sc, 4)
+    _decode(sc, q, 1, ws)
+    _decode(sc, q, 4, ws)
+    torch.cuda.synchronize()
+    n_dec = _n_compiled(triton_decode._kvarn_decode_kernel)
+    n_comb = _n_compiled(triton_decode._kvarn_combine_kernel)
+    n_store = _n_compiled(triton_store._kvarn_store_kernel)
+    # other steps: other batches, lengths, table widths, split counts (1 and 16 included)
+    for lens, splits in (
+        ([7, 129, 2000, 0], 3),
+        ([1], 2),
+        ([4133] * 5, 16),
+        ([64, 65], 1),
+        ([9000], 7),
+    ):
+        s2 = ks.build("kvarn_k4v2_g128", 128, 2, lens, device="cuda", iters=1, store="triton")
+        _decode(s2, ks.queries(s2, 4), splits, ws)
+        _decode(s2, ks.queries(s2, 4), None, ws)
+    torch.cuda.synchronize()
+    assert _n_compiled(triton_decode._kvarn_decode_kernel) == n_dec
+    assert _n_compiled(triton_decode._kvarn_combine_kernel) == n_comb
+    assert _n_compiled(triton_store._kvarn_store_kernel) == n_store
+    _record("compiled", decode=n_dec, combine=n_comb, store=n_store)
