@@ -1,0 +1,285 @@
+"""``hyperqwen-patches apply``: the real command in a subprocess, on real directories.
+
+Every failure case checks that DIR is byte for byte unchanged (paths, contents and modes) and that the
+error names what is wrong; every success case checks the bytes written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hyperqwen_patches.tree import Tree, TreeWriteError
+
+
+def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hyperqwen_patches", "apply", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        env={**os.environ, "COLUMNS": "400"},  # rich wraps at 80 columns off a terminal
+    )
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, bytes | str]]:
+    """Every entry under root: mode and bytes (files) or link target (symlinks)."""
+    out: dict[str, tuple[int, bytes | str]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            info = path.lstat()
+            rel = str(path.relative_to(root))
+            if stat.S_ISLNK(info.st_mode):
+                out[rel] = (info.st_mode, os.readlink(path))
+            elif stat.S_ISREG(info.st_mode):
+                out[rel] = (info.st_mode, path.read_bytes())
+            else:
+                out[rel] = (info.st_mode, "")
+    return out
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "site-packages"
+    (root / "vllm" / "v1").mkdir(parents=True)
+    (root / "vllm" / "envs.py").write_bytes(b"import os\n\nA = 1\nB = 2\nC = 3\n")
+    (root / "vllm" / "v1" / "worker.py").write_bytes(
+        b"".join(b"line %d\n" % i for i in range(1, 41))
+    )
+    (root / "vllm" / "latin1.py").write_bytes(b"# caf\xe9\nx = '\xff'\n")
+    return root
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+ENVS = b"--- a/vllm/envs.py\n+++ b/vllm/envs.py\n@@ -3,3 +3,4 @@\n A = 1\n-B = 2\n+B = 20\n+D = 4\n C = 3\n"
+WORKER = (
+    b"--- a/vllm/v1/worker.py\n+++ b/vllm/v1/worker.py\n"
+    b"@@ -9,3 +9,3 @@\n line 9\n-line 10\n+line ten\n line 11\n"
+)
+CREATE = b"--- /dev/null\n+++ b/vllm/kvarn/__init__.py\n@@ -0,0 +1,2 @@\n+'''KVarN.'''\n+X = 1\n"
+BROKEN = b"--- a/vllm/envs.py\n+++ b/vllm/envs.py\n@@ -1,3 +1,3 @@\n import os\n-nope\n+yes\n \n"
+
+
+def test_apply_writes_every_patch(tree: Path, tmp_path: Path) -> None:
+    patches = [write(tmp_path, f"{i}.patch", d) for i, d in enumerate([ENVS, WORKER, CREATE])]
+    proc = run(tree, *[x for p in patches for x in ("--patch", p)])
+    assert proc.returncode == 0, proc.stderr
+    assert (tree / "vllm/envs.py").read_bytes() == b"import os\n\nA = 1\nB = 20\nD = 4\nC = 3\n"
+    assert b"line ten\n" in (tree / "vllm/v1/worker.py").read_bytes()
+    assert (tree / "vllm/kvarn/__init__.py").read_bytes() == b"'''KVarN.'''\nX = 1\n"
+    assert "ok: 3 applied, 0 already applied; changed 3 files" in proc.stdout
+    assert not list(tree.rglob(".hqp-*"))  # no temporary files left behind
+    again = run(tree, *[x for p in patches for x in ("--patch", p)])
+    assert again.returncode == 0 and "0 applied, 3 already applied" in again.stdout
+
+
+def test_json_records_per_hunk(tree: Path, tmp_path: Path) -> None:
+    worker = tree / "vllm/v1/worker.py"
+    worker.write_bytes(b"new\n" * 3 + worker.read_bytes())
+    proc = run(tree, "--patch", write(tmp_path, "w.patch", WORKER), "--json", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    (patch,) = payload["patches"]
+    (file,) = patch["files"]
+    (hunk,) = file["hunks"]
+    assert file["path"] == "vllm/v1/worker.py" and file["status"] == "applied"
+    assert {k: hunk[k] for k in ("stated_line", "applied_line", "offset", "status")} == {
+        "stated_line": 9,
+        "applied_line": 12,
+        "offset": 3,
+        "status": "offset",
+    }
+    assert payload["totals"]["hunks"] == {"exact": 0, "offset": 1, "failed": 0, "ambiguous": 0}
+    assert payload["dry_run"] is True and payload["written"] == []
+    assert b"line ten" not in worker.read_bytes()  # dry run wrote nothing
+
+
+def test_a_failed_hunk_writes_nothing_and_shows_the_near_miss(tree: Path, tmp_path: Path) -> None:
+    before = snapshot(tree)
+    good = write(tmp_path, "good.patch", WORKER)
+    bad = write(tmp_path, "bad.patch", BROKEN)
+    proc = run(tree, "--patch", good, "--patch", bad)
+    assert proc.returncode == 1
+    assert snapshot(tree) == before
+    assert "FAILED" in proc.stdout and "bad.patch" in proc.stdout
+    assert "closest match at line 1: 1 of 3 lines equal" in proc.stdout
+    assert "expected 'nope\\n', found '\\n'" in proc.stdout
+    assert "nothing was written" in proc.stderr
+    payload = json.loads(run(tree, "--patch", good, "--patch", bad, "--json").stdout)
+    assert [p["status"] for p in payload["patches"]] == ["applied", "failed"]
+    miss = payload["patches"][1]["files"][0]["hunks"][0]["near_miss"]
+    assert miss["differences"] == [
+        {"line": 2, "expected": "nope\n", "actual": "\n"},
+        {"line": 3, "expected": "\n", "actual": "A = 1\n"},
+    ]
+
+
+def test_policies_from_the_command_line(tree: Path, tmp_path: Path) -> None:
+    worker = tree / "vllm/v1/worker.py"
+    worker.write_bytes(b"new\n" * 3 + worker.read_bytes())
+    patch = write(tmp_path, "w.patch", WORKER)
+    assert run(tree, "--patch", patch, "--exact", "--dry-run").returncode == 1
+    assert run(tree, "--patch", patch, "--max-offset", "2", "--dry-run").returncode == 1
+    assert run(tree, "--patch", patch, "--max-offset", "3", "--dry-run").returncode == 0
+    worker.write_bytes(worker.read_bytes() + b"line 9\nline 10\nline 11\n")  # a decoy copy
+    assert run(tree, "--patch", patch, "--dry-run").returncode == 0
+    strict = run(tree, "--patch", patch, "--strict", "--dry-run")
+    assert strict.returncode == 1 and "also matches at line(s) 44" in strict.stdout
+
+
+def test_check_applied_reports_patch_by_patch(tree: Path, tmp_path: Path) -> None:
+    patches = [write(tmp_path, f"{i}.patch", d) for i, d in enumerate([ENVS, WORKER, CREATE])]
+    args = [x for p in patches for x in ("--patch", p)]
+    missing = run(tree, *args, "--check-applied", "--json")
+    assert missing.returncode == 1
+    assert [p["status"] for p in json.loads(missing.stdout)["patches"]] == ["missing"] * 3
+    assert run(tree, "--patch", patches[0]).returncode == 0
+    partial = run(tree, *args, "--check-applied")
+    assert partial.returncode == 1
+    assert "does not carry 2 of 3 patches" in partial.stderr
+    assert str(patches[1]) in partial.stderr and str(patches[2]) in partial.stderr
+    before = snapshot(tree)
+    assert run(tree, *args).returncode == 0  # the first is already applied, the rest apply
+    assert snapshot(tree) != before
+    assert run(tree, *args, "--check-applied").returncode == 0
+
+
+def test_no_patch_and_no_manifest_is_a_usage_error(tree: Path, tmp_path: Path) -> None:
+    proc = run(tree, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "no --patch given and no manifest found" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"", "empty patch"),
+        (b"--- a/vllm/envs.py\n+++ b/vllm/envs.py\n@@ -1,3 +1,3 @@\n import os\n", "truncated"),
+        (
+            b"--- a/vllm/envs.py\n+++ b/vllm/envs.py\n@@ -1,2 +1,2 @@\n import os\n%%%\n",
+            "malformed",
+        ),
+        (
+            b"--- a/vllm/envs.py\n+++ b/vllm/envs.py\n@@ -1,1 +1,1 @@\n-import os\n+import sys\n+x\n",
+            "more lines than its header",
+        ),
+        (
+            b"diff --git a/vllm/x.so b/vllm/x.so\nBinary files a/vllm/x.so and b/vllm/x.so differ\n",
+            "binary diff",
+        ),
+        (b"--- a/../outside.py\n+++ b/../outside.py\n@@ -1 +1 @@\n-a\n+b\n", "escape"),
+    ],
+)
+def test_bad_patch_files_exit_2_and_write_nothing(
+    tree: Path, tmp_path: Path, data: bytes, words: str
+) -> None:
+    before = snapshot(tree)
+    good = write(tmp_path, "good.patch", WORKER)
+    bad = write(tmp_path, "bad.patch", data)
+    proc = run(tree, "--patch", good, "--patch", bad)
+    assert proc.returncode == 2, proc.stderr
+    assert words in proc.stderr and "bad.patch" in proc.stderr
+    assert snapshot(tree) == before
+
+
+def test_missing_patch_file_and_missing_dir_are_usage_errors(tree: Path, tmp_path: Path) -> None:
+    proc = run(tree, "--patch", tmp_path / "nope.patch")
+    assert proc.returncode == 2 and "nope.patch does not exist" in proc.stderr
+    good = write(tmp_path, "good.patch", WORKER)
+    proc = run(tmp_path / "no-such-dir", "--patch", good)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("setup", "data", "words"),
+    [
+        (
+            "none",
+            b"--- a/vllm/gone.py\n+++ b/vllm/gone.py\n@@ -1 +1 @@\n-a\n+b\n",
+            "does not exist",
+        ),
+        (b"--- /dev/null\n+++ b/vllm/envs.py\n@@ -0,0 +1 @@\n+x\n", "already exists"),
+        (
+            b"--- a/vllm/envs.py\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-import os\n-\n",
+            "content differs",
+        ),
+    ],
+)
+def test_tree_mismatches_exit_1_and_write_nothing(
+    tree: Path, tmp_path: Path, data: bytes, words: str
+) -> None:
+    before = snapshot(tree)
+    proc = run(
+        tree,
+        "--patch",
+        write(tmp_path, "p.patch", WORKER),
+        "--patch",
+        write(tmp_path, "x.patch", data),
+    )
+    assert proc.returncode == 1
+    assert words in proc.stdout
+    assert snapshot(tree) == before
+
+
+def test_symlink_pointing_outside_is_refused(tree: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.py").write_bytes(b"a\n")
+    (tree / "vllm" / "escape").symlink_to(outside)
+    before = snapshot(tree)
+    data = b"--- a/vllm/escape/secret.py\n+++ b/vllm/escape/secret.py\n@@ -1 +1 @@\n-a\n+b\n"
+    proc = run(tree, "--patch", write(tmp_path, "s.patch", data))
+    assert proc.returncode == 2
+    assert "outside" in proc.stderr and "symlink" in proc.stderr
+    assert snapshot(tree) == before
+    assert (outside / "secret.py").read_bytes() == b"a\n"
+
+
+def test_absolute_path_is_refused_by_the_tree(tree: Path) -> None:
+    with pytest.raises(Exception, match="absolute"):
+        Tree(tree).read(b"/etc/passwd")
+
+
+def test_non_utf8_content_passes_through_unchanged(tree: Path, tmp_path: Path) -> None:
+    data = b"--- a/vllm/latin1.py\n+++ b/vllm/latin1.py\n@@ -1,2 +1,2 @@\n # caf\xe9\n-x = '\xff'\n+x = '\xfe\xff'\n"
+    proc = run(tree, "--patch", write(tmp_path, "l.patch", data), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert (tree / "vllm/latin1.py").read_bytes() == b"# caf\xe9\nx = '\xfe\xff'\n"
+
+
+def test_write_failure_midway_restores_the_directory(tree: Path) -> None:
+    """A later target that cannot be created (its parent is a file) after earlier ones were staged."""
+    (tree / "zzz").write_bytes(b"a file, not a directory\n")
+    before = snapshot(tree)
+    changes = {
+        b"vllm/envs.py": b"changed\n",
+        b"vllm/new/module.py": b"new\n",
+        b"vllm/v1/worker.py": None,
+        b"zzz/child.py": b"cannot be written\n",
+    }
+    with pytest.raises(TreeWriteError, match="nothing was changed"):
+        Tree(tree).write(changes)
+    assert snapshot(tree) == before
+
+
+def test_write_keeps_modes_and_applies_new_ones(tree: Path) -> None:
+    envs = tree / "vllm/envs.py"
+    envs.chmod(0o600)
+    Tree(tree).write(
+        {b"vllm/envs.py": b"x\n", b"vllm/run.sh": b"#!/bin/sh\n"}, {b"vllm/run.sh": 0o100755}
+    )
+    assert stat.S_IMODE(envs.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tree / "vllm/run.sh").stat().st_mode) == 0o755
