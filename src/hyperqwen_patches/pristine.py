@@ -224,7 +224,7 @@ class DirTree(PristineTree):
             text: list[bytes] = []
             binary: list[bytes] = []
             top = os.fsencode(self.base)
-            for dirpath, dirnames, filenames in os.walk(top / self.package.encode()):
+            for dirpath, dirnames, filenames in os.walk(os.path.join(top, self.package.encode())):
                 dirnames[:] = [d for d in dirnames if d != b"__pycache__"]
                 for name in filenames:
                     full = os.path.join(dirpath, name)
@@ -393,7 +393,7 @@ def _locked(lock_path: Path, progress: Progress, label: str) -> Iterator[None]:
 
 
 _NET_ERRORS = re.compile(
-    rb"NewConnectionError|ConnectTimeout|ReadTimeout|Connection refused|Network is unreachable|"
+    rb"connection error|NewConnectionError|ConnectTimeout|ReadTimeout|Connection refused|Network is unreachable|"
     rb"Temporary failure in name resolution|Name or service not known|No route to host|"
     rb"ProxyError|SSLError|Max retries exceeded|Could not fetch URL"
 )
@@ -473,6 +473,9 @@ class PypiCache:
             "--no-deps",
             "--only-binary=:all:",
             "--disable-pip-version-check",
+            # -vv: an unreachable index is only logged at pip's debug level ("Could not fetch URL");
+            # without it "no registry" and "no such version" print the same error.
+            "-vv",
             "--progress-bar",
             "off",
             "-d",
@@ -523,8 +526,7 @@ class PypiCache:
 
     def _fill_wheel(self, entry: Path, package: str, version: str, label: str) -> None:
         """Download, verify and index the wheel under a temporary name, then rename it into place."""
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        work = entry.parent / f".tmp-{entry.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        work = _work_dir(entry)
         try:
             wheel = self._pip_download(work, package, version, label)
             with self.progress.waiting(f"verifying {wheel.name}"):
@@ -606,8 +608,7 @@ class PypiCache:
     def _fill_sdist(self, entry: Path, package: str, version: str, label: str) -> None:
         import tarfile
 
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        work = entry.parent / f".tmp-{entry.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        work = _work_dir(entry)
         try:
             archive = self._fetch_sdist(work, package, version, label)
             staged = work / "entry"
@@ -624,6 +625,19 @@ class PypiCache:
             _replace_dir(staged, entry)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _work_dir(entry: Path) -> Path:
+    """A fresh temporary directory beside ``entry``; the caller holds the entry's lock.
+
+    Holding the lock, no other process is filling this entry, so any earlier temporary directory of it
+    is debris from an interrupted run: it is removed (it was never trusted, only untidy).
+    """
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    for stale in entry.parent.glob(f".tmp-{entry.name}-*"):
+        log.debug("removing %s, left by an interrupted run", stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    return entry.parent / f".tmp-{entry.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def _tree_size(path: Path) -> int:

@@ -1,0 +1,415 @@
+"""The pristine tree: sources, the PyPI cache (cold, warm, offline, corrupt, concurrent, interrupted).
+
+The cache mechanics run real ``pip download`` against a local package index: a small wheel built here,
+served by ``--find-links`` from a directory or from a local HTTP server (slowed down where a test needs
+two processes to overlap). No pip, zip or network call is mocked. The tests marked ``network`` use the
+real vLLM 0.29.0 wheel from PyPI (through the shared cache, so it is downloaded once per machine).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hyperqwen_patches.errors import EnvironmentProblem, UsageError
+from hyperqwen_patches.pristine import (
+    PypiCache,
+    SourceSpec,
+    SourceSpecError,
+    _Quiet,
+    cache_dir,
+    open_pristine,
+    parse_source,
+)
+
+PKG = "hqpfake"
+ELF = b"\x7fELF\x02\x01\x01\x00" + b"\x00" * 64
+MARKER = b"MARKER-0123456789-THIS-LINE-IS-STORED-UNCOMPRESSED\n"
+
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def build_wheel(directory: Path, version: str = "1.0", *, extra: bytes = b"") -> Path:
+    """A minimal, valid wheel of PKG: two text files, a .so, and a stored (uncompressed) text file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    dist = f"{PKG}-{version}.dist-info"
+    members: dict[str, bytes] = {
+        f"{PKG}/__init__.py": b"VERSION = '" + version.encode() + b"'\n" + extra,
+        f"{PKG}/sub/mod,with,commas.py": b"def f():\n    return 1\n",
+        f"{PKG}/_C.abi3.so": ELF,
+        f"{PKG}/stored.txt": MARKER * 4,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {PKG}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f'"{name}",{record_hash(data)},{len(data)}\n'
+        if "," in name
+        else f"{name},{record_hash(data)},{len(data)}\n"
+        for name, data in members.items()
+    )
+    record += f"{dist}/RECORD,,\n"
+    path = directory / f"{PKG}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            method = zipfile.ZIP_STORED if name.endswith("stored.txt") else zipfile.ZIP_DEFLATED
+            zf.writestr(name, data, compress_type=method)
+        zf.writestr(f"{dist}/RECORD", record)
+    return path
+
+
+@pytest.fixture
+def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty cache and a find-links directory as the only package index."""
+    links = tmp_path / "links"
+    build_wheel(links)
+    monkeypatch.setenv("HQP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    return links
+
+
+def pip_runs(caplog: pytest.LogCaptureFixture) -> int:
+    return sum(
+        1
+        for r in caplog.records
+        if r.getMessage().startswith("running ") and " pip download " in r.getMessage()
+    )
+
+
+def test_parse_source_forms() -> None:
+    assert parse_source("pypi:vllm==0.29.0") == SourceSpec("pypi", package="vllm", version="0.29.0")
+    assert parse_source("pypi:vllm==0.29.0#sdist").sdist
+    assert parse_source("pypi") == SourceSpec("pypi")
+    assert parse_source("git:../a@b@v0.29.0") == SourceSpec("git", path="../a@b", ref="v0.29.0")
+    assert parse_source("dir:/x/site-packages") == SourceSpec("dir", path="/x/site-packages")
+    for bad in ("pypi:vllm", "pypi:vllm==1#wheel", "git:nowhere", "dir:", "http://x", ""):
+        with pytest.raises(SourceSpecError):
+            parse_source(bad)
+
+
+def test_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HQP_CACHE", str(tmp_path / "a"))
+    assert cache_dir() == tmp_path / "a"
+    monkeypatch.delenv("HQP_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert cache_dir() == tmp_path / "x/hyperqwen-patches"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_dir() == Path.home() / ".cache/hyperqwen-patches"
+
+
+def test_cold_then_warm_and_offline(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        assert tree.label == f"pypi:{PKG}==1.0"
+        assert tree.paths() == [
+            b"hqpfake/__init__.py",
+            b"hqpfake/stored.txt",
+            b"hqpfake/sub/mod,with,commas.py",
+        ]
+        assert tree.binaries() == [b"hqpfake/_C.abi3.so"]
+        assert tree.read(b"hqpfake/sub/mod,with,commas.py") == b"def f():\n    return 1\n"
+        assert tree.read(b"hqpfake/_C.abi3.so") is None  # binaries are left out of the tree
+        assert tree.read(b"hqpfake/missing.py") is None
+    assert pip_runs(caplog) == 1
+    entry = tmp_path / "cache/pypi/hqpfake-1.0-wheel"
+    assert sorted(p.name for p in entry.iterdir()) == ["hqpfake-1.0-py3-none-any.whl", "index.json"]
+    assert not list((tmp_path / "cache/pypi").glob(".tmp-*"))
+    # Offline: the index is gone; the warm cache needs no registry at all.
+    for wheel in local_index.iterdir():
+        wheel.unlink()
+    with open_pristine("pypi", package=PKG, version="1.0") as tree:
+        assert tree.read(b"hqpfake/__init__.py") == b"VERSION = '1.0'\n"
+    assert pip_runs(caplog) == 1
+
+
+def test_version_not_on_the_index_is_one_line(local_index: Path, tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as info:
+        open_pristine(f"pypi:{PKG}==9.9", package=PKG, version="9.9")
+    assert info.value.message.startswith(f"{PKG}==9.9 has no wheel on the package index (")
+    assert "\n" not in info.value.message
+    assert not (tmp_path / "cache/pypi/hqpfake-9.9-wheel").exists()
+    assert not list((tmp_path / "cache/pypi").glob(".tmp-*"))
+
+
+def test_no_cache_and_no_registry_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HQP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(
+        "PIP_INDEX_URL", "http://127.0.0.1:9/simple"
+    )  # discard port: refused at once
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    with pytest.raises(EnvironmentProblem) as info:
+        open_pristine("pypi:vllm==0.29.0", version="0.29.0")
+    assert info.value.message == (
+        f"pypi:vllm==0.29.0 is not in the cache ({tmp_path / 'cache'}) and the package index cannot be reached"
+    )
+    assert "--source dir:PATH" in (info.value.hint or "")
+
+
+def test_changed_wheel_is_refetched(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A truncated cached wheel (size differs from the verified one) is not trusted: fetched again."""
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
+    wheel = tmp_path / "cache/pypi/hqpfake-1.0-wheel/hqpfake-1.0-py3-none-any.whl"
+    data = wheel.read_bytes()
+    wheel.write_bytes(data[: len(data) // 2])
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        assert tree.read(b"hqpfake/__init__.py") == b"VERSION = '1.0'\n"
+    assert pip_runs(caplog) == 2
+    assert wheel.read_bytes() == data
+    assert any("changed since it was verified" in r.getMessage() for r in caplog.records)
+
+
+def test_silently_corrupted_member_is_detected_on_read_and_refetched(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bit rot: same size, same mtime, one byte flipped inside a member. The read's CRC/RECORD check sees it."""
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
+    wheel = tmp_path / "cache/pypi/hqpfake-1.0-wheel/hqpfake-1.0-py3-none-any.whl"
+    st = wheel.stat()
+    data = bytearray(wheel.read_bytes())
+    at = data.index(MARKER)
+    data[at] ^= 0x01
+    wheel.write_bytes(bytes(data))
+    os.utime(wheel, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        assert (
+            tree.read(b"hqpfake/__init__.py") == b"VERSION = '1.0'\n"
+        )  # intact member: no refetch
+        assert pip_runs(caplog) == 1
+        assert tree.read(b"hqpfake/stored.txt") == MARKER * 4
+    assert pip_runs(caplog) == 2
+    assert any("is corrupt" in r.getMessage() for r in caplog.records)
+
+
+def test_a_wheel_failing_its_record_is_never_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    links = tmp_path / "links"
+    wheel = build_wheel(links)
+    # Rewrite one member after RECORD was computed: the download itself is corrupt.
+    with zipfile.ZipFile(wheel) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+    members[f"{PKG}/__init__.py"] = b"tampered\n"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    monkeypatch.setenv("HQP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    with pytest.raises(EnvironmentProblem, match="does not match the wheel's RECORD"):
+        open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0")
+    assert not (tmp_path / "cache/pypi/hqpfake-1.0-wheel").exists()
+    assert not list((tmp_path / "cache/pypi").glob(".tmp-*"))
+
+
+class _SlowHandler(http.server.SimpleHTTPRequestHandler):
+    delay = 0.0
+
+    def do_GET(self) -> None:
+        if self.path.endswith(".whl"):
+            time.sleep(self.delay)
+        super().do_GET()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def slow_index(tmp_path: Path) -> Iterator[tuple[str, type[_SlowHandler]]]:
+    links = tmp_path / "links"
+    build_wheel(links, extra=b"# " + b"x" * 2_000_000 + b"\n")
+    handler = type("Handler", (_SlowHandler,), {})
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a: handler(*a, directory=str(links))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", handler
+    finally:
+        server.shutdown()
+
+
+OPEN_AND_READ = (
+    "import logging, sys; logging.basicConfig(level=logging.DEBUG, stream=sys.stderr);"
+    "from hyperqwen_patches.pristine import open_pristine;"
+    f"t = open_pristine('pypi:{PKG}==1.0', package='{PKG}', version='1.0');"
+    f"sys.stdout.write(str(len(t.read(b'{PKG}/__init__.py'))))"
+)
+
+
+def _env(tmp_path: Path, url: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "HQP_CACHE": str(tmp_path / "cache"),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": url,
+    }
+
+
+def test_two_processes_at_once_download_once(
+    tmp_path: Path, slow_index: tuple[str, type[_SlowHandler]]
+) -> None:
+    url, handler = slow_index
+    handler.delay = 1.5  # long enough for the second process to find the lock taken
+    env = _env(tmp_path, url)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPEN_AND_READ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1].decode()[-2000:] for o in outs]
+    assert outs[0][0] == outs[1][0] == str(len(b"VERSION = '1.0'\n") + 2_000_003).encode()
+    downloads = sum(o[1].count(b"pip download") for o in outs)
+    assert downloads == 1, [o[1].decode()[-2000:] for o in outs]
+
+
+def test_an_interrupted_fill_leaves_nothing_trusted(
+    tmp_path: Path, slow_index: tuple[str, type[_SlowHandler]]
+) -> None:
+    url, handler = slow_index
+    handler.delay = 30.0
+    env = _env(tmp_path, url)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OPEN_AND_READ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    pypi = tmp_path / "cache/pypi"
+    deadline = time.monotonic() + 30
+    while not list(pypi.glob(".tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(pypi.glob(".tmp-*")), "the fill never started"
+    os.killpg(proc.pid, signal.SIGKILL)  # the process and its pip child, mid-download
+    proc.wait()
+    assert not (pypi / "hqpfake-1.0-wheel").exists()
+    handler.delay = 0.0
+    out = subprocess.run(
+        [sys.executable, "-c", OPEN_AND_READ], env=env, capture_output=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert not list(pypi.glob(".tmp-*"))  # the debris was cleared by the next fill
+
+
+def test_dir_source(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    (site / "vllm/sub").mkdir(parents=True)
+    (site / "vllm/__init__.py").write_bytes(b"x = 1\r\n")
+    (site / "vllm/sub/a.py").write_bytes(b"\xe9t\xe9\n")  # Latin-1: text all the same
+    (site / "vllm/_C.so").write_bytes(ELF)
+    (site / "vllm/__pycache__").mkdir()
+    (site / "vllm/__pycache__/x.pyc").write_bytes(b"\x00")
+    tree = open_pristine(f"dir:{site}", version="0.29.0")
+    assert tree.paths() == [b"vllm/__init__.py", b"vllm/sub/a.py"]
+    assert tree.binaries() == [b"vllm/_C.so"]
+    assert tree.read(b"vllm/__init__.py") == b"x = 1\r\n"
+    assert tree.read(b"vllm/_C.so") is None and tree.read(b"vllm/nope.py") is None
+    assert tree.read(b"vllm/../../etc/passwd") is None
+    with pytest.raises(UsageError, match="no vllm/ directory") as info:
+        open_pristine(f"dir:{site / 'vllm'}", version="0.29.0")
+    assert info.value.hint == f"give the directory that holds vllm/: dir:{site}"
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def test_git_source(tmp_path: Path) -> None:
+    repo = tmp_path / "vllm-src"
+    (repo / "vllm").mkdir(parents=True)
+    (repo / "vllm/envs.py").write_bytes(b"A = 1\n")
+    (repo / "vllm/logo.bin").write_bytes(ELF)
+    (repo / "setup.py").write_bytes(b"setup()\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "v0.29.0")
+    _git(repo, "tag", "v0.29.0")
+    (repo / "vllm/envs.py").write_bytes(b"A = 2\n")  # the working tree is not the tag
+    _git(repo, "commit", "-qam", "later")
+    tree = open_pristine(f"git:{repo}@v0.29.0", version="0.29.0")
+    assert tree.read(b"vllm/envs.py") == b"A = 1\n"
+    assert tree.paths() == [b"vllm/envs.py"] and tree.binaries() == [b"vllm/logo.bin"]
+    assert tree.read(b"setup.py") is None  # only the package subtree
+    assert tree.read(b"vllm/logo.bin") is None
+    with pytest.raises(UsageError, match="'v9' is not a commit"):
+        open_pristine(f"git:{repo}@v9", version="0.29.0")
+
+
+@pytest.mark.network
+def test_real_vllm_wheel() -> None:
+    """The real 0.29.0 wheel through the shared cache (downloaded once per machine)."""
+    with open_pristine("pypi:vllm==0.29.0", version="0.29.0") as tree:
+        paths = tree.paths()
+        binaries = tree.binaries()
+        envs = tree.read(b"vllm/envs.py")
+    assert envs is not None and b"VLLM_" in envs
+    assert len(paths) == 4885 and len(binaries) == 19
+    assert b"vllm/vllm-rs" in binaries  # an executable without a suffix: found by content, not name
+    assert all(
+        b.endswith(b".so")
+        or b in (b"vllm/vllm-rs", b"vllm/distributed/kv_transfer/disagg_prefill_workflow.jpg")
+        for b in binaries
+    )
+    # A fused-MoE config: its RECORD line is quoted (the name holds commas).
+    assert (
+        b"vllm/model_executor/layers/fused_moe/configs/E=1,N=14336,device_name=NVIDIA_A100-SXM4-80GB,dtype=int8_w8a16.json"
+        in paths
+    )
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_real_vllm_sdist_agrees_with_the_wheel() -> None:
+    with (
+        open_pristine("pypi:vllm==0.29.0#sdist", version="0.29.0") as sdist,
+        open_pristine("pypi:vllm==0.29.0", version="0.29.0") as wheel,
+    ):
+        assert sdist.label == "pypi:vllm==0.29.0#sdist"
+        assert sdist.read(b"vllm/envs.py") == wheel.read(b"vllm/envs.py")
+        assert set(sdist.paths()) <= set(wheel.paths())
+
+
+@pytest.mark.network
+def test_version_missing_from_pypi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HQP_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(UsageError) as info:
+        open_pristine("pypi:vllm==0.0.999", version="0.0.999")
+    assert info.value.message.startswith("vllm==0.0.999 has no wheel on the package index (")
+    assert "\n" not in info.value.message
+
+
+def test_quiet_progress_is_silent() -> None:
+    store = PypiCache(Path("/nonexistent"), _Quiet())
+    with store.progress.download("x") as update:
+        update(1, 2)
