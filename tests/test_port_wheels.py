@@ -1,0 +1,99 @@
+"""``port`` and the retirement check on the real vLLM 0.29.0 and 0.30.0 wheels from PyPI.
+
+The wheels (~300 MB each) are fetched once into the shared cache ($HQP_CACHE) and read from there; the
+rows are cut from the wheels themselves so the expected outcome is known without trusting the tool:
+
+- ``backport``: one change hunk of the real 0.29.0 -> 0.30.0 diff of ``vllm/envs.py``: 0.30.0 carries it,
+  so it must be ``upstream``, and a retirement of it at 0.30.0 must verify;
+- ``collide``: an edit of a 0.29.0 line that 0.30.0 replaced: a conflict whose cause, the upstream
+  change, must be in the pristine diff shown;
+- ``steady``: an edit of a file both releases ship byte for byte: ``exact``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hyperqwen_patches.check import run_check
+from hyperqwen_patches.port import port
+from hyperqwen_patches.pristine import open_pristine
+from tests.test_port import make_patch, make_repo
+
+pytestmark = [pytest.mark.network, pytest.mark.slow]
+
+ENVS = b"vllm/envs.py"
+
+
+@pytest.fixture(scope="module")
+def wheels() -> tuple[dict[bytes, str], dict[bytes, str]]:
+    old = open_pristine("pypi:vllm==0.29.0", version="0.29.0")
+    new = open_pristine("pypi:vllm==0.30.0", version="0.30.0")
+    try:
+        paths = (ENVS, b"vllm/version.py")
+        olds = {p: (old.read(p) or b"").decode() for p in paths}
+        news = {p: (new.read(p) or b"").decode() for p in paths}
+    finally:
+        old.close()
+        new.close()
+    return olds, news
+
+
+def test_port_and_retire_on_real_wheels(
+    tmp_path: Path, wheels: tuple[dict[bytes, str], dict[bytes, str]]
+) -> None:
+    olds, news = wheels
+    assert olds[b"vllm/version.py"] == news[b"vllm/version.py"]
+    a = olds[ENVS].splitlines(keepends=True)
+    b = news[ENVS].splitlines(keepends=True)
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    # The first upstream replacement: its old lines are what 0.30.0 no longer has.
+    _, i1, i2, j1, j2 = next(op for op in ops if op[0] == "replace")
+    backport = "".join(a[:i1] + b[j1:j2] + a[i2:])
+    collide = "".join([*a[:i1], "# our edit of a line 0.30.0 replaced\n", *a[i1 + 1 :]])
+    steady = olds[b"vllm/version.py"] + "# ours\n"
+    w = tmp_path / "w"
+    rows = [
+        ("backport", make_patch("vllm/envs.py", olds[ENVS], backport, w)),
+        ("collide", make_patch("vllm/envs.py", olds[ENVS], collide, w)),
+        ("steady", make_patch("vllm/version.py", olds[b"vllm/version.py"], steady, w)),
+    ]
+    repo = make_repo(tmp_path, rows)
+
+    report, _ = port(repo, "0.30.0")
+    by_name = {r.name: r for r in report.rows}
+    assert report.to_label == "pypi:vllm==0.30.0"
+    assert by_name["backport"].status == "upstream"
+    assert by_name["steady"].status == "exact"
+    # In sequence, collide meets the tree as the release has it (backport contributed nothing).
+    collide_row = by_name["collide"]
+    assert collide_row.status == "conflicts" and collide_row.alone.status == "conflicts"
+    (hunk,) = collide_row.in_sequence.hunks
+    assert a[i1].encode() in [m.expected for m in hunk.mismatches]
+    # The cause is on screen: the upstream replacement is in the pristine diff shown.
+    shown = hunk.pristine_diff.decode()
+    assert "".join(f"-{line}" for line in a[i1:i2]) in shown
+    assert "".join(f"+{line}" for line in b[j1:j2]) in shown
+    (drift,) = by_name["steady"].drift
+    assert drift.status == "unchanged"
+    (candidate,) = report.retirement_candidates
+    assert (candidate.row, candidate.pin, candidate.hunk) == ("backport", "0.30.0", None)
+
+    # Retire it at 0.30.0 as the candidate says: check verifies it on the 0.30.0 wheel; the same
+    # retirement claimed at 0.29.0 (which does not carry it) is refused.
+    manifest = repo / "patches/manifest.yaml"
+    text = manifest.read_text().replace(
+        "    patch: patches/backport.patch\n",
+        "    patch: patches/backport.patch\n    skip: carried by vllm 0.30.0\n",
+    )
+    only = ("hyperqwen_patches.port:check_retirements",)
+    for pin, expected in (("0.30.0", []), ("0.29.0", ["error"])):
+        # The candidate's own YAML, as the report prints it for the manifest.
+        entry = dataclasses.replace(candidate, pin=pin).to_yaml()
+        manifest.write_text(text + "retirements:\n" + textwrap.indent(entry, "  "))
+        result = run_check(repo, pipeline=only)
+        assert [f.severity for f in result.findings] == expected, result.findings
