@@ -204,13 +204,9 @@ def test_missing_patch_file_and_missing_dir_are_usage_errors(tree: Path, tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("setup", "data", "words"),
+    ("data", "words"),
     [
-        (
-            "none",
-            b"--- a/vllm/gone.py\n+++ b/vllm/gone.py\n@@ -1 +1 @@\n-a\n+b\n",
-            "does not exist",
-        ),
+        (b"--- a/vllm/gone.py\n+++ b/vllm/gone.py\n@@ -1 +1 @@\n-a\n+b\n", "does not exist"),
         (b"--- /dev/null\n+++ b/vllm/envs.py\n@@ -0,0 +1 @@\n+x\n", "already exists"),
         (
             b"--- a/vllm/envs.py\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-import os\n-\n",
