@@ -118,8 +118,11 @@ def load_series(manifest: Manifest, *, include_skipped: bool = False) -> list[Se
             continue
         try:
             out.append(SeriesRow(row, build_patch(manifest, row)))
-        except HqpError as exc:
+        except RowError as exc:
             out.append(SeriesRow(row, None, exc.message))
+        except HqpError as exc:  # the engine's PatchParseError: it names the row, we add the file
+            message = exc.message.removeprefix(f"{row.name}: ")
+            out.append(SeriesRow(row, None, f"row {row.name} ({row.source_path}): {message}"))
     return out
 
 
