@@ -163,7 +163,7 @@ def test_import_refuses_to_move_a_checked_out_branch(tmp_path: Path) -> None:
 
 def test_module_row_exports_to_its_directory_and_imports_back(tmp_path: Path) -> None:
     fork = tmp_path / "fork"
-    base, shas = make_fork(fork)
+    _base, shas = make_fork(fork)
     series = new_series(tmp_path / "series")
     export(series, fork)
     # Turn the new-module row into a module-file row whose files live under kvarn/files.
