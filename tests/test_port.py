@@ -283,3 +283,40 @@ def test_cli_json_markdown_and_exit_code(tmp_path: Path) -> None:
     assert table.returncode == 1
     assert "conf" in table.stdout and "conflicts" in table.stdout
     assert "line 19 upstream" in table.stdout
+
+
+def test_cli_matrix_of_releases(tmp_path: Path) -> None:
+    old = release(tmp_path, "old", {"vllm/c.py": BASE})
+    repo = make_repo(
+        tmp_path,
+        [("row", make_patch("vllm/c.py", BASE, lines_with({20: "ours\n"}), tmp_path / "w"))],
+    )
+    # Two "releases" as git checkouts: v0.30.0 moves the row's lines, v0.31.0 carries the row.
+    vllm = tmp_path / "vllm-git"
+    (vllm / "vllm").mkdir(parents=True)
+    for tag, text in (("v0.30.0", "top\n" + BASE), ("v0.31.0", lines_with({20: "ours\n"}))):
+        (vllm / "vllm/c.py").write_text(text)
+        subprocess.run(["git", "init", "-q"], cwd=vllm, check=True)
+        subprocess.run(["git", "add", "."], cwd=vllm, check=True)
+        subprocess.run(["git", "commit", "-qm", tag], cwd=vllm, check=True)
+        subprocess.run(["git", "tag", tag], cwd=vllm, check=True)
+    md = tmp_path / "matrix.md"
+    base = [sys.executable, "-m", "hyperqwen_patches", "port", "--repo", str(repo)]
+    base += ["--from-source", f"dir:{old}", "--to", "0.30.0", "--to", "0.31.0"]
+    proc = subprocess.run(
+        [*base, "--source", f"git:{vllm}@v{{version}}", "--json", "--markdown", str(md)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    statuses = [r["rows"][0]["status"] for r in json.loads(proc.stdout)["reports"]]
+    assert statuses == ["offset", "upstream"]
+    text = md.read_text()
+    assert "| # | row | 0.30.0 | 0.31.0 |" in text and "| 1 | row | offset | upstream |" in text
+    assert "## vllm 0.29.0 → 0.30.0" in text and "### 1. row: already upstream" in text
+    # The candidate's YAML for the manifest is in the document.
+    assert '- row: row\n  pin: "0.31.0"' in text
+
+    one_tree = subprocess.run([*base, "--source", f"dir:{old}"], capture_output=True, text=True)
+    assert one_tree.returncode == 2
+    assert "--source names one release's tree" in one_tree.stderr

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import textwrap
 from pathlib import Path
 
@@ -97,3 +98,24 @@ def test_port_and_retire_on_real_wheels(
         manifest.write_text(text + "retirements:\n" + textwrap.indent(entry, "  "))
         result = run_check(repo, pipeline=only)
         assert [f.severity for f in result.findings] == expected, result.findings
+
+
+def test_a_version_not_on_pypi_is_one_clear_error(tmp_path: Path) -> None:
+    """pip is asked for real; nothing is left in the cache for the missing release."""
+    import subprocess
+    import sys
+
+    repo = make_repo(tmp_path, [])
+    proc = subprocess.run(
+        [sys.executable, "-m", "hyperqwen_patches", "port", "--to", "0.29.99", "--repo", str(repo)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "400"},
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith("error: vllm==0.29.99 has no wheel on the package index"), proc.stderr
+    cache = Path(os.environ["HQP_CACHE"]) / "pypi"
+    assert not any(p.name.startswith("vllm-0.29.99") for p in cache.iterdir())

@@ -185,3 +185,34 @@ def render_markdown(
                 for line in _row_section(row, report)
             ]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def render_matrix(reports: list[PortReport]) -> str:
+    """Several releases in one document: a row x release matrix, then each release's report."""
+    assert reports
+    first = reports[0]
+    versions = [r.to_version for r in reports]
+    lines = [
+        f"# Port matrix: {first.package} {first.from_version} → {', '.join(versions)}",
+        "",
+        "Each cell is the row's status in series order on that release (see the release's section "
+        "for every hunk, the cause of each conflict and the pristine diff around it).",
+        "",
+        "| # | row | " + " | ".join(versions) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in versions) + " |",
+    ]
+    for i, row in enumerate(first.rows):
+        cells = []
+        for report in reports:
+            other = report.rows[i]
+            mark = other.status + (" (alone: " + other.alone.status + ")" if other.differs else "")
+            cells.append(mark)
+        lines.append(f"| {row.position} | {cell(row.name)} | " + " | ".join(cells) + " |")
+    if not first.rows:
+        lines.append("")
+        lines.append("The series has no rows.")
+    lines.append("")
+    for report in reports:
+        lines.append(render_markdown(report, heading_level=2).rstrip("\n"))
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -26,6 +26,8 @@ Examples:
 
   hqp port --to 0.31.0 --markdown port-0.31.md --json > port-0.31.json
 
+  hqp port --to 0.30.0 --to 0.31.0 --to 0.32.0 --markdown docs/port-matrix.md
+
   hqp port --to 0.30.0 --rebase --fork ../fork
 
 Exit codes: 0 every row applies or is upstream; 1 at least one row conflicts; 2 usage or
@@ -38,7 +40,13 @@ def register(app: typer.Typer) -> None:
 
 
 def port(
-    to: Annotated[str, typer.Option("--to", help="The release to port to, such as 0.30.0.")],
+    to: Annotated[
+        list[str],
+        typer.Option(
+            "--to",
+            help="The release to port to, such as 0.30.0; repeat it for a matrix of releases.",
+        ),
+    ],
     repo: Annotated[
         Path, typer.Option("--repo", help="The repository holding patches/manifest.yaml.")
     ] = Path("."),
@@ -46,7 +54,8 @@ def port(
         str | None,
         typer.Option(
             "--source",
-            help="The new release's pristine source (default pypi:vllm==VERSION; or dir:PATH, git:PATH@REF).",
+            help="The new release's pristine source (default pypi:vllm==VERSION; or dir:PATH, "
+            "git:PATH@REF); {version} in it stands for each --to.",
         ),
     ] = None,
     from_source: Annotated[
@@ -81,46 +90,76 @@ def port(
         bool, typer.Option("--force", help="Move --branch if it exists (never an export point).")
     ] = False,
 ) -> None:
-    from hyperqwen_patches.console import emit_json, err
+    from hyperqwen_patches.console import emit_json, err, out
     from hyperqwen_patches.errors import FindingError, UsageError
     from hyperqwen_patches.port import RebaseRequest
     from hyperqwen_patches.port import port as run_port
-    from hyperqwen_patches.portreport import render_markdown
+    from hyperqwen_patches.portreport import render_markdown, render_matrix
 
     if not rebase and (fork is not None or branch is not None or force):
         raise UsageError("--fork, --branch and --force only make sense with --rebase")
+    if len(to) != len(set(to)):
+        raise UsageError("--to names the same release twice")
+    if rebase and len(to) > 1:
+        raise UsageError("--rebase builds one branch: give one --to with it")
+    if source is not None and len(to) > 1 and "{version}" not in source:
+        raise UsageError(
+            "--source names one release's tree: give one --to with it",
+            hint="or put {version} in it, such as --source 'git:../vllm@v{version}'",
+        )
     request = None
     if rebase:
         request = RebaseRequest(fork=(fork or repo).resolve(), branch=branch, force=force)
-    report, rebased = run_port(
-        repo.resolve(),
-        to,
-        to_source=source,
-        from_source=from_source,
-        progress=_progress(),
-        rebase=request,
-    )
+    results = [
+        run_port(
+            repo.resolve(),
+            version,
+            to_source=None if source is None else source.replace("{version}", version),
+            from_source=from_source,
+            progress=_progress(),
+            rebase=request,
+        )
+        for version in to
+    ]
+    reports = [r for r, _ in results]
+    rebased = results[0][1]
     if markdown is not None:
-        markdown.write_text(render_markdown(report, rebased=rebased), encoding="utf-8")
+        if len(reports) == 1:
+            text = render_markdown(reports[0], rebased=rebased)
+        else:
+            text = render_matrix(reports)
+        markdown.write_text(text, encoding="utf-8")
     if as_json:
-        payload = report.to_json()
-        payload["rebase"] = rebased.to_json() if rebased is not None else None
-        emit_json(payload)
+        payloads = []
+        for report, rebase_result in results:
+            payload = report.to_json()
+            payload["rebase"] = rebase_result.to_json() if rebase_result is not None else None
+            payloads.append(payload)
+        emit_json(payloads[0] if len(payloads) == 1 else {"reports": payloads})
     else:
-        render_terminal(report, details=diffs)
+        for i, report in enumerate(reports):
+            if i:
+                out.print()
+            render_terminal(report, details=diffs)
         if rebased is not None:
             render_rebase(rebased)
     if markdown is not None:
         err.print(f"wrote {markdown}")
-    if not report.ok:
-        conflicts = [r.name for r in report.rows if r.status == "conflicts"]
+    conflicting = [r for r in reports if not r.ok]
+    if conflicting:
         if rebased is not None:
             err.print(
                 f"{rebased.branch} holds the {len(rebased.commits)} row(s) that go through; "
                 "resolve the conflicting rows on it"
             )
         raise FindingError(
-            f"{len(conflicts)} row(s) conflict on {report.to_version}: {', '.join(conflicts)}"
+            "rows conflict on "
+            + ", ".join(
+                f"{r.to_version} ({sum(1 for x in r.rows if x.status == 'conflicts')} of "
+                f"{len(r.rows)})"
+                for r in conflicting
+            ),
+            hint="the table and --markdown show each conflicting hunk and its cause",
         )
 
 
@@ -157,7 +196,7 @@ def render_terminal(report: object, *, details: bool) -> None:
         title=f"{report.package} {report.from_version} -> {report.to_version} ({report.to_label})",
         title_justify="left",
     )
-    for column in ("#", "row", "status", "alone", "hunks", "files moved upstream"):
+    for column in ("#", "row", "status", "alone", "hunks", "files changed"):
         table.add_column(column, no_wrap=column in ("#", "row", "status"))
     for row in report.rows:
         table.add_row(
