@@ -3,12 +3,13 @@
 Where the patched package comes from:
 
 - ``HQP_VLLM_PATCHED`` (set by ``scripts/vllm-tests``): a directory holding the installed ``vllm``
-  package with the whole series applied (module-file rows copied, patches at fuzz 0);
-- otherwise this file builds one (for a developer running ``pytest tests_vllm/kvarn_backend`` with the
-  vLLM environment's python): the installed ``vllm`` package is mirrored with hard links into a cache
-  directory keyed by the bytes of the series, then the module files are copied and the two KVarN
-  patches applied with GNU ``patch -p1 --fuzz 0 --forward``, every file a patch touches being
-  unlinked first so the installed package is never written through a shared inode.
+  package with the whole series applied;
+- otherwise this file builds one (a developer running ``pytest tests_vllm/kvarn_backend`` with the
+  python that ``scripts/vllm-env`` prints): the installed ``vllm`` package is mirrored with hard links
+  into a cache directory keyed by the bytes of the series, and the whole series of
+  ``patches/manifest.yaml`` (the memory rows, the KVarN module files, the KVarN patches) is applied
+  with the tool's ``apply`` (fuzz 0, all or nothing). ``apply`` writes every file through a temporary
+  file and a rename, so the installed package's inodes are never written through.
 
 The pristine package (``HQP_VLLM_PRISTINE``, else the installed one) is exposed as ``PRISTINE_VLLM`` for
 the tests that compare against it (the knob count). ``VLLM_TARGET_DEVICE=cpu``: no GPU here.
@@ -25,8 +26,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = REPO / "kvarn/files"
-PATCHES = (REPO / "kvarn/kvarn-0.29.0.patch", REPO / "kvarn/kvarn-v2-runner-0.29.0.patch")
+SERIES_INPUTS = ("patches", "kvarn")
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
@@ -47,19 +47,11 @@ def _installed_vllm() -> Path:
 
 def _series_key() -> str:
     h = hashlib.sha256()
-    for p in sorted(FILES.rglob("*.py")):
-        h.update(str(p.relative_to(FILES)).encode() + b"\0" + p.read_bytes())
-    for p in PATCHES:
-        h.update(p.read_bytes())
+    for top in SERIES_INPUTS:
+        for p in sorted((REPO / top).rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                h.update(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes())
     return h.hexdigest()[:16]
-
-
-def _touched(patch: Path) -> list[str]:
-    out = []
-    for line in patch.read_bytes().splitlines():
-        if line.startswith(b"+++ b/"):
-            out.append(line[6:].decode())
-    return out
 
 
 def _build(installed: Path) -> Path:
@@ -73,35 +65,18 @@ def _build(installed: Path) -> Path:
     tmp = root.with_name(root.name + f".building.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    # Hard links: fast and small; every file we change is unlinked first (below).
+    # Hard links: fast and small; `apply` replaces files by rename, never writes through them.
     shutil.copytree(
         installed,
         tmp / "vllm",
         copy_function=os.link,
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    for src in FILES.rglob("*"):
-        if src.is_file() and src.suffix == ".py":
-            dst = tmp / src.relative_to(FILES)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if dst.exists():
-                dst.unlink()
-            shutil.copyfile(src, dst)
-    for patch in PATCHES:
-        for rel in _touched(patch):
-            target = tmp / rel
-            if target.exists():
-                data = target.read_bytes()
-                target.unlink()
-                target.write_bytes(data)
-        res = subprocess.run(
-            ["patch", "-p1", "--fuzz", "0", "--forward", "--batch", "-i", str(patch)],
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-        )
-        if res.returncode != 0:
-            raise RuntimeError(f"{patch.name} does not apply at fuzz 0:\n{res.stdout}{res.stderr}")
+    res = subprocess.run(
+        [str(REPO / "hqp"), "apply", str(tmp)], cwd=REPO, capture_output=True, text=True
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"the series does not apply onto {installed}:\n{res.stdout}{res.stderr}")
     (tmp / ".complete").touch()
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
