@@ -37,7 +37,7 @@ from hyperqwen_patches.engine.applying import (
     apply_patch,
 )
 from hyperqwen_patches.engine.patchset import FilePatch, Hunk, Patch, split_lines
-from hyperqwen_patches.engine.placement import FileLines, locate, near_miss
+from hyperqwen_patches.engine.placement import FileLines, LineDiff, NearMiss, locate, near_miss
 from hyperqwen_patches.errors import UsageError
 
 RowStatus = Literal["exact", "offset", "upstream", "partly-upstream", "conflicts", "skipped"]
@@ -412,6 +412,17 @@ class PristinePair:
                 added += j2 - j1
         return FileDrift(path, "changed", added=added, removed=removed)
 
+    def map_line(self, path: bytes, line: int) -> int:
+        """Where 1-based ``line`` of the old release's file is in the new one (a changed line maps
+        to the start of what replaced it); 0 when the file is gone."""
+        if self.read_new(path) is None or self.read_old(path) is None:
+            return 0
+        x = line - 1
+        for tag, i1, i2, j1, _ in self.opcodes(path):
+            if i1 <= x < i2 or (i1 == i2 == x):
+                return j1 + (x - i1) + 1 if tag == "equal" else j1 + 1
+        return line
+
     def region_diff(
         self,
         path: bytes,
@@ -543,7 +554,7 @@ def _attempt(patch: Patch, read: Reader, pair: PristinePair) -> Attempt:
     files: list[FileVerdict] = []
     keep: list[FilePatch] = []
     for fp, fwd, rev in zip(patch.files, forward.files, reverse_files, strict=True):
-        verdict, kept_hunks = _file_verdict(fp, fwd, rev, pair)
+        verdict, kept_hunks = _file_verdict(fp, fwd, rev, pair, read)
         files.append(verdict)
         if kept_hunks is not None:
             keep.append(replace(fp, hunks=kept_hunks))
@@ -566,7 +577,7 @@ def _attempt(patch: Patch, read: Reader, pair: PristinePair) -> Attempt:
 
 
 def _file_verdict(
-    fp: FilePatch, fwd: FileResult, rev: FileResult, pair: PristinePair
+    fp: FilePatch, fwd: FileResult, rev: FileResult, pair: PristinePair, read: Reader
 ) -> tuple[FileVerdict, tuple[Hunk, ...] | None]:
     """Combine forward and reverse results of one file; also the hunks to keep for the sequence
     (None: the file contributes nothing)."""
@@ -596,7 +607,7 @@ def _file_verdict(
         elif back is not None and back.ok:
             verdicts.append(_upstream(path, hunk, back, fp, pair))
         else:
-            verdicts.append(_conflict(path, hunk, result, fwd, fp, pair))
+            verdicts.append(_conflict(path, hunk, result, fwd, fp, pair, read))
     statuses = {v.status for v in verdicts}
     file_status: HunkStatus = (
         "conflict"
@@ -666,6 +677,39 @@ def _upstream(
     )
 
 
+# How far from where a hunk's region went in the new release a partial match may be and still be
+# shown as "the lines that no longer match" (farther, it is a coincidence of common lines).
+NEAR_WINDOW = 30
+
+
+def _near_region(hunk: Hunk, content: bytes, center: int) -> NearMiss | None:
+    """The best partial match of the hunk's preimage within NEAR_WINDOW lines of ``center``."""
+    lines = split_lines(content)
+    pattern = hunk.old_lines
+    if not pattern or not lines:
+        return None
+    best: tuple[int, int] | None = None  # (matched, start)
+    for start in range(max(1, center - NEAR_WINDOW), center + NEAR_WINDOW + 1):
+        if start > len(lines):
+            break
+        matched = sum(
+            1
+            for k, text in enumerate(pattern)
+            if start + k <= len(lines) and lines[start + k - 1] == text
+        )
+        key = (matched, -abs(start - center))
+        if best is None or key > (best[0], -abs(best[1] - center)):
+            best = (matched, start)
+    assert best is not None
+    matched, start = best
+    differences = tuple(
+        LineDiff(start + k, text, lines[start + k - 1] if start + k <= len(lines) else None)
+        for k, text in enumerate(pattern)
+        if start + k > len(lines) or lines[start + k - 1] != text
+    )
+    return NearMiss(line=start, matched=matched, total=len(pattern), differences=differences)
+
+
 def _conflict(
     path: bytes,
     hunk: Hunk,
@@ -673,6 +717,7 @@ def _conflict(
     fwd: FileResult,
     fp: FilePatch,
     pair: PristinePair,
+    read: Reader,
 ) -> HunkVerdict:
     miss = result.near_miss
     source = fp.old_path if fp.old_path is not None else fp.path
@@ -680,6 +725,19 @@ def _conflict(
     diff = b""
     if old_where:
         diff = pair.region_diff(source, old_range=(old_where, old_where + max(hunk.old_len, 1) - 1))
+        # The engine's near miss is the best partial match anywhere in the file; when it is far
+        # from where the hunk's region went upstream, it matched common lines (blank lines, a
+        # closing bracket) by chance. The lines that no longer match are then the ones there.
+        center = pair.map_line(source, old_where)
+        current = read(source)
+        if center and current and (miss is None or abs(miss.line - center) > NEAR_WINDOW):
+            miss = _near_region(hunk, current, center) or miss
+    cause = _conflict_cause(fp, fwd, result, pair)
+    if miss is not None and result.near_miss is not None and miss is not result.near_miss:
+        cause = (
+            f"{miss.total - miss.matched} of {miss.total} preimage lines differ at line "
+            f"{miss.line}, where the region went upstream"
+        )
     return HunkVerdict(
         path=path,
         number=hunk.number,
@@ -693,7 +751,7 @@ def _conflict(
         mismatches=tuple(Mismatch(d.line, d.expected, d.actual) for d in miss.differences)
         if miss
         else (),
-        cause=_conflict_cause(fp, fwd, result, pair),
+        cause=cause,
         pristine_diff=diff,
     )
 

@@ -7,7 +7,14 @@ order) so a re-run on the same inputs gives the same file.
 from __future__ import annotations
 
 from hyperqwen_patches.console import show
-from hyperqwen_patches.port import Attempt, HunkVerdict, PortReport, RebaseResult, RowPort
+from hyperqwen_patches.port import (
+    Attempt,
+    HunkVerdict,
+    Mismatch,
+    PortReport,
+    RebaseResult,
+    RowPort,
+)
 
 STATUS_WORDS = {
     "exact": "applies exactly",
@@ -52,6 +59,27 @@ def row_line(row: RowPort) -> str:
     )
 
 
+def _line(text: bytes) -> str:
+    shown = show(text)
+    return shown if shown.endswith("\n") else shown + "\n"
+
+
+def mismatch_text(h: HunkVerdict) -> str:
+    """The mismatching lines as a small diff: each run of adjacent lines shows the row's preimage
+    (``-``) and then what the new release has there (``+``)."""
+    runs: list[list[Mismatch]] = []
+    for m in h.mismatches:
+        if runs and m.line == runs[-1][-1].line + 1:
+            runs[-1].append(m)
+        else:
+            runs.append([m])
+    out = []
+    for run in runs:
+        out += [f"-{_line(m.expected)}" for m in run]
+        out += ["+<end of file>\n" if m.actual is None else f"+{_line(m.actual)}" for m in run]
+    return "".join(out)
+
+
 def _hunk_section(h: HunkVerdict) -> list[str]:
     where = f"`{show(h.path)}` hunk #{h.number} (stated line {h.stated_line})"
     out: list[str] = []
@@ -67,23 +95,9 @@ def _hunk_section(h: HunkVerdict) -> list[str]:
     if h.status == "upstream":
         out.append(f"- {where}: **already upstream**: {h.cause}")
     else:
-        near = (
-            f" (closest at line {h.near_line}: {h.matched}/{h.total} lines equal)"
-            if h.near_line
-            else ""
-        )
-        out.append(f"- {where}: **conflict**{near}: {h.cause}")
+        out.append(f"- {where}: **conflict**: {h.cause}")
         if h.mismatches:
-            body = "".join(
-                f"-{show(m.expected)}"
-                + ("" if m.expected.endswith(b"\n") else "\n")
-                + (
-                    f"+{show(m.actual)}" + ("" if m.actual.endswith(b"\n") else "\n")
-                    if m.actual is not None
-                    else "+<end of file>\n"
-                )
-                for m in h.mismatches
-            )
+            body = mismatch_text(h)
             out.append("")
             out.append(
                 "  Lines that no longer match (`-` the row's preimage, `+` the new release, "
@@ -128,6 +142,8 @@ def _row_section(row: RowPort, report: PortReport) -> list[str]:
             out.append("")
         for h in f.hunks:
             out += _hunk_section(h)
+    if out[-1] != "":
+        out.append("")
     return out
 
 
