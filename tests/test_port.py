@@ -320,3 +320,28 @@ def test_cli_matrix_of_releases(tmp_path: Path) -> None:
     one_tree = subprocess.run([*base, "--source", f"dir:{old}"], capture_output=True, text=True)
     assert one_tree.returncode == 2
     assert "--source names one release's tree" in one_tree.stderr
+
+
+def test_mismatch_shown_where_the_region_went_not_at_a_chance_match(tmp_path: Path) -> None:
+    """Upstream re-indented the hunk's region; far below, three of its context lines happen to be
+    repeated. The engine's best partial match anywhere is that decoy; the report must show the
+    region where it went (the lines that no longer match), and say so."""
+    base = "".join(f"line {i}\n" for i in range(1, 101))
+    rewritten = base.splitlines(keepends=True)
+    for i in range(46, 53):  # lines 47..53, except 49, re-indented
+        if i != 48:
+            rewritten[i] = "    " + rewritten[i]
+    decoy = ["line 47\n", "line 48\n", "unrelated\n", "line 50\n"]
+    new_text = "".join(rewritten[:90] + decoy + rewritten[90:])
+    old = release(tmp_path, "old", {"vllm/r.py": base})
+    new = release(tmp_path, "new", {"vllm/r.py": new_text})
+    ours = base.replace("line 50\n", "line 50 ours\n")
+    patch = make_patch("vllm/r.py", base, ours, tmp_path / "w")
+    report = run_port(tmp_path, old, new, make_repo(tmp_path, [("row", patch)]))
+    (hunk,) = report.rows[0].in_sequence.hunks
+    assert hunk.status == "conflict"
+    assert hunk.near_line == 47
+    assert hunk.cause == "6 of 7 preimage lines differ at line 47, where the region went upstream"
+    assert (47, b"line 47\n", b"    line 47\n") in [
+        (m.line, m.expected, m.actual) for m in hunk.mismatches
+    ]
