@@ -677,3 +677,34 @@ def check_unfilled_rows(ctx: object) -> list[object]:
                 )
             )
     return findings
+
+
+# --- the shipped bundle: the fork's export points, with the base commit as prerequisite ----------------
+
+BUNDLE_RELPATH = "patches/fork.bundle"
+
+
+def write_bundle(plan: ExportPlan, fork: Path, manifest: Manifest) -> str:
+    """Write ``patches/fork.bundle``: ``base..branch`` of every exported point, so that the bundle's only
+    prerequisite is the deterministic base commit (anyone can rebuild it from PyPI with ``import``)."""
+    git_dir = gitrun.git_dir_of(fork)
+    args = ["bundle", "create", "--quiet"]
+    target = manifest.root / BUNDLE_RELPATH
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    refs: list[str] = []
+    for point in manifest.export_points:
+        if point.name in plan.point_updates:
+            base, _tip = plan.point_updates[point.name]
+            refs += [f"refs/heads/{point.branch}", f"^{base}"]
+    if not refs:
+        raise UsageError("no export point to bundle")
+    gitrun.check(
+        [*args, str(tmp), *refs],
+        git_dir=git_dir,
+        # One pack thread: the delta search is then deterministic, so the same fork gives the same file.
+        config=(("pack.threads", "1"),),
+        what="writing the fork bundle",
+    )
+    os.replace(tmp, target)
+    return BUNDLE_RELPATH

@@ -87,10 +87,17 @@ def export_command(
         ),
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    bundle: Annotated[
+        bool,
+        typer.Option(
+            "--bundle",
+            help="Also write patches/fork.bundle (base..branch of every export point) for offline check.",
+        ),
+    ] = False,
 ) -> None:
     from hyperqwen_patches.console import emit_json, err
     from hyperqwen_patches.errors import FindingError
-    from hyperqwen_patches.exporting import plan_export, write_export
+    from hyperqwen_patches.exporting import plan_export, write_bundle, write_export
     from hyperqwen_patches.manifest import load_manifest, resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
@@ -117,6 +124,8 @@ def export_command(
             err.print("export --check: every export is up to date", soft_wrap=True)
         return
     written = write_export(plan)
+    if bundle:
+        written.append(write_bundle(plan, fork, manifest))
     err.print(
         f"export: wrote {len(written)} file(s)" if written else "export: already up to date",
         soft_wrap=True,
