@@ -551,9 +551,8 @@ def _near_miss_text(nm: Any) -> str:
 def check_apply(ctx: CheckContext) -> list[Finding]:
     """Invariant 3: every row applies, in order, at fuzz 0 onto the pristine tree; ambiguity fails."""
     findings: list[Finding] = []
-    _ = (
-        ctx.pristine
-    )  # opened even for an empty series: proves the pin's pristine tree is obtainable
+    # Opened even for an empty series: it proves the pin's pristine tree can be obtained.
+    _ = ctx.pristine
     for s in ctx.series:
         if s.row.skip is None and s.error is not None:
             findings.append(Finding("apply", "error", f"row {s.row.name}", s.error))
@@ -573,8 +572,19 @@ def check_apply(ctx: CheckContext) -> list[Finding]:
             findings.append(Finding("apply", "error", subject_row, patch.error))
         for file in patch.files:
             path = file.path.decode("utf-8", errors="backslashreplace")
-            if file.error:
+            # A file-level error that only summarises failed hunks is said by the hunks themselves.
+            if file.error and all(h.ok for h in file.hunks):
                 findings.append(Finding("apply", "error", f"{subject_row}: {path}", file.error))
+            if file.action == "create" and not file.ok:
+                # A creation (a new file, a module file) has no context to place: say why it failed.
+                why = next((h.reason for h in file.hunks if not h.ok and h.reason), None)
+                if why:
+                    findings.append(
+                        Finding(
+                            "apply", "error", f"{subject_row}: {path}", f"cannot create it: {why}"
+                        )
+                    )
+                continue
             for h in file.hunks:
                 over = ctx.max_offset is not None and h.ok and abs(h.offset) > ctx.max_offset
                 if h.ok and not over:

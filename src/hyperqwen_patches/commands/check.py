@@ -106,7 +106,7 @@ def render_table(report: CheckReport) -> str:
 
     from hyperqwen_patches.console import out
 
-    table = Table(title=f"series on {report.source}", title_justify="left", show_edge=False)
+    table = Table(show_edge=False)
     for name, justify in (
         ("row", "left"),
         ("files", "right"),
@@ -119,6 +119,7 @@ def render_table(report: CheckReport) -> str:
     for r in report.rows:
         table.add_row(r.row, str(r.files), str(r.hunks), str(r.exact), str(r.offset), r.status)
     if report.rows:
+        out.print(f"series on {report.source}", soft_wrap=True)
         out.print(table)
         offsets = [
             (r.row, h) for r in report.rows for h in r.hunk_records if h.offset and h.applied_line
@@ -128,7 +129,7 @@ def render_table(report: CheckReport) -> str:
                 f"  {row}: {h.path} hunk #{h.number} at line {h.applied_line} (offset {h.offset} lines)"
             )
     else:
-        out.print(f"series on {report.source}: no rows")
+        out.print(f"series on {report.source}: no rows", soft_wrap=True)
     for f in report.findings:
         label = {"error": "FAIL", "warning": "warn", "problem": "ERROR"}[f.severity]
         out.print(f"{label} [{f.check}] {f.subject}: {f.message}", soft_wrap=True)
@@ -138,16 +139,16 @@ def render_table(report: CheckReport) -> str:
     errors = sum(1 for f in report.findings if f.severity == "error")
     problems = sum(1 for f in report.findings if f.severity == "problem")
     applied = sum(1 for r in report.rows if r.status in ("exact", "offset"))
-    checks = ", ".join(report.checks)
+    applicable = sum(1 for r in report.rows if r.status != "skipped")
+    n = len(report.checks)
     if report.exit_code == 0:
-        summary = f"check: all {len(report.checks)} checks hold ({checks}); {applied} rows applied onto {report.source}"
-    else:
-        parts = []
-        if errors:
-            parts.append(f"{errors} finding{'s' if errors != 1 else ''}")
-        if problems:
-            parts.append(f"{problems} check{'s' if problems != 1 else ''} could not run")
-        summary = f"check: {', '.join(parts)} ({checks}); {applied} of {sum(1 for r in report.rows if r.status != 'skipped')} rows applied"
+        return f"check: all {n} checks hold; {applied} rows applied onto {report.source}"
+    parts = []
+    if errors:
+        parts.append(f"{errors} finding{'s' if errors != 1 else ''}")
+    if problems:
+        parts.append(f"{problems} check{'s' if problems != 1 else ''} could not run")
+    summary = f"check: {', '.join(parts)} ({n} checks); {applied} of {applicable} rows applied"
     return summary
 
 
@@ -213,7 +214,8 @@ def check_command(
         raise FindingError(summary)
     if report.exit_code == ExitCode.USAGE:
         raise EnvironmentProblem(summary)
-    out.print(summary, soft_wrap=True)
+    if not json_output:
+        out.print(summary, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
