@@ -413,14 +413,18 @@ class PristinePair:
         return FileDrift(path, "changed", added=added, removed=removed)
 
     def map_line(self, path: bytes, line: int) -> int:
-        """Where 1-based ``line`` of the old release's file is in the new one (a changed line maps
-        to the start of what replaced it); 0 when the file is gone."""
+        """Where 1-based ``line`` of the old release's file is in the new one (a line of a changed
+        block maps proportionally into what replaced it); 0 when the file is gone."""
         if self.read_new(path) is None or self.read_old(path) is None:
             return 0
         x = line - 1
-        for tag, i1, i2, j1, _ in self.opcodes(path):
+        for tag, i1, i2, j1, j2 in self.opcodes(path):
             if i1 <= x < i2 or (i1 == i2 == x):
-                return j1 + (x - i1) + 1 if tag == "equal" else j1 + 1
+                if tag == "equal":
+                    return j1 + (x - i1) + 1
+                # Inside a rewritten block: the same fraction of the way through its replacement
+                # (a re-indented 40-line block keeps its lines in order).
+                return j1 + ((x - i1) * (j2 - j1)) // max(i2 - i1, 1) + 1
         return line
 
     def region_diff(
