@@ -158,3 +158,28 @@ def test_every_pinned_option_has_a_reason() -> None:
     assert "--zero-commit" in argv and "--full-index" in argv
     assert len(FORK_COMMITS) == 4
     assert os.devnull == "/dev/null"
+
+
+def test_pins_alone_beat_a_hostile_repository_config(tmp_path: Path, isolated_env: Path) -> None:
+    """Without the scratch view: format-patch run on the fork itself, whose .git/config and global file
+    set every knob, still gives the clean bytes; the command-line pins are enough for config."""
+    repo = tmp_path / "fork"
+    base, shas = make_fork(repo)
+    clean = _export(repo, base)
+    make_hostile(repo, isolated_env)
+    git_dir = gitrun.git_dir_of(repo)
+    # Attributes are the one leak config pins cannot close (info/attributes, .gitattributes): remove
+    # them here; the scratch view is what closes them in export.
+    (git_dir / "info" / "attributes").unlink()
+    (repo / ".gitattributes").unlink()
+    for sha in shas:
+        assert exporting.format_commit(git_dir, sha) == clean[sha]
+
+
+def test_docs_table_lists_every_pinned_option() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "fork.md").read_text()
+    for option, pin, _why in exporting.FORMAT_PATCH_OPTIONS:
+        if option:
+            assert f"| `{option}` |" in text, option
+        if pin:
+            assert f"`{pin[0]}={pin[1]}`" in text, pin
