@@ -36,17 +36,18 @@ def pool_slots_needed(
 ) -> int:
     """Slots that can never run out (one slot holds one block of G tokens for all KV heads).
 
-    A request holds at most: its sink, the blocks its uncommitted tokens land in
-    (ceil(q / G) + 1 for a query of q tokens that does not start on a block boundary), and the blocks
-    its last rejected speculative tokens left behind (at most ceil(max_query_len / G) + 1 more, reused
-    by its next tokens). The queries of one step hold at most ``max_num_batched_tokens`` tokens.
+    After a step's flush a request holds: its sink (1); the blocks its q uncommitted tokens lie in,
+    at most ceil((q - 1) / G) + 1 <= q / G + 2; and, with speculative decoding, blocks left beyond
+    its sequence by last step's rejected drafts, at most ceil((max_query_len - 1) / G). Summed over
+    requests, with sum(q) <= max_num_batched_tokens:
+    ``max_num_seqs * (3 + ceil((max_query_len - 1) / G)) + ceil(max_num_batched_tokens / G)``.
     """
     if min(max_num_seqs, max_num_batched_tokens, group, max_query_len) < 1:
         raise ValueError(
             f"max_num_seqs={max_num_seqs}, max_num_batched_tokens={max_num_batched_tokens}, "
             f"group={group}, max_query_len={max_query_len}: all must be >= 1"
         )
-    per_request = 1 + 1 + (math.ceil(max_query_len / group) + 1)  # sink, straddle, spec leftovers
+    per_request = 3 + math.ceil((max_query_len - 1) / group)
     return max_num_seqs * per_request + math.ceil(max_num_batched_tokens / group)
 
 
