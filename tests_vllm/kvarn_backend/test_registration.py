@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import PATCHED_ROOT, PRISTINE_VLLM
+from kvarn_backend_trees import PATCHED_ROOT, PRISTINE_VLLM
 from vllm.config.cache import CacheConfig, CacheDType
 from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
 from vllm.v1.attention.backends import kvarn_attn
