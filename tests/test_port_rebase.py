@@ -8,6 +8,7 @@ must leave them, HEAD and the old branch exactly as they were.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -215,3 +216,61 @@ def test_check_verifies_hunk_retirements(tmp_path: Path) -> None:
         retire(repo, "row-part", "0.29.0", hunk)
         report = run_check(repo, source=f"dir:{tree}", pipeline=only)
         assert [f.severity for f in report.findings] == expected, (hunk, report.findings)
+
+
+def test_after_rebase_export_and_check_work_on_the_new_branch(ported: dict) -> None:
+    """The maintainer resolves the conflicting row on the new branch, points the manifest at the new
+    pin and branch, retires the upstream row; then export and check run as on the old branch."""
+    import sys
+
+    repo, new, fork = ported["repo"], ported["new"], ported["fork"]
+    work = fork.parent / "resolve"
+    git(fork, "worktree", "add", "-q", str(work), "qwen/0.30")
+    (work / "vllm/conf.py").write_text(lines_with({19: "line 19 upstream\n", 20: "line 20 ours\n"}))
+    git(work, "commit", "-qam", "row-conf: re-cut on 0.30.0\n\nHqp-Row: row-conf")
+    manifest = repo / "patches/manifest.yaml"
+    text = manifest.read_text()
+    text = text.replace('pin: "0.29.0"', 'pin: "0.30.0"')
+    text = text.replace("source: pypi:vllm==0.29.0", f"source: dir:{new}")
+    text = text.replace("branch: qwen/0.29", "branch: qwen/0.30")
+    text = text.replace(
+        "    patch: patches/row-up.patch\n",
+        "    patch: patches/row-up.patch\n    skip: carried by vllm 0.30.0\n",
+    )
+    # The upstream row goes last as a skipped row kept for history: rows keep the fork's order.
+    up_start = text.index("  - name: row-up\n")
+    up_end = text.index("  - name: row-part\n")
+    text = text[:up_start] + text[up_end:] + text[up_start:up_end]
+    # Both candidates: the whole row-up, and hunk #1 of row-part (which the re-exported row-part no
+    # longer has: check can only warn about that one).
+    candidates = ported["report"].retirement_candidates
+    assert [(c.row, c.hunk) for c in candidates] == [
+        ("row-up", None),
+        ("row-part", "vllm/part.py#1"),
+    ]
+    entries = "".join(c.to_yaml() for c in candidates)
+    manifest.write_text(
+        text + "retirements:\n" + "".join("  " + line + "\n" for line in entries.splitlines())
+    )
+    (repo / "docker").mkdir()
+    (repo / "docker/requirements.txt").write_text("vllm==0.30.0\n")
+
+    def hqp(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "hyperqwen_patches", *args, "--repo", str(repo)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    exported = hqp("export", "--fork", str(fork))
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    assert "row-conf" in (repo / "patches/row-conf.patch").read_text()
+    checked = hqp("check", "--fork", str(fork), "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    findings = json.loads(checked.stdout)["findings"]
+    # The row retirement is verified on the new pin; the hunk retirement names a hunk number of the
+    # row before its re-cut, which check says it cannot verify.
+    assert [(f["check"], f["severity"], f["subject"]) for f in findings] == [
+        ("retirements", "warning", "retirement of row-part at 0.30.0 (vllm/part.py#1)")
+    ]

@@ -1141,6 +1141,23 @@ def check_retirements(ctx: Any) -> list[Any]:
                 )
             tree = trees[ret.pin]
             (presence,) = verify_applied([patch], tree.read)
+            if presence.status != "present" and ret.hunk is not None and entry.row.skip is None:
+                live = apply_patch(patch, tree.read, FORWARD).ok
+                if live:
+                    # Hunk numbers name the row as it was when the hunk was retired; once the row
+                    # is re-cut without it, #N is another, live hunk (it applies forward). The
+                    # retired hunk is not in the row any more, so there is nothing to verify.
+                    findings.append(
+                        Finding(
+                            "retirements",
+                            "warning",
+                            subject,
+                            f"cannot be verified: hunk {ret.hunk} of the row as it is now applies "
+                            f"on {tree.label}, so the row was re-cut and the number names another "
+                            "hunk",
+                        )
+                    )
+                    continue
             if presence.status != "present":
                 missing = "; ".join(
                     f"{show(f.path)}: " + (f.error or "its reverse does not apply")
