@@ -295,3 +295,61 @@ def test_cli_table_json_and_exit_codes(tmp_path: Path, series_repo: Path) -> Non
     bad = run_cli("diff", old, "nope", cwd=series_repo)
     assert bad.returncode == 2
     assert bad.stderr.startswith("error: 'nope' is neither a directory nor a git revision")
+
+
+MANIFEST = """format: 1
+pin: "0.29.0"
+package: vllm
+rows:
+  - name: fix-a
+    kind: fix
+    what: {what}
+    cut_against: "0.29.0"
+    retires_when: upstream fixes it
+    patch: patches/fix-a.patch
+  - name: mods
+    kind: own
+    what: module files
+    cut_against: "0.29.0"
+    retires_when: never
+    files: kvarn/files
+"""
+
+
+def test_manifest_rows_module_files_and_metadata(tmp_path: Path, series_repo: Path) -> None:
+    fork = make_fork(tmp_path)
+    commit_row(fork, "alpha fix", "vllm/alpha.py", "alpha line 10\n", "alpha line 10 fixed\n")
+    export(fork, series_repo, ["fix-a"])
+    (series_repo / "patches/series").unlink()
+    mods = series_repo / "kvarn/files/vllm/kv"
+    mods.mkdir(parents=True)
+    (mods / "k.py").write_bytes(b"K = 1\n")
+    (series_repo / "patches/manifest.yaml").write_text(MANIFEST.format(what="the first fix"))
+    git(series_repo, "add", "-A")
+    git(series_repo, "commit", "-qm", "cut 1")
+    old = git(series_repo, "rev-parse", "HEAD")
+    (mods / "k.py").write_bytes(b"K = 2\n")
+    (series_repo / "patches/manifest.yaml").write_text(
+        MANIFEST.format(what="the same fix, reworded")
+    )
+    git(series_repo, "commit", "-qam", "cut 2")
+
+    result = diff_series(
+        load_snapshot(open_series_tree(old, repo=series_repo)),
+        load_snapshot(open_series_tree("HEAD", repo=series_repo)),
+    )
+    assert result.old_pin == result.new_pin == "0.29.0"
+    fix, mods_row = result.rows
+    assert (fix.name, fix.status) == ("fix-a", "unchanged")
+    assert fix.metadata_changes == (("what", "the first fix", "the same fix, reworded"),)
+    assert (mods_row.name, mods_row.status) == ("mods", "changed")
+    assert mods_row.old is not None and dict(mods_row.old.files) == {b"vllm/kv/k.py": b"K = 1\n"}
+    assert mods_row.interdiff == (
+        b"--- old/vllm/kv/k.py\n+++ new/vllm/kv/k.py\n@@ -1 +1 @@\n-K = 1\n+K = 2\n"
+    )
+    # The same tree read as a directory gives the same snapshot as the revision.
+    on_disk = load_snapshot(open_series_tree(f"dir:{series_repo}", repo=series_repo))
+    at_head = load_snapshot(open_series_tree("git:HEAD", repo=series_repo))
+    assert [(r.name, r.content, dict(r.files)) for r in on_disk.rows] == [
+        (r.name, r.content, dict(r.files)) for r in at_head.rows
+    ]
