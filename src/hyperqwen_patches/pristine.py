@@ -501,7 +501,8 @@ class PypiCache:
         thread.start()
         with self.progress.download(f"downloading {label}") as update:
             while proc.poll() is None:
-                update(_tree_size(piptmp) + _tree_size(dl), total[0])
+                # pip writes into its TMPDIR, then copies into -d: the larger of the two is the progress.
+                update(max(_tree_size(piptmp), _tree_size(dl)), total[0])
                 time.sleep(0.2)
             thread.join()
             update(_tree_size(dl), total[0])
