@@ -19,8 +19,8 @@ or renamed. Changed rows show an interdiff of the two patch texts with positions
 
 Examples:
 
+\b
   hqp diff main HEAD
-
   hqp diff v0.29-cut1 dir:../other-checkout --json
 
 Exit codes: 0 compared (1 with --exit-code when anything beyond positional drift changed);

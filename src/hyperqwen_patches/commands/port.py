@@ -22,12 +22,10 @@ never rewritten.
 
 Examples:
 
+\b
   hqp port --to 0.30.0
-
   hqp port --to 0.31.0 --markdown port-0.31.md --json > port-0.31.json
-
   hqp port --to 0.30.0 --to 0.31.0 --to 0.32.0 --markdown docs/port-matrix.md
-
   hqp port --to 0.30.0 --rebase --fork ../fork
 
 Exit codes: 0 every row applies or is upstream; 1 at least one row conflicts; 2 usage or
@@ -48,8 +46,14 @@ def port(
         ),
     ],
     repo: Annotated[
-        Path, typer.Option("--repo", help="The repository holding patches/manifest.yaml.")
-    ] = Path("."),
+        Path | None,
+        typer.Option(
+            "--repo",
+            help="The repository holding patches/manifest.yaml; default: found upward from the "
+            "current directory.",
+            file_okay=False,
+        ),
+    ] = None,
     source: Annotated[
         str | None,
         typer.Option(
@@ -98,6 +102,10 @@ def port(
 
     if not rebase and (fork is not None or branch is not None or force):
         raise UsageError("--fork, --branch and --force only make sense with --rebase")
+    if repo is None:
+        from hyperqwen_patches.manifest import find_repo_root
+
+        repo = find_repo_root(Path.cwd()) or Path.cwd()
     if len(to) != len(set(to)):
         raise UsageError("--to names the same release twice")
     if rebase and len(to) > 1:
