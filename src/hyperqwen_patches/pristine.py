@@ -259,8 +259,11 @@ class GitTree(PristineTree):
         self.label = f"git:{repo}@{ref}"
         if not repo.exists():
             raise UsageError(f"source {self.label}: {repo} does not exist")
+        from hyperqwen_patches import gitrun
+
+        self.git_dir = gitrun.git_dir_of(repo)
         code, out, err = _git(
-            ["rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}"], repo
+            ["rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}"], self.git_dir
         )
         if code != 0:
             raise UsageError(
@@ -273,7 +276,9 @@ class GitTree(PristineTree):
     def read(self, path: bytes) -> bytes | None:
         if not path.startswith(self.package.encode() + b"/"):
             return None
-        code, out, _ = _git(["cat-file", "blob", f"{self.commit}:{os.fsdecode(path)}"], self.repo)
+        code, out, _ = _git(
+            ["cat-file", "blob", f"{self.commit}:{os.fsdecode(path)}"], self.git_dir
+        )
         if code != 0 or _is_binary(out):
             return None
         return out
@@ -291,7 +296,7 @@ class GitTree(PristineTree):
                     "--",
                     self.package,
                 ],
-                self.repo,
+                self.git_dir,
             )
             if code != 0:
                 raise UsageError(
@@ -301,7 +306,7 @@ class GitTree(PristineTree):
             # git grep -I lists the text files by git's own binary rule (NUL in the first 8,000 bytes).
             code, out, _ = _git(
                 ["grep", "-I", "-z", "--name-only", "-e", "", self.commit, "--", self.package],
-                self.repo,
+                self.git_dir,
             )
             prefix = self.commit.encode() + b":"
             text = {p.removeprefix(prefix) for p in out.split(b"\0") if p}
