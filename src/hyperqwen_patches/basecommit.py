@@ -80,8 +80,12 @@ def check_tree_path(path: bytes) -> None:
         raise UsageError(f"{path!r}: not a valid path inside the pristine tree")
 
 
-def write_blobs(git_dir: Path, contents: Iterable[bytes]) -> list[str]:
-    """Write blobs with one ``git fast-import`` and return their SHAs in order."""
+def write_blobs(git_dir: Path, contents: Iterable[bytes], *, compression: int = 1) -> list[str]:
+    """Write blobs with one ``git fast-import`` and return their SHAs in order.
+
+    ``compression`` is zlib's level for the pack fast-import writes (it does not change any SHA): git's
+    default takes 11 s for the 97 MB of vLLM 0.29.0's text files here, level 1 5 s, level 0 3.6 s (a
+    scratch repository that lives for one check); a later ``git gc`` recompresses as the user likes."""
     stream = bytearray()
     count = 0
     for count, data in enumerate(contents, start=1):
@@ -96,6 +100,7 @@ def write_blobs(git_dir: Path, contents: Iterable[bytes]) -> list[str]:
         gitrun.check(
             ["fast-import", "--quiet", "--done", f"--export-marks={marks}"],
             git_dir=git_dir,
+            config=(("core.compression", str(compression)), ("pack.compression", str(compression))),
             input=bytes(stream),
             what="writing blobs",
         )
@@ -140,7 +145,9 @@ def commit_tree(
     return out.decode().strip()
 
 
-def write_base_commit(git_dir: Path, tree: TreeSource, *, package: str, version: str) -> BaseCommit:
+def write_base_commit(
+    git_dir: Path, tree: TreeSource, *, package: str, version: str, compression: int = 1
+) -> BaseCommit:
     """Write the deterministic base commit of ``tree`` into ``git_dir``'s object store."""
     paths = sorted(tree.paths())
     for path in paths:
@@ -155,7 +162,7 @@ def write_base_commit(git_dir: Path, tree: TreeSource, *, package: str, version:
                 raise UsageError(f"{path!r}: listed by the pristine tree but unreadable")
             yield data
 
-    shas = write_blobs(git_dir, contents())
+    shas = write_blobs(git_dir, contents(), compression=compression)
     tree_sha = write_tree(git_dir, ((p, BASE_MODE, s) for p, s in zip(paths, shas, strict=True)))
     commit = commit_tree(
         git_dir, tree_sha, message=base_message(package, version), env=fixed_identity_env()

@@ -294,6 +294,7 @@ class ExportPlan:
     added_rows: list[str] = field(default_factory=list)
     vanished_rows: list[str] = field(default_factory=list)
     commit_updates: dict[str, str] = field(default_factory=dict)  # row -> new commit SHA
+    point_of: dict[str, str] = field(default_factory=dict)  # row without export_point -> its point
     point_updates: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (base, tip)
 
     @property
@@ -450,6 +451,8 @@ def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -
                 row = by_name[name]
                 if row.commit != commit.sha:
                     plan.commit_updates[name] = commit.sha
+                if row.export_point is None:
+                    plan.point_of[name] = point.name  # a row with a commit names its export point
             else:
                 name = added.get(commit.sha) or slug(commit.subject, taken)
                 taken.add(name)
@@ -614,6 +617,12 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
             name = get(item, "name")
             if name is not None and name.value in plan.commit_updates:
                 set_key(item, "commit", plan.commit_updates[name.value])
+            if (
+                name is not None
+                and name.value in plan.point_of
+                and get(item, "export_point") is None
+            ):
+                set_key(item, "export_point", plan.point_of[name.value])
     if new_rows and rows_node is not None:
         keys = (
             "name",

@@ -534,9 +534,10 @@ def _open_session(ctx: object, source: str) -> ForkSession:
     try:
         base = basecommit.write_base_commit(
             scratch,
-            ctx.pristine,
+            ctx.pristine,  # type: ignore[attr-defined]
             package=manifest.package,
-            version=manifest.pin,  # type: ignore[attr-defined]
+            version=manifest.pin,
+            compression=0,  # the scratch repository lives for one check
         ).commit
         tips: dict[str, str] = {}
         missing: dict[str, str] = {}
