@@ -20,6 +20,7 @@ class Scenario:
     block_slot: torch.Tensor
     block_table: torch.Tensor
     seq_lens: torch.Tensor
+    comp_end: torch.Tensor  # int32 [B], from TwoTierBook.compressed_end
     h16: torch.Tensor
     k_rot: list[torch.Tensor]  # per request [L, Hkv, D] fp16 as written to the pool
     v_rot: list[torch.Tensor]
@@ -58,6 +59,7 @@ def build(
     k_all, v_all = [], []
     flushed = 0
     nxt = 0
+    comp_end: list[int] = []
     for i, n in enumerate(seq_lens):
         ids = perm[nxt : nxt + nblks[i]]
         nxt += nblks[i]
@@ -71,6 +73,7 @@ def build(
         k_all.append(k_rot)
         v_all.append(v_rot)
         if n == 0:
+            comp_end.append(1)
             continue
         req = f"r{i}"
         # Prefill of n−1 tokens, then the decode step that adds token n−1: committed = n − 1.
@@ -100,9 +103,11 @@ def build(
                 pool_k[r.slot] = float("nan")  # a freed slot must never be read again
                 pool_v[r.slot] = float("nan")
             flushed += len(refs)
+        comp_end.append(book.compressed_end(req))
     seq = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    ce = torch.tensor(comp_end, dtype=torch.int32, device=device)
     return Scenario(
-        lay, cache, pool_k, pool_v, block_slot, block_table, seq, h16, k_all, v_all, flushed
+        lay, cache, pool_k, pool_v, block_slot, block_table, seq, ce, h16, k_all, v_all, flushed
     )
 
 

@@ -167,3 +167,15 @@ def test_table_shorter_than_the_sequence_is_refused() -> None:
     book = tiers.TwoTierBook(num_slots=8, block_size=G)
     with pytest.raises(tiers.KVarNPoolError, match="needs 3 blocks, the table has 2"):
         book.step("a", [0, 1], 9, 1)
+
+
+def test_flushes_must_extend_the_compressed_prefix_in_order() -> None:
+    book = tiers.TwoTierBook(num_slots=8, block_size=G)
+    book.step("a", list(range(8)), 16, 16)
+    plan = book.step("a", list(range(8)), 17, 1)
+    assert [r.logical for r in plan.flush] == [1, 2, 3]
+    assert book.compressed_end("a") == 1
+    with pytest.raises(tiers.KVarNPoolError, match="block 2 flushed out of order"):
+        book.flushed("a", plan.flush[1:])
+    book.flushed("a", plan.flush)
+    assert book.compressed_end("a") == 4

@@ -78,6 +78,7 @@ def _decode(sc: ks.Scenario, q: torch.Tensor, splits: int | None, cfg: config.KV
         sc.block_slot,
         sc.block_table,
         sc.seq_lens,
+        sc.comp_end,
         sc.layout,
         sc.h16,
         sc.layout.head_dim**-0.5,
@@ -125,11 +126,49 @@ def test_more_splits_than_blocks_and_the_reference_fallback() -> None:
 
 def test_split_heuristic() -> None:
     cfg = config.KVarNConfig()
-    assert triton_decode.choose_splits(128, 8, 1024, 132, cfg) == 1  # batch fills the GPU
-    assert triton_decode.choose_splits(1, 8, 1024, 132, cfg) == 64  # 4·132/8 = 66, capped at 64
-    assert triton_decode.choose_splits(1, 8, 16, 132, cfg) == 2  # at least 8 blocks a split
+    # 8 programs per SM wanted: 8·132 / (128·8) -> 2 splits even for a full batch
+    assert triton_decode.choose_splits(128, 8, 1024, 132, cfg) == 2
+    assert triton_decode.choose_splits(1, 8, 1024, 132, cfg) == 64  # capped by max_splits
+    assert triton_decode.choose_splits(1, 8, 48, 132, cfg) == 3  # at least 16 blocks a split
+    assert triton_decode.choose_splits(1, 8, 8, 132, cfg) == 1
     assert triton_decode.choose_splits(1, 8, 1024, 132, config.KVarNConfig(split_k=False)) == 1
     assert triton_decode.choose_splits(1, 8, 1024, 132, config.KVarNConfig(num_splits=5)) == 5
+
+
+@pytest.mark.parametrize(("deq", "prefetch"), [(0, False), (1, False), (0, True)])
+def test_decode_kernel_variants(deq: int, prefetch: bool) -> None:
+    """The default variant (subnormal codes, prefetch) is covered above; the others agree too."""
+    sc = ks.build("kvarn_k4v2_g64", 128, 1, [200, 64], device=DEVICE, iters=1, store="triton")
+    q = ks.queries(sc, 4)
+    ref = ks.ref_decode(sc, q)
+    out = triton_decode.kvarn_decode(
+        q,
+        sc.cache,
+        sc.pool_k,
+        sc.pool_v,
+        sc.block_slot,
+        sc.block_table,
+        sc.seq_lens,
+        sc.comp_end,
+        sc.layout,
+        sc.h16,
+        128**-0.5,
+        CFG,
+        num_splits=2,
+        deq=deq,
+        prefetch=prefetch,
+    )
+    assert ks.cosine(out, ref).min().item() >= 0.999
+
+
+def test_comp_end_from_the_book_matches_the_slot_map() -> None:
+    sc = ks.build("kvarn_k4v2_g64", 128, 1, [1, 64, 65, 129, 300, 0], device=DEVICE, iters=0)
+    from_slots = triton_decode.compressed_end_from_slots(
+        sc.block_slot, sc.block_table, sc.seq_lens, 64
+    )
+    # [1, 64, 65, 129, 300] tokens, committed = n - 1: blocks [1, (n-1)//64) are compressed
+    assert sc.comp_end.tolist() == [1, 1, 1, 2, 4, 1]
+    assert from_slots[:-1].tolist() == sc.comp_end[:-1].tolist()
 
 
 # Everything that may change from one step to the next. None of it may be a constexpr (a new value

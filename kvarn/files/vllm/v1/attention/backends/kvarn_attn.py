@@ -232,7 +232,8 @@ class KVarNMetadata(AttentionMetadata):
     max_query_len: int
     max_seq_len: int
     plan: SlotPlan
-    block_slot: torch.Tensor  # [num_blocks] pool slot of a block, -1 when compressed
+    block_slot: torch.Tensor | None  # [num_blocks] pool slot of a block, -1 when compressed;
+    # None before the KV cache exists (dummy runs during memory profiling)
 
 
 class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
@@ -254,13 +255,16 @@ class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
         self.num_slots = kvarn_pool_slots(vllm_config, self.preset.group)
         self._table: KVarNSlotTable | None = None
 
-    def _slot_table(self) -> KVarNSlotTable:
-        if self._table is None:
-            ctx = self.vllm_config.compilation_config.static_forward_context
-            kv_cache = ctx[self.layer_names[0]].kv_cache
-            self._table = KVarNSlotTable(
-                int(kv_cache.shape[0]), self.num_slots, self.preset.group, self.device
-            )
+    def _slot_table(self) -> KVarNSlotTable | None:
+        """The group's table, sized by the layer's KV cache; None while no KV cache is bound (dummy
+        and graph-memory runs before the KV cache exists build metadata too)."""
+        ctx = self.vllm_config.compilation_config.static_forward_context
+        kv_cache = getattr(ctx.get(self.layer_names[0]), "kv_cache", None)
+        if not isinstance(kv_cache, torch.Tensor) or kv_cache.dim() != 4 or kv_cache.shape[0] == 0:
+            return None
+        num_blocks = int(kv_cache.shape[0])
+        if self._table is None or self._table.num_blocks != num_blocks:
+            self._table = KVarNSlotTable(num_blocks, self.num_slots, self.preset.group, self.device)
         return self._table
 
     def release_blocks(self, block_ids: torch.Tensor) -> None:
@@ -277,9 +281,13 @@ class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
         cam = common_attn_metadata
         n = cam.num_actual_tokens
         table = self._slot_table()
-        plan = table.plan(
-            cam.block_table_tensor, cam.seq_lens, cam.query_start_loc, cam.slot_mapping[:n]
-        )
+        if table is None:
+            plan, block_slot = _idle_plan(cam.slot_mapping[:n], self.device), None
+        else:
+            plan = table.plan(
+                cam.block_table_tensor, cam.seq_lens, cam.query_start_loc, cam.slot_mapping[:n]
+            )
+            block_slot = table.decode_view
         return KVarNMetadata(
             seq_lens=cam.seq_lens,
             query_start_loc=cam.query_start_loc,
@@ -291,8 +299,15 @@ class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
             max_query_len=cam.max_query_len,
             max_seq_len=cam.max_seq_len,
             plan=plan,
-            block_slot=table.decode_view,
+            block_slot=block_slot,
         )
+
+
+def _idle_plan(slot_mapping: torch.Tensor, device: torch.device) -> SlotPlan:
+    """No KV cache yet: nothing to flush, nowhere to write (forward then only zeroes its output)."""
+    none = torch.full((0,), -1, dtype=torch.int64, device=device)
+    lanes = torch.full((slot_mapping.shape[0],), -1, dtype=torch.int64, device=device)
+    return SlotPlan(none, none, lanes, torch.zeros_like(lanes), none)
 
 
 def kvarn_pool_slots(vllm_config: Any, group: int) -> int:
@@ -382,12 +397,15 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         if output_scale is not None or output_block_scale is not None:
             raise NotImplementedError("KVarN: fused output quantization is not supported")
         self._ensure_pool(query.device)
-        if attn_metadata is None:  # profile_run / dummy run without attention
+        if attn_metadata is None or attn_metadata.block_slot is None:
+            # profile_run, or a dummy run before the KV cache exists
             return output.fill_(0)
         assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
         records = fold_records(kv_cache, self.layout.size)
         plan = attn_metadata.plan
         n = attn_metadata.num_actual_tokens
+        # Padding tokens (past the last request) get 0, never uninitialized memory.
+        output[int(attn_metadata.query_start_loc_cpu[-1]) :].fill_(0)
 
         self._flush(records, plan)
         self._write(key[:n], value[:n], plan)

@@ -120,13 +120,24 @@ class TwoTierBook:
     def flushed(self, request: str, refs: Sequence[BlockRef]) -> None:
         """The store kernel wrote these blocks: free their slots."""
         req = self._requests[request]
-        for ref in refs:
+        for ref in sorted(refs, key=lambda r: r.logical):
             if req.slots.get(ref.logical) != ref:
                 raise KVarNPoolError(f"request {request!r}: block {ref} is not pool-resident")
+            # The decode kernel relies on the compressed blocks being exactly [1, compressed_end).
+            if ref.logical != 1 + len(req.flushed):
+                raise KVarNPoolError(
+                    f"request {request!r}: block {ref.logical} flushed out of order (blocks "
+                    f"1..{len(req.flushed)} are compressed); flush every planned block, in order"
+                )
             del req.slots[ref.logical]
             req.pending_flush.discard(ref.logical)
             req.flushed.add(ref.logical)
             self._free.append(ref.slot)
+
+    def compressed_end(self, request: str) -> int:
+        """Blocks [1, compressed_end) of the request are compressed; 0 and the rest are pooled."""
+        req = self._requests.get(request)
+        return 1 + (len(req.flushed) if req else 0)
 
     def resident(self, request: str) -> dict[int, BlockRef]:
         """logical block -> ref, for the request's pool-resident blocks (sink included)."""
