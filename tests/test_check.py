@@ -410,7 +410,18 @@ def test_invalid_manifest_is_exit_2_before_any_check(tmp_path: Path) -> None:
     ]
     before = snapshot(tmp_path)
     proc = hqp("check", "--repo", str(root), "--json")
-    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.returncode == 2
+    data = json.loads(proc.stdout)  # --json readers get the problems as records too
+    assert (data["ok"], data["exit_code"]) == (False, 2)
+    assert [(f["check"], f["subject"], f["message"]) for f in data["findings"]] == [
+        (
+            "manifest",
+            "patches/manifest.yaml:5",
+            "extra: unknown key (known: format, pin, package, rows, source, paths, export_points, retirements)",
+        ),
+        ("manifest", "patches/manifest.yaml:2", "pin: must be a string, got a number (quote it)"),
+    ]
+    assert "patches/manifest.yaml: 2 problems in the manifest" in proc.stderr
     assert snapshot(tmp_path) == before
 
 

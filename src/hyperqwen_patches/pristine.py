@@ -367,10 +367,10 @@ class WheelTree(PristineTree):
         return data
 
     def paths(self) -> list[bytes]:
-        return [p.encode("utf-8", errors="surrogateescape") for p in sorted(self._text)]
+        return sorted(p.encode("utf-8", errors="surrogateescape") for p in self._text)
 
     def binaries(self) -> list[bytes]:
-        return [p.encode("utf-8", errors="surrogateescape") for p in self.index["binaries"]]
+        return sorted(p.encode("utf-8", errors="surrogateescape") for p in self.index["binaries"])
 
     def close(self) -> None:
         if self._zip is not None:
