@@ -235,3 +235,26 @@ def test_the_build_context_lets_in_what_the_dockerfile_copies() -> None:
             top = source.rstrip("/").split("/")[0]
             assert any(fnmatch.fnmatch(top, a) for a in allowed), f"{source} is excluded"
             assert (REPO / source).exists(), f"COPY {source}: no such path"
+
+
+# --- the GitHub workflow ---------------------------------------------------------------------------
+# actionlint is not installable here (its PyPI package is an sdist that downloads the binary from
+# GitHub at build time), so the workflow is checked for what it must do.
+
+
+def test_the_github_workflow_runs_what_ci_runs() -> None:
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "patch-integrity.yml").read_text())
+    triggers = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads `on` as True
+    assert "pull_request" in triggers and "push" in triggers
+    assert workflow["permissions"] == {"contents": "read"}
+    (job,) = workflow["jobs"].values()
+    runs = [step.get("run", "") for step in job["steps"]]
+    assert "bash .ci/run" in runs
+    assert "./hqp check" in runs
+    # CI's own entry point is the single source of the commands: the workflow adds none of its own
+    # tests, so the two can never drift apart.
+    ci_run = (REPO / ".ci" / "run").read_text()
+    assert "scripts/test" in ci_run
+    assert not any("pytest" in r for r in runs)
