@@ -287,3 +287,44 @@ def test_no_fork_is_a_warning_not_a_silent_pass(tmp_path: Path) -> None:
         ("replay-identity", "warning"),
         ("fork-commits", "warning"),
     }
+
+
+def test_check_command_end_to_end_exit_codes(tmp_path: Path) -> None:
+    """The whole pipeline through the real entry point: 0 on a clean fork, 1 naming the failure."""
+    import subprocess
+    import sys
+
+    fork, series, _base, shas = setup(tmp_path)
+    (series / "docker").mkdir()
+    (series / "docker" / "requirements.txt").write_text("vllm==0.29.0\n")
+    source = pristine_dir(tmp_path)
+
+    def check(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hyperqwen_patches",
+                "check",
+                "--repo",
+                str(series),
+                "--source",
+                source,
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    clean = check("--fork", str(fork), "--json")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    import json
+
+    record = json.loads(clean.stdout)
+    assert {"replay-identity", "export", "fork-commits"} <= set(record["checks"])
+    assert record["findings"] == []
+    sh(["reset", "-q", "--hard", shas[2]], cwd=fork)
+    broken = check("--fork", str(fork), "--export-point", "qwen38")
+    assert broken.returncode == 1
+    assert "FAIL [fork-commits] new-module: row new-module has no commit" in broken.stdout
