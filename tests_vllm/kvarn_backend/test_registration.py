@@ -103,6 +103,15 @@ def _reasons(backend, *, kv_cache_dtype, head_size=128, dtype=torch.float16, blo
     )
 
 
+def test_backend_capabilities():
+    b = KVarNAttentionBackend
+    assert b.get_supported_head_sizes() == [128, 256]
+    assert not b.supports_sliding_window() and not b.is_mla() and not b.supports_kv_connector()
+    assert not b.supports_device_cpu_query_lens_mismatch()
+    assert b.supports_attn_type("decoder") and not b.supports_attn_type("encoder_only")
+    assert b.forward_includes_kv_cache_update and b.accept_output_buffer
+
+
 def test_validate_configuration():
     assert _reasons(KVarNAttentionBackend, kv_cache_dtype="kvarn_k4v2_g128") == []
     assert _reasons(KVarNAttentionBackend, kv_cache_dtype="kvarn_k4v2_g64", head_size=256) == []

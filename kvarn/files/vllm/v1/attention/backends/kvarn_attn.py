@@ -192,6 +192,12 @@ class KVarNAttentionBackend(AttentionBackend):
         return attn_type == AttentionType.DECODER
 
     @classmethod
+    def supports_device_cpu_query_lens_mismatch(cls) -> bool:
+        # forward() slices requests with the host query_start_loc; adaptive verification trims
+        # drafts on the device only, which would misalign them.
+        return False
+
+    @classmethod
     def supports_kv_connector(cls) -> bool:
         # A connector would move the records but not the fp16 pool holding sinks and tails.
         return False
