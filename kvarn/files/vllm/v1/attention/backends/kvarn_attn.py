@@ -317,9 +317,11 @@ def _idle_plan(slot_mapping: torch.Tensor, device: torch.device) -> SlotPlan:
 
 
 def kvarn_pool_slots(vllm_config: Any, group: int) -> int:
+    """Pool slots per layer for this engine's limits (kvarn_pool.pool_slots_needed)."""
     sched = vllm_config.scheduler_config
     spec = vllm_config.speculative_config
-    max_query_len = 1 + (getattr(spec, "num_speculative_tokens", 0) or 0 if spec else 0)
+    num_drafts = (getattr(spec, "num_speculative_tokens", None) or 0) if spec is not None else 0
+    max_query_len = 1 + num_drafts  # a decode step: the sampled token and its drafts
     return pool_slots_needed(sched.max_num_seqs, sched.max_num_batched_tokens, group, max_query_len)
 
 
