@@ -232,6 +232,12 @@ HOSTILE_CONFIG = """\
 \tattributesFile = {attributes}
 [i18n]
 \tlogOutputEncoding = ISO-8859-1
+\tcommitEncoding = ISO-8859-1
+[pack]
+\tthreads = 8
+[user]
+\tname = Hostile User
+\temail = hostile@example.invalid
 [log]
 \tshowSignature = true
 [color]

@@ -180,3 +180,23 @@ def test_module_row_exports_to_its_directory_and_imports_back(tmp_path: Path) ->
         load_manifest(series), tmp_path / "rebuilt", tree=DictTree(PRISTINE), create=True
     )
     assert tree_of(tmp_path / "rebuilt", result[0].tip) == tree_of(fork, shas[-1])
+
+
+def test_import_under_hostile_config_gives_the_same_shas(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    from fixtures_git import make_hostile
+
+    fork = tmp_path / "fork"
+    make_fork(fork)
+    series = new_series(tmp_path / "series")
+    export(series, fork)
+    manifest = load_manifest(series)
+    clean = importing.import_series(manifest, tmp_path / "a", tree=DictTree(PRISTINE), create=True)
+    hostile_repo = tmp_path / "b"
+    sh(["init", "-q", str(hostile_repo)], cwd=tmp_path)
+    make_hostile(hostile_repo, isolated_env)  # commit.gpgSign, i18n.commitEncoding, autocrlf, ...
+    hostile = importing.import_series(manifest, hostile_repo, tree=DictTree(PRISTINE))
+    assert [r.commit for r in hostile[0].rows] == [r.commit for r in clean[0].rows]
+    raw = sh(["cat-file", "commit", hostile[0].tip], cwd=hostile_repo)
+    assert b"\nencoding " not in raw.split(b"\n\n")[0]
