@@ -25,11 +25,14 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from hyperqwen_patches import basecommit, forkgit, gitrun
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.manifest import Manifest
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.check import CheckContext, Finding
 
 # (command-line option, config pin or None, why). One place; docs/fork.md reproduces the table.
 FORMAT_PATCH_OPTIONS: tuple[tuple[str, tuple[str, str] | None, str], ...] = (
@@ -666,12 +669,12 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
 TODO_MARK = "TODO"
 
 
-def check_unfilled_rows(ctx: object) -> list[object]:
+def check_unfilled_rows(ctx: CheckContext) -> list[Finding]:
     """A row whose ``what`` or ``retires_when`` still starts with TODO (as export adds new rows) fails."""
     from hyperqwen_patches.check import Finding
 
-    findings: list[object] = []
-    for row in ctx.manifest.rows:  # type: ignore[attr-defined]
+    findings: list[Finding] = []
+    for row in ctx.manifest.rows:
         empty = [
             f for f in ("what", "retires_when") if getattr(row, f).strip().startswith(TODO_MARK)
         ]

@@ -23,11 +23,15 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hyperqwen_patches import basecommit, forkgit, gitrun
 from hyperqwen_patches.console import show
 from hyperqwen_patches.errors import GitError, UsageError
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.manifest import ExportPoint
 
 Severity = Literal["error", "warning", "info"]
 Reader = Callable[[bytes], bytes | None]
@@ -486,46 +490,48 @@ class ForkSession:
         self._stack.close()
 
 
-def fork_source(ctx: object) -> str | None:
+def fork_source(ctx: CheckContext) -> str | None:
     """``--fork`` if given, else the shipped bundle when it exists, else None (nothing to compare)."""
-    given = getattr(ctx, "fork", None)
-    if given:
-        return str(given)
-    root: Path = ctx.root  # type: ignore[attr-defined]
-    bundle = root / BUNDLE
+    if ctx.fork:
+        return ctx.fork
+    bundle = ctx.root / BUNDLE
     return str(bundle) if bundle.is_file() else None
 
 
-def _points(ctx: object) -> list[object]:
-    manifest = ctx.manifest  # type: ignore[attr-defined]
-    wanted = getattr(ctx, "export_point", None)
-    if wanted:
-        point = manifest.export_point(wanted)
+def _points(ctx: CheckContext) -> list[ExportPoint]:
+    manifest = ctx.manifest
+    if ctx.export_point:
+        point = manifest.export_point(ctx.export_point)
         if point is None:
             raise UsageError(
-                f"--export-point {wanted}: the manifest has no such export point",
-                hint="export points: " + ", ".join(p.name for p in manifest.export_points),
+                f"--export-point {ctx.export_point}: the manifest has no such export point",
+                hint="export points: "
+                + (", ".join(p.name for p in manifest.export_points) or "none"),
             )
         return [point]
     return list(manifest.export_points)
 
 
-def fork_session(ctx: object) -> ForkSession | None:
+# Checks share work through the context (check.py's rule); the fork session and the replay reports are
+# computed once per run and kept in the context's instance dict under these keys.
+_SESSION_KEY = "_hqp_fork_session"
+_REPORTS_KEY = "_hqp_replay_reports"
+
+
+def fork_session(ctx: CheckContext) -> ForkSession | None:
     """Open (once per check run) the fork named by ``--fork`` or the shipped bundle."""
     cache = vars(ctx)
-    if "_hqp_fork_session" in cache:
-        return cache["_hqp_fork_session"]  # type: ignore[no-any-return]
-    source = fork_source(ctx)
-    session: ForkSession | None = None
-    if source is not None:
-        session = _open_session(ctx, source)
-        ctx._opened.append(session)  # type: ignore[attr-defined]  # closed with the context
-    cache["_hqp_fork_session"] = session
-    return session
+    if _SESSION_KEY not in cache:
+        source = fork_source(ctx)
+        session = _open_session(ctx, source) if source is not None else None
+        if session is not None:
+            ctx._opened.append(session)  # type: ignore[arg-type]  # closed with the context
+        cache[_SESSION_KEY] = session
+    return cache[_SESSION_KEY]  # type: ignore[no-any-return]
 
 
-def _open_session(ctx: object, source: str) -> ForkSession:
-    manifest = ctx.manifest  # type: ignore[attr-defined]
+def _open_session(ctx: CheckContext, source: str) -> ForkSession:
+    manifest = ctx.manifest
     stack = contextlib.ExitStack()
     path = Path(source)
     local_repo = path.is_dir()
@@ -534,7 +540,7 @@ def _open_session(ctx: object, source: str) -> ForkSession:
     try:
         base = basecommit.write_base_commit(
             scratch,
-            ctx.pristine,  # type: ignore[attr-defined]
+            ctx.pristine,
             package=manifest.package,
             version=manifest.pin,
             compression=0,  # the scratch repository lives for one check
@@ -542,76 +548,70 @@ def _open_session(ctx: object, source: str) -> ForkSession:
         tips: dict[str, str] = {}
         missing: dict[str, str] = {}
         for point in _points(ctx):
-            branch = point.branch  # type: ignore[attr-defined]
-            name = point.name  # type: ignore[attr-defined]
-            if local_repo:
-                assert borrow is not None
-                tip = forkgit.resolve(borrow, f"refs/heads/{branch}", what="fork")
+            if borrow is not None:
+                tip = forkgit.resolve(borrow, f"refs/heads/{point.branch}", what="fork")
                 if tip is None:
-                    missing[name] = f"{source} has no branch {branch}"
+                    missing[point.name] = f"{source} has no branch {point.branch}"
                 else:
-                    tips[name] = tip
+                    tips[point.name] = tip
                 continue
             try:
-                view = fetch_branch(ForkView(scratch, "", source), source, branch)
-                tips[name] = view.tip
+                view = fetch_branch(ForkView(scratch, "", source), source, point.branch)
+                tips[point.name] = view.tip
             except GitError as exc:
-                missing[name] = exc.message
+                missing[point.name] = exc.message
     except BaseException:
         stack.close()
         raise
     return ForkSession(source, scratch, base, tips, missing, stack)
 
 
-def _finding(problem: Problem) -> object:
+def _finding(problem: Problem) -> Finding:
     from hyperqwen_patches.check import Finding
 
-    severity = problem.severity if problem.severity in ("error", "warning") else "warning"
-    return Finding(problem.check, severity, problem.subject, problem.message, problem.detail)  # type: ignore[arg-type]
+    severity: Literal["error", "warning"] = "error" if problem.severity == "error" else "warning"
+    return Finding(problem.check, severity, problem.subject, problem.message, problem.detail)
 
 
-def _reports(ctx: object) -> list[ReplayReport] | None:
+def _reports(ctx: CheckContext) -> list[ReplayReport] | None:
     cache = vars(ctx)
-    if "_hqp_replay_reports" in cache:
-        return cache["_hqp_replay_reports"]  # type: ignore[no-any-return]
+    if _REPORTS_KEY in cache:
+        return cache[_REPORTS_KEY]  # type: ignore[no-any-return]
     session = fork_session(ctx)
     reports: list[ReplayReport] | None = None
     if session is not None:
-        manifest = ctx.manifest  # type: ignore[attr-defined]
+        manifest = ctx.manifest
         first = manifest.export_points[0].name if manifest.export_points else None
-        patches = {s.row.name: s.patch for s in ctx.series}  # type: ignore[attr-defined]
+        patches = {s.row.name: s.patch for s in ctx.series}
         reports = []
         for point in _points(ctx):
-            name = point.name  # type: ignore[attr-defined]
-            if name not in session.tips:
-                report = ReplayReport(name, session.base, "")
-                report.problems.append(
-                    Problem("fork-commits", "error", name, session.missing.get(name, "no tip"))
-                )
+            if point.name not in session.tips:
+                report = ReplayReport(point.name, session.base, "")
+                reason = session.missing.get(point.name, "no tip")
+                report.problems.append(Problem("fork-commits", "error", point.name, reason))
                 reports.append(report)
                 continue
             rows = [
                 (r.name, r.commit, patches.get(r.name))
                 for r in manifest.active_rows
-                if (r.export_point or first) == name
+                if (r.export_point or first) == point.name
             ]
             reports.append(
                 check_replay(
                     session.git_dir,
-                    export_point=name,
+                    export_point=point.name,
                     base=session.base,
-                    tip=session.tips[name],
+                    tip=session.tips[point.name],
                     rows=rows,
-                    read_base=ctx.pristine.read,  # type: ignore[attr-defined]
+                    read_base=ctx.pristine.read,
                 )
             )
-    cache["_hqp_replay_reports"] = reports
+    cache[_REPORTS_KEY] = reports
     return reports
 
 
-def _no_fork_warning(ctx: object, check: str) -> list[object]:
-    manifest = ctx.manifest  # type: ignore[attr-defined]
-    if not manifest.active_rows:
+def _no_fork_warning(ctx: CheckContext, check: str) -> list[Finding]:
+    if not ctx.manifest.active_rows:
         return []
     return [
         _finding(
@@ -626,7 +626,7 @@ def _no_fork_warning(ctx: object, check: str) -> list[object]:
     ]
 
 
-def check_replay_identity(ctx: object) -> list[object]:
+def check_replay_identity(ctx: CheckContext) -> list[Finding]:
     """Invariant 4: pristine + rows 1..k == the k-th fork commit, and pristine + series == the tip."""
     reports = _reports(ctx)
     if reports is None:
@@ -634,78 +634,72 @@ def check_replay_identity(ctx: object) -> list[object]:
     return [_finding(p) for r in reports for p in r.problems if p.check == "replay-identity"]
 
 
-def check_fork_commits(ctx: object) -> list[object]:
+def check_fork_commits(ctx: CheckContext) -> list[Finding]:
     """Invariant 7: every manifest commit is on its export point, and every export point grows from
     the pin's base commit; fork commits without rows and rows without commits are named."""
     reports = _reports(ctx)
     if reports is None:
         return _no_fork_warning(ctx, "fork-commits")
     findings = [_finding(p) for r in reports for p in r.problems if p.check == "fork-commits"]
-    manifest = ctx.manifest  # type: ignore[attr-defined]
     session = fork_session(ctx)
     assert session is not None
+    manifest = ctx.manifest
     for point in _points(ctx):
-        recorded = point.base  # type: ignore[attr-defined]
-        if recorded and recorded != session.base:
+        if point.base and point.base != session.base:
             findings.append(
                 _finding(
                     Problem(
                         "fork-commits",
                         "error",
-                        point.name,  # type: ignore[attr-defined]
-                        f"export point {point.name} records base {recorded[:12]}, but the {manifest.package} "  # type: ignore[attr-defined]
-                        f"{manifest.pin} base commit is {session.base[:12]}",
+                        point.name,
+                        f"export point {point.name} records base {point.base[:12]}, but the "
+                        f"{manifest.package} {manifest.pin} base commit is {session.base[:12]}",
                     )
                 )
             )
-        tip = session.tips.get(point.name)  # type: ignore[attr-defined]
-        if point.commit and tip and point.commit != tip:  # type: ignore[attr-defined]
+        tip = session.tips.get(point.name)
+        if point.commit and tip and point.commit != tip:
             findings.append(
                 _finding(
                     Problem(
                         "fork-commits",
                         "error",
-                        point.name,  # type: ignore[attr-defined]
-                        f"export point {point.name} records commit {point.commit[:12]}, but its branch "  # type: ignore[attr-defined]
-                        f"is at {tip[:12]} (run export)",
+                        point.name,
+                        f"export point {point.name} records commit {point.commit[:12]}, but its "
+                        f"branch is at {tip[:12]} (run export)",
                     )
                 )
             )
     return findings
 
 
-def check_export(ctx: object) -> list[object]:
+def check_export(ctx: CheckContext) -> list[Finding]:
     """Invariant 5: every row's file is exactly what export writes from the fork (drift named)."""
     from hyperqwen_patches import exporting
 
     session = fork_session(ctx)
     if session is None:
         return []
-    manifest = ctx.manifest  # type: ignore[attr-defined]
-    tips = {p.name: session.tips[p.name] for p in _points(ctx) if p.name in session.tips}  # type: ignore[attr-defined]
+    tips = {p.name: session.tips[p.name] for p in _points(ctx) if p.name in session.tips}
     if not tips:
         return []
-    plan = exporting.plan_export_at(manifest, session.git_dir, tips)
-    findings: list[object] = []
+    plan = exporting.plan_export_at(ctx.manifest, session.git_dir, tips)
+    what = {
+        "positional": "positional drift only (index hashes and @@ line numbers moved); run export",
+        "semantic": "semantic drift: export would change its content",
+        "new": "export would create it",
+        "removed": "export would remove it",
+    }
+    findings: list[Finding] = []
     for change in plan.changes:
-        if change.drift in ("manifest", "rendered"):
-            continue  # the commit SHAs are fork-commits' business; rendered files are render's
-        severity: Severity = "error"
-        what = {
-            "positional": "positional drift only (index hashes and @@ line numbers moved)",
-            "semantic": "semantic drift: export would change its content",
-            "new": "export would create it",
-            "removed": "export would remove it",
-        }[change.drift]
-        findings.append(
-            _finding(
-                Problem("export", severity, change.row or change.path, f"{change.path}: {what}")
+        if (
+            change.drift in what
+        ):  # the manifest's SHAs are fork-commits' business, rendered files render's
+            message = f"{change.path}: {what[change.drift]}"
+            findings.append(
+                _finding(Problem("export", "error", change.row or change.path, message))
             )
-        )
     for name in plan.added_rows:
-        findings.append(
-            _finding(
-                Problem("export", "error", name, f"fork commit for {name} has no row (run export)")
-            )
-        )
+        message = f"fork commit for {name} has no row (run export)"
+        findings.append(_finding(Problem("export", "error", name, message)))
     return findings
