@@ -16,6 +16,6 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   python3 -m pytest -q -p no:cacheprovider tests_vllm/kvarn 2>&1 | tee "$OUT/pytest.log" || rc=1
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  python3 gpu/kvarn/bench_decode.py --out "$OUT" --sweep "${@:2}" 2>&1 | tee "$OUT/bench.log" || rc=1
+  python3 gpu/kvarn/bench_decode.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/bench.log" || rc=1
 fi
 exit $rc

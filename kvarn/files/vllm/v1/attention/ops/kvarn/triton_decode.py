@@ -598,7 +598,7 @@ def choose_splits(
     if config.num_splits:
         return min(config.num_splits, config.max_splits)
     want = -(-8 * num_sms // max(1, batch * num_kv_heads))
-    by_len = max(1, max_blocks // 16)
+    by_len = max(1, max_blocks // 4)
     return max(1, min(want, by_len, config.max_splits))
 
 
@@ -655,7 +655,7 @@ def kvarn_decode(
     workspace: DecodeWorkspace | None = None,
     num_warps: int = 4,
     deq: int = 1,
-    prefetch: bool = True,
+    prefetch: bool = False,
 ) -> torch.Tensor:
     """Decode attention over the two-tier cache; q [B, Hq, D] un-rotated; returns [B, Hq, D] in
     q's dtype.
