@@ -123,6 +123,10 @@ class Harness:
         slices = {rid: slice(qsl[i], qsl[i + 1]) for i, rid in enumerate(names)}
         return q, out, slices, md
 
+    def reject(self, rid: str, n: int) -> None:
+        """The last ``n`` tokens were rejected drafts: the sequence shrinks, its blocks stay."""
+        self.k[rid], self.v[rid] = self.k[rid][:-n], self.v[rid][:-n]
+
     def dense(self, rid: str, q: torch.Tensor) -> torch.Tensor:
         """Exact causal attention of the request's last len(q) queries over its unquantized K/V."""
         k = self.k[rid].float().repeat_interleave(HQ // HKV, 1).transpose(0, 1)
@@ -233,6 +237,26 @@ def test_chunked_prefill_and_decode_track_dense_attention(stream):
             finally:
                 h.k[rid], h.v[rid] = saved
             assert _cos(out[s], ref) > 0.98, (rid, n, total)
+
+
+def test_speculative_steps_with_rejected_drafts_track_dense_attention():
+    """Verify steps of 1 + 3 tokens crossing block boundaries, most drafts rejected each time: the
+    rejected tokens' pool rows are overwritten by the next step and never reach a record."""
+    h = Harness()
+    with set_current_vllm_config(h.cfg):
+        h.step({"a": 180})
+        for rejected in (3, 2, 3, 0, 3, 1, 3, 3):
+            q, out, sl, md = h.step({"a": 4})
+            assert _cos(out[sl["a"]], h.dense("a", q[sl["a"]])) > 0.98
+            if rejected:
+                h.reject("a", rejected)
+        # 180 + 8 x 4 - 18 rejected = 194 tokens: blocks 1 and 2 committed and flushed, tail pooled.
+        total = h.k["a"].shape[0]
+        assert total >= 3 * G
+        records = h.kv_cache.view(NB, HKV, -1)
+        blocks = h.blocks["a"]
+        assert records[blocks[1]].any() and records[blocks[2]].any()
+        assert md.block_slot[blocks[0]] >= 0 and md.block_slot[blocks[total // G]] >= 0
 
 
 def test_a_wrong_block_table_is_caught_by_the_same_comparison():
