@@ -158,3 +158,36 @@ def test_real_0_29_0_base_matches_docs_and_an_independent_build(tmp_path: Path) 
         target.write_bytes(data)
     subprocess.run(["git", "add", "-A", "vllm"], cwd=oracle, check=True)
     assert sh(["write-tree"], cwd=oracle).strip().decode() == documented_tree
+
+
+def test_cached_base_for_immutable_sources(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    tree = DictTree(PRISTINE)
+    assert basecommit.cached_base(cache, "dir:/x", tree, package="vllm", version="0.29.0") is None
+    got = basecommit.cached_base(cache, "pypi:vllm==0.29.0", tree, package="vllm", version="0.29.0")
+    assert got is not None
+    entry, commit = got
+    assert commit == FIXTURE_BASE and entry.name == "pypi_vllm==0.29.0.git"
+    assert sh(["--git-dir", str(entry), "cat-file", "-t", commit], cwd=tmp_path) == b"commit\n"
+
+    class Exploding(DictTree):
+        def read(self, path: bytes) -> bytes | None:
+            raise AssertionError("a warm cache must not read the tree")
+
+    warm = basecommit.cached_base(
+        cache, "pypi:vllm==0.29.0", Exploding(PRISTINE), package="vllm", version="0.29.0"
+    )
+    assert warm == got
+    # A half-written entry (no marker, as after an interrupted run) is not trusted: rebuilt.
+    (entry / basecommit.BASE_MARKER).unlink()
+    rebuilt = basecommit.cached_base(
+        cache, "pypi:vllm==0.29.0", tree, package="vllm", version="0.29.0"
+    )
+    assert rebuilt == got and (entry / basecommit.BASE_MARKER).is_file()
+    # A marker naming an object that is not there is not trusted either.
+    (entry / basecommit.BASE_MARKER).write_text("0" * 40 + "\n")
+    again = basecommit.cached_base(
+        cache, "pypi:vllm==0.29.0", tree, package="vllm", version="0.29.0"
+    )
+    assert again == got
+    assert [p.name for p in (cache / "base").iterdir()] == [entry.name]  # no temporary left

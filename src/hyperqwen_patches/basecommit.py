@@ -19,6 +19,9 @@ index, HEAD, refs and config are not touched.
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -186,3 +189,57 @@ def base_for_pin(
         opener = open_pristine
     tree = opener(source, package=package, version=version, cache=cache)
     return write_base_commit(git_dir, tree, package=package, version=version)
+
+
+# --- a cache of base commits for immutable sources ----------------------------------------------------
+
+BASE_MARKER = "hqp-base"
+_KEY_RE = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+def cached_base(
+    cache_root: Path, label: str, tree: TreeSource, *, package: str, version: str
+) -> tuple[Path, str] | None:
+    """A bare repository in the cache holding the base commit of an immutable source, and its SHA.
+
+    Only ``pypi:`` sources are cached: a release's files never change (pristine.py verifies the wheel
+    against its RECORD), while a ``dir:`` or ``git:`` source can. The entry is built under a temporary
+    name and renamed into place complete, with the SHA written last (``hqp-base``), so an interrupted
+    build leaves nothing a later run trusts; a concurrent run that loses the rename uses the winner's.
+    ``check`` borrows the entry through alternates instead of writing 97 MB of blobs on every run.
+    """
+    if not label.startswith("pypi:"):
+        return None
+    root = cache_root / "base"
+    entry = root / f"{_KEY_RE.sub('_', label)}.git"
+    found = _valid_entry(entry)
+    if found is not None:
+        return entry, found
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+    try:
+        gitrun.init_bare(tmp)
+        commit = write_base_commit(tmp, tree, package=package, version=version).commit
+        (tmp / BASE_MARKER).write_text(commit + "\n")
+        if entry.exists():  # unusable (no marker, or a missing object): replace it
+            shutil.rmtree(entry, ignore_errors=True)
+        try:
+            os.rename(tmp, entry)
+        except OSError:
+            found = _valid_entry(entry)  # another process renamed first
+            if found is None:
+                raise
+            return entry, found
+        return entry, commit
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _valid_entry(entry: Path) -> str | None:
+    marker = entry / BASE_MARKER
+    if not marker.is_file():
+        return None
+    commit = marker.read_text().strip()
+    probe = gitrun.run(["cat-file", "-e", f"{commit}^{{tree}}"], git_dir=entry)
+    return commit if probe.ok else None

@@ -13,7 +13,7 @@ import contextlib
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,14 +52,15 @@ class ForkCommit:
 
 
 @contextlib.contextmanager
-def scratch_repo(borrow: Path | None = None) -> Iterator[Path]:
-    """A temporary bare repository; with ``borrow``, it reads that repository's objects (read-only)."""
+def scratch_repo(borrow: Path | None = None, *, also: Sequence[Path] = ()) -> Iterator[Path]:
+    """A temporary bare repository; it reads the objects of ``borrow`` and ``also`` (read-only)."""
     tmp = Path(tempfile.mkdtemp(prefix="hqp-scratch-"))
     try:
         git_dir = gitrun.init_bare(tmp / "repo.git")
-        if borrow is not None:
-            objects = common_objects_dir(borrow)
-            (git_dir / "objects" / "info" / "alternates").write_bytes(bytes(objects) + b"\n")
+        lenders = [b for b in (borrow, *also) if b is not None]
+        if lenders:
+            lines = b"".join(bytes(common_objects_dir(b)) + b"\n" for b in lenders)
+            (git_dir / "objects" / "info" / "alternates").write_bytes(lines)
         yield git_dir
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -536,15 +536,29 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
     path = Path(source)
     local_repo = path.is_dir()
     borrow = gitrun.git_dir_of(path) if local_repo else None
-    scratch = stack.enter_context(forkgit.scratch_repo(borrow=borrow))
+    from hyperqwen_patches.pristine import cache_dir
+
+    # A release's base commit is built once per machine into the cache and borrowed from there.
+    cached = basecommit.cached_base(
+        cache_dir(),
+        ctx.pristine.label,
+        ctx.pristine,
+        package=manifest.package,
+        version=manifest.pin,
+    )
+    lenders = [cached[0]] if cached is not None else []
+    scratch = stack.enter_context(forkgit.scratch_repo(borrow=borrow, also=lenders))
     try:
-        base = basecommit.write_base_commit(
-            scratch,
-            ctx.pristine,
-            package=manifest.package,
-            version=manifest.pin,
-            compression=0,  # the scratch repository lives for one check
-        ).commit
+        if cached is not None:
+            base = cached[1]
+        else:
+            base = basecommit.write_base_commit(
+                scratch,
+                ctx.pristine,
+                package=manifest.package,
+                version=manifest.pin,
+                compression=0,  # the scratch repository lives for one check
+            ).commit
         tips: dict[str, str] = {}
         missing: dict[str, str] = {}
         for point in _points(ctx):
