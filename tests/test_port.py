@@ -167,7 +167,15 @@ def test_upstream_partly_upstream_and_conflict_cause(tmp_path: Path) -> None:
     assert [(m.line, m.expected, m.actual) for m in hunk.mismatches] == [
         (19, b"line 19\n", b"line 19 rewritten upstream\n")
     ]
-    assert hunk.cause == "1 of 7 preimage lines differ at line 17, the closest place"
+    assert hunk.cause == (
+        "1 of 7 preimage lines are not in the release at line 17 (the closest place); "
+        "it has 1 other line there"
+    )
+    assert (hunk.aligned_line, hunk.aligned) == (
+        17,
+        b" line 17\n line 18\n-line 19\n+line 19 rewritten upstream\n"
+        b" line 20\n line 21\n line 22\n line 23\n",
+    )
     assert hunk.pristine_diff == (
         b"--- a/vllm/c.py\n+++ b/vllm/c.py\n@@ -16,7 +16,7 @@\n"
         b" line 16\n line 17\n line 18\n-line 19\n+line 19 rewritten upstream\n"
@@ -341,7 +349,27 @@ def test_mismatch_shown_where_the_region_went_not_at_a_chance_match(tmp_path: Pa
     (hunk,) = report.rows[0].in_sequence.hunks
     assert hunk.status == "conflict"
     assert hunk.near_line == 47
-    assert hunk.cause == "6 of 7 preimage lines differ at line 47, where the region went upstream"
+    assert hunk.cause == (
+        "6 of 7 preimage lines are not in the release at line 47 (where the region went "
+        "upstream); it has 6 other lines there"
+    )
     assert (47, b"line 47\n", b"    line 47\n") in [
         (m.line, m.expected, m.actual) for m in hunk.mismatches
     ]
+
+
+def test_a_context_line_deleted_upstream_shows_as_one_line(tmp_path: Path) -> None:
+    """Upstream deleted one context line of the hunk: the aligned view shows that one line gone,
+    not every following line shifted (what a line-by-line comparison would show)."""
+    new_text = "".join(line for line in BASE.splitlines(keepends=True) if line != "line 18\n")
+    old = release(tmp_path, "old", {"vllm/d.py": BASE})
+    new = release(tmp_path, "new", {"vllm/d.py": new_text})
+    patch = make_patch("vllm/d.py", BASE, lines_with({20: "line 20 ours\n"}), tmp_path / "w")
+    report = run_port(tmp_path, old, new, make_repo(tmp_path, [("row", patch)]))
+    (hunk,) = report.rows[0].in_sequence.hunks
+    assert hunk.status == "conflict"
+    assert hunk.aligned.count(b"\n-") + hunk.aligned.startswith(b"-") == 1
+    assert b"-line 18\n" in hunk.aligned and b"\n+" not in hunk.aligned
+    assert (
+        hunk.cause == "1 of 7 preimage lines are not in the release at line 17 (the closest place)"
+    )

@@ -119,6 +119,11 @@ class HunkVerdict:
     matched: int = 0  # conflicts: preimage lines equal at near_line
     total: int = 0  # conflicts: preimage length
     mismatches: tuple[Mismatch, ...] = ()
+    # The same, aligned: the hunk's preimage against the release's lines where it nearly fits, as
+    # diff lines (" " equal, "-" only in the preimage, "+" only in the release), starting at
+    # ``aligned_line``; an inserted or deleted line shows as one line, not as a shifted run.
+    aligned: bytes = b""
+    aligned_line: int | None = None
     cause: str = ""  # one line: why it conflicts, or where the release carries it
     pristine_diff: bytes = b""  # old-vs-new pristine diff around the hunk's region
 
@@ -135,6 +140,8 @@ class HunkVerdict:
             "matched": self.matched,
             "total": self.total,
             "mismatches": [m.to_json() for m in self.mismatches],
+            "aligned": show(self.aligned),
+            "aligned_line": self.aligned_line,
             "cause": self.cause,
             "pristine_diff": show(self.pristine_diff),
         }
@@ -714,6 +721,34 @@ def _near_region(hunk: Hunk, content: bytes, center: int) -> NearMiss | None:
     return NearMiss(line=start, matched=matched, total=len(pattern), differences=differences)
 
 
+def _align(pattern: Sequence[bytes], lines: Sequence[bytes], near: int) -> tuple[int, bytes]:
+    """The preimage aligned with the file around 1-based line ``near``: (first file line, diff
+    lines). The window reaches one preimage length either side, so lines inserted or deleted
+    upstream inside the region show as such."""
+    lo = max(0, near - 1 - len(pattern))
+    hi = min(len(lines), near - 1 + 2 * len(pattern))
+    window = list(lines[lo:hi])
+    matcher = difflib.SequenceMatcher(None, list(pattern), window, autojunk=False)
+    blocks = [b for b in matcher.get_matching_blocks() if b.size]
+    if blocks:
+        first, last = blocks[0], blocks[-1]
+        start = max(0, first.b - first.a)
+        end = min(len(window), last.b + last.size + (len(pattern) - last.a - last.size))
+    else:
+        start = max(0, near - 1 - lo)
+        end = min(len(window), start + len(pattern))
+    span = window[start:end]
+    out: list[bytes] = []
+    ops = difflib.SequenceMatcher(None, list(pattern), span, autojunk=False).get_opcodes()
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal":
+            out += [b" " + _eol(x) for x in pattern[i1:i2]]
+            continue
+        out += [b"-" + _eol(x) for x in pattern[i1:i2]]
+        out += [b"+" + _eol(x) for x in span[j1:j2]]
+    return lo + start + 1, b"".join(out)
+
+
 def _conflict(
     path: bytes,
     hunk: Hunk,
@@ -736,11 +771,27 @@ def _conflict(
         current = read(source)
         if center and current and (miss is None or abs(miss.line - center) > NEAR_WINDOW):
             miss = _near_region(hunk, current, center) or miss
+    aligned, aligned_line = b"", None
+    current = read(source)
+    if miss is not None and current:
+        aligned_line, aligned = _align(hunk.old_lines, split_lines(current), miss.line)
     cause = _conflict_cause(fp, fwd, result, pair)
-    if miss is not None and result.near_miss is not None and miss is not result.near_miss:
+    placed_by_content = result.near_miss is not None and not (result.reason or "").startswith(
+        "misordered"
+    )
+    if aligned and placed_by_content:
+        diff_lines = aligned.splitlines()
+        gone = sum(1 for x in diff_lines if x.startswith(b"-"))
+        other = sum(1 for x in diff_lines if x.startswith(b"+"))
+        where = (
+            "where the region went upstream"
+            if miss is not result.near_miss
+            else "the closest place"
+        )
         cause = (
-            f"{miss.total - miss.matched} of {miss.total} preimage lines differ at line "
-            f"{miss.line}, where the region went upstream"
+            f"{gone} of {len(hunk.old_lines)} preimage lines are not in the release at line "
+            f"{aligned_line} ({where})"
+            + (f"; it has {other} other line{'s' if other != 1 else ''} there" if other else "")
         )
     return HunkVerdict(
         path=path,
@@ -755,6 +806,8 @@ def _conflict(
         mismatches=tuple(Mismatch(d.line, d.expected, d.actual) for d in miss.differences)
         if miss
         else (),
+        aligned=aligned,
+        aligned_line=aligned_line,
         cause=cause,
         pristine_diff=diff,
     )

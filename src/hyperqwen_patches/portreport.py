@@ -10,7 +10,6 @@ from hyperqwen_patches.console import show
 from hyperqwen_patches.port import (
     Attempt,
     HunkVerdict,
-    Mismatch,
     PortReport,
     RebaseResult,
     RowPort,
@@ -59,27 +58,6 @@ def row_line(row: RowPort) -> str:
     )
 
 
-def _line(text: bytes) -> str:
-    shown = show(text)
-    return shown if shown.endswith("\n") else shown + "\n"
-
-
-def mismatch_text(h: HunkVerdict) -> str:
-    """The mismatching lines as a small diff: each run of adjacent lines shows the row's preimage
-    (``-``) and then what the new release has there (``+``)."""
-    runs: list[list[Mismatch]] = []
-    for m in h.mismatches:
-        if runs and m.line == runs[-1][-1].line + 1:
-            runs[-1].append(m)
-        else:
-            runs.append([m])
-    out = []
-    for run in runs:
-        out += [f"-{_line(m.expected)}" for m in run]
-        out += ["+<end of file>\n" if m.actual is None else f"+{_line(m.actual)}" for m in run]
-    return "".join(out)
-
-
 def _hunk_section(h: HunkVerdict) -> list[str]:
     where = f"`{show(h.path)}` hunk #{h.number} (stated line {h.stated_line})"
     out: list[str] = []
@@ -96,15 +74,14 @@ def _hunk_section(h: HunkVerdict) -> list[str]:
         out.append(f"- {where}: **already upstream**: {h.cause}")
     else:
         out.append(f"- {where}: **conflict**: {h.cause}")
-        if h.mismatches:
-            body = mismatch_text(h)
+        if h.aligned:
             out.append("")
             out.append(
-                "  Lines that no longer match (`-` the row's preimage, `+` the new release, "
-                f"from line {h.mismatches[0].line}):"
+                f"  The hunk's preimage (`-`) against the new release (`+`) where it nearly fits, "
+                f"from line {h.aligned_line}:"
             )
             out.append("")
-            out += ["  " + line if line else "" for line in fence(body).splitlines()]
+            out += ["  " + line if line else "" for line in fence(show(h.aligned)).splitlines()]
     if h.pristine_diff:
         out.append("")
         out.append("  What changed there between the releases (old → new pristine):")

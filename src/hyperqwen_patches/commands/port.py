@@ -244,14 +244,15 @@ def render_terminal(report: object, *, details: bool) -> None:
                         style="bold",
                     )
                 )
-                for m in h.mismatches:
-                    actual = "<end of file>" if m.actual is None else show(m.actual).rstrip("\n")
+                if h.aligned:
                     out.print(
                         Text(
-                            f"  line {m.line}: expected {show(m.expected).rstrip()!r}", style="red"
+                            f"  preimage (-) against {report.to_version} (+) from line "
+                            f"{h.aligned_line}:",
+                            style="dim",
                         )
                     )
-                    out.print(Text(f"  line {m.line}:      found {actual!r}", style="green"))
+                    out.print(render_diff(h.aligned))
                 if h.pristine_diff:
                     out.print(Text("  old -> new pristine:", style="dim"))
                     out.print(render_diff(h.pristine_diff))
