@@ -252,6 +252,30 @@ def test_declared_layout_is_the_contiguous_one():
     assert KVCacheLayout.LBHNC.is_block_contiguous
 
 
+def test_the_engine_resolves_lbhnc_beside_a_linear_attention_backend(monkeypatch):
+    """A hybrid model (GDN linear attention + KVarN full attention): the engine core's resolution
+    lands on LBHNC, and a user's VLLM_KV_CACHE_LAYOUT=LBNHC is refused there, before any fold."""
+    import vllm.envs as envs
+    from vllm.config import VllmConfig
+    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
+
+    gdn = MambaAttentionBackendEnum.GDN_ATTN.get_class()
+    names = [m.name for m in get_supported_kv_cache_layouts([gdn, KVarNAttentionBackend])]
+    assert names == ["LBHNC"]
+    monkeypatch.delenv("VLLM_KV_CACHE_LAYOUT", raising=False)
+    envs.disable_envs_cache()
+    cfg = VllmConfig(cache_config=CacheConfig(cache_dtype="kvarn_k4v2_g128"))
+    assert resolve_kv_cache_layout(cfg, [names]) is KVCacheLayout.LBHNC
+    monkeypatch.setenv("VLLM_KV_CACHE_LAYOUT", "LBNHC")
+    cfg = VllmConfig(cache_config=CacheConfig(cache_dtype="kvarn_k4v2_g128"))
+    with pytest.raises(ValueError, match="LBHNC"):
+        resolve_kv_cache_layout(cfg, [names])
+
+
 def _views(layout: KVCacheLayout, name: str, head_size: int, heads: int, nblocks: int, kbs=None):
     g = PRESETS[name].group
     spec = _layer_spec(name, head_size, heads, g if kbs is None else 2 * g)
