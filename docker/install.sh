@@ -48,14 +48,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$venv" ] || die "--venv DIR is required"
-venv="$(mkdir -p "$venv" && cd "$venv" && pwd)"
-tool_venv="${tool_venv:-$(dirname "$venv")/hqp-tool}"
-
 known="requirements tool apply verify smoke serve-help"
 IFS=',' read -r -a wanted <<<"$steps"
 for step in "${wanted[@]}"; do
   [[ " $known " == *" $step "* ]] || die "unknown step '$step' (steps: ${known// /, })"
 done
+venv="$(mkdir -p "$venv" && cd "$venv" && pwd)"
+tool_venv="${tool_venv:-$(dirname "$venv")/hqp-tool}"
 want() { [[ ",$steps," == *",$1,"* ]]; }
 
 py="$venv/bin/python"
