@@ -478,11 +478,12 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         decode_rows = [
             i for i in range(num_reqs) if qsl[i + 1] - qsl[i] == 1 and committed_cpu[i] > 0
         ]
+        decoded = set(decode_rows)
         if decode_rows:
             self._decode(query, records, md, out, decode_rows, qsl)
         for i in range(num_reqs):
             lo, hi = qsl[i], qsl[i + 1]
-            if hi <= lo or i in decode_rows:
+            if hi <= lo or i in decoded:
                 continue
             q = query[lo:hi]
             if committed_cpu[i] == 0:
