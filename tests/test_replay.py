@@ -328,3 +328,15 @@ def test_check_command_end_to_end_exit_codes(tmp_path: Path) -> None:
     broken = check("--fork", str(fork), "--export-point", "qwen38")
     assert broken.returncode == 1
     assert "FAIL [fork-commits] new-module: row new-module has no commit" in broken.stdout
+
+
+def test_a_fork_without_export_points_is_a_warning(tmp_path: Path) -> None:
+    fork, series, _base, _ = setup(tmp_path)
+    path = series / "patches" / "manifest.yaml"
+    text = path.read_text()
+    start, end = text.index("export_points:"), text.index("rows:")
+    text = text[:start] + "export_points: []\n" + text[end:]
+    path.write_text(re.sub(r"\n    (export_point|commit): .*", "", text))
+    found = findings(series, tmp_path, str(fork))
+    assert [(f.check, f.severity) for f in found] == [("replay-identity", "warning")]
+    assert "names no export point" in found[0].message

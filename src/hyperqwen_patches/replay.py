@@ -645,6 +645,11 @@ def check_replay_identity(ctx: CheckContext) -> list[Finding]:
     reports = _reports(ctx)
     if reports is None:
         return _no_fork_warning(ctx, "replay-identity")
+    if not reports and ctx.manifest.active_rows:
+        message = (
+            "not verified: the manifest names no export point (export_points in docs/manifest.md)"
+        )
+        return [_finding(Problem("replay-identity", "warning", "fork", message))]
     return [_finding(p) for r in reports for p in r.problems if p.check == "replay-identity"]
 
 
