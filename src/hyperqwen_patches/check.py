@@ -117,6 +117,10 @@ class CheckContext:
         policy = Policy(max_offset=self.max_offset, exact=False, ambiguity="error", forward=True)
         return apply_series(patches, self.pristine.read, policy)
 
+    def peek(self, name: str) -> Any:
+        """A cached property's value if a check computed it, else None; never computes it."""
+        return self.__dict__.get(name)
+
     def close(self) -> None:
         for tree in self._opened:
             tree.close()
@@ -288,18 +292,12 @@ def _hunk_records(result: Any) -> tuple[HunkRecord, ...]:
 
 def row_records(ctx: CheckContext) -> list[RowRecord]:
     """The table: one record per row, from the apply result when the apply check ran."""
-    applied = ctx.__dict__.get(
-        "applied"
-    )  # only if a check computed it; never applied just for the table
+    from hyperqwen_patches.series import SeriesRow
+
+    applied = ctx.peek("applied")  # never applied just for the table
     results = {p.name: p for p in applied.patches} if applied is not None else {}
     out: list[RowRecord] = []
-    series = ctx.__dict__.get("series")
-    if series is None:
-        series = []
-        for row in ctx.manifest.rows:
-            from hyperqwen_patches.series import SeriesRow
-
-            series.append(SeriesRow(row, None, None))
+    series = ctx.peek("series") or [SeriesRow(row, None, None) for row in ctx.manifest.rows]
     for s in series:
         row = s.row
         base = {"row": row.name, "kind": row.kind, "source": row.source_path}
