@@ -15,14 +15,18 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from hyperqwen_patches.check import run_check
-from hyperqwen_patches.port import port
+from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.port import classify_rows, port, rows_from_manifest
 from hyperqwen_patches.pristine import open_pristine
+from tests.conftest import REPO_ROOT, require_gnu_patch
 from tests.test_port import make_patch, make_repo
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
@@ -119,3 +123,87 @@ def test_a_version_not_on_pypi_is_one_clear_error(tmp_path: Path) -> None:
     assert first.startswith("error: vllm==0.29.99 has no wheel on the package index"), proc.stderr
     cache = Path(os.environ["HQP_CACHE"]) / "pypi"
     assert not any(p.name.startswith("vllm-0.29.99") for p in cache.iterdir())
+
+
+_GNU_HUNK = re.compile(
+    r"^Hunk #(\d+) (?:succeeded at (\d+) \(offset (-?\d+) lines?\)|FAILED at \d+)\.$"
+)
+
+
+def gnu_verdicts(
+    tree: Path, patch_file: Path, hunks: dict[str, int]
+) -> list[tuple[str, int, str, int | None]]:
+    """(file, hunk, "offset"/"failed", line) as GNU patch 2.7.6 reports them (dry run, fuzz 0).
+
+    A file GNU patch finds reversed (``--forward`` skips it) counts as every hunk not applying,
+    which is what port's forward attempt says before it looks at the reverse."""
+    proc = subprocess.run(
+        [
+            require_gnu_patch(),
+            *("-p1", "--fuzz=0", "--forward", "--dry-run", "--batch"),
+            *("-d", str(tree), "-i", str(patch_file)),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    out: list[tuple[str, int, str, int | None]] = []
+    current = ""
+    for line in proc.stdout.splitlines():
+        if line.startswith("checking file "):
+            current = line[len("checking file ") :]
+        if line.startswith("Reversed (or previously applied) patch detected!"):
+            out += [(current, n, "failed", None) for n in range(1, hunks[current] + 1)]
+        m = _GNU_HUNK.match(line)
+        if m:
+            failed = m[2] is None
+            out.append(
+                (
+                    current,
+                    int(m[1]),
+                    "failed" if failed else "offset",
+                    None if failed else int(m[2]),
+                )
+            )
+    return out
+
+
+@pytest.mark.parametrize("version", ["0.30.0", "0.33.0"])
+def test_shipped_series_agrees_with_gnu_patch(tmp_path: Path, version: str) -> None:
+    """Every patch row of the shipped series, alone on the real release: the hunks port says apply
+    at an offset, and the ones it says conflict, are exactly what GNU patch reports (line and offset
+    included). Relational, so it holds whatever the rows are when it runs."""
+    manifest = load_manifest(REPO_ROOT)
+    rows = [r for r in rows_from_manifest(manifest) if r.kind == "patch" and r.patch is not None]
+    if not rows:
+        pytest.skip("the shipped series has no patch rows yet")
+    new = open_pristine(f"pypi:vllm=={version}", version=version)
+    old = open_pristine(manifest.source, version=manifest.pin)
+    try:
+        classified = classify_rows(rows, old, new)
+        for row, port_row in zip(rows, classified, strict=True):
+            assert row.patch is not None
+            tree = tmp_path / row.name
+            for fp in row.patch.files:
+                content = new.read(fp.old_path) if fp.old_path is not None else None
+                if content is not None:
+                    target = tree / fp.old_path.decode()
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(content)
+            mine = [
+                (
+                    h.path.decode(),
+                    h.number,
+                    "failed" if h.status in ("conflict", "upstream") else "offset",
+                    h.line if h.status in ("exact", "offset") else None,
+                )
+                for h in port_row.alone.hunks
+                if h.status != "exact"
+            ]
+            row_entry = manifest.row(row.name)
+            assert row_entry is not None and row_entry.patch is not None
+            counts = {fp.path.decode(): len(fp.hunks) for fp in row.patch.files}
+            assert gnu_verdicts(tree, REPO_ROOT / row_entry.patch, counts) == mine, row.name
+    finally:
+        new.close()
+        old.close()
