@@ -17,6 +17,7 @@ import pytest
 
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.port import PortReport, port
+from hyperqwen_patches.portreport import render_markdown
 from tests.conftest import require_gnu_patch
 
 BASE = "".join(f"line {i}\n" for i in range(1, 41))
@@ -373,3 +374,19 @@ def test_a_context_line_deleted_upstream_shows_as_one_line(tmp_path: Path) -> No
     assert (
         hunk.cause == "1 of 7 preimage lines are not in the release at line 17 (the closest place)"
     )
+
+
+def test_a_hunk_that_also_matches_elsewhere_is_reported(tmp_path: Path) -> None:
+    """The new release has a second copy of the hunk's preimage: the hunk applies at the nearer copy
+    (as GNU patch does), and the report names the other place."""
+    block = "".join(f"line {i}\n" for i in range(17, 24))
+    new_text = BASE + "# a copy below\n" + block
+    old = release(tmp_path, "old", {"vllm/dup.py": BASE})
+    new = release(tmp_path, "new", {"vllm/dup.py": new_text})
+    patch = make_patch("vllm/dup.py", BASE, lines_with({20: "line 20 ours\n"}), tmp_path / "w")
+    repo = make_repo(tmp_path, [("row", patch)])
+    report = run_port(tmp_path, old, new, repo)
+    (hunk,) = report.rows[0].in_sequence.hunks
+    assert (hunk.status, hunk.line, hunk.other_matches) == ("exact", 17, (42,))
+    assert gnu_offsets(new, patch) == []  # GNU patch takes line 17 silently
+    assert "its preimage also matches at line(s) 42" in render_markdown(report)

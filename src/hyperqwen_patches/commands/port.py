@@ -234,6 +234,15 @@ def render_terminal(report: object, *, details: bool) -> None:
                     Text(f"{row.name}: {show(f.path)}: {f.error}", style=STYLES.get(f.status, ""))
                 )
             for h in f.hunks:
+                if h.other_matches:
+                    others = ", ".join(map(str, h.other_matches))
+                    out.print(
+                        Text(
+                            f"{row.name}: {show(h.path)} hunk #{h.number} applies at line {h.line} "
+                            f"but its preimage also matches at line(s) {others}: check the place",
+                            style="yellow",
+                        )
+                    )
                 if h.status not in ("upstream", "conflict"):
                     continue
                 out.print()
