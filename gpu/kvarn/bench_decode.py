@@ -140,7 +140,7 @@ def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a @ b / (a.norm() * b.norm())).item()
 
 
-def sweep(cfg: config.KVarNConfig, out_dir: str) -> tuple[int, bool, int]:
+def sweep(cfg: config.KVarNConfig, out_dir: str, variants: list[tuple[int, bool, int]]):
     rows = []
     score: dict[tuple[int, bool, int], float] = {}
     bad: set[tuple[int, bool, int]] = set()
@@ -149,7 +149,7 @@ def sweep(cfg: config.KVarNConfig, out_dir: str) -> tuple[int, bool, int]:
             for ctx in (32768, 131072):
                 case = KVarNCase(b, ctx, d, hq, hkv)
                 base = case.fn(cfg, 0, False, 4)()
-                for v in VARIANTS:
+                for v in variants:
                     fn = case.fn(cfg, *v)
                     ok = _cos(fn(), base) >= 0.9999
                     t = bench(fn)
@@ -171,7 +171,7 @@ def sweep(cfg: config.KVarNConfig, out_dir: str) -> tuple[int, bool, int]:
                     score[v] = score.get(v, 0.0) + torch.log(torch.tensor(t)).item()
                 del case
                 torch.cuda.empty_cache()
-    best = min((v for v in VARIANTS if v not in bad), key=lambda v: score[v])
+    best = min((v for v in variants if v not in bad), key=lambda v: score[v])
     with open(os.path.join(out_dir, "sweep.json"), "w") as f:
         json.dump({"rows": rows, "best": best, "invalid": sorted(bad)}, f, indent=1)
     return best
@@ -184,6 +184,11 @@ def main() -> None:
     ap.add_argument("--contexts", default="8192,32768,131072")
     ap.add_argument("--no-sdpa", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="time kernel variants first, use the best")
+    ap.add_argument(
+        "--variants",
+        default=";".join(",".join(str(int(x)) for x in v) for v in VARIANTS),
+        help="kernel variants for --sweep: deq,prefetch,num_warps;...",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny run on the CPU (interpreter)")
     args = ap.parse_args()
     if args.smoke:
@@ -198,7 +203,11 @@ def main() -> None:
         bw = copy_bandwidth()
     variant = (1, False, 4)  # the kvarn_decode defaults; --sweep picks the fastest instead
     if args.sweep:
-        variant = sweep(cfg, args.out)
+        variants = [
+            (int(a), bool(int(b)), int(c))
+            for a, b, c in (v.split(",") for v in args.variants.split(";"))
+        ]
+        variant = sweep(cfg, args.out, variants)
     meta = {
         "device": name,
         "sms": sms,
