@@ -183,3 +183,49 @@ def test_docs_table_lists_every_pinned_option() -> None:
             assert f"| `{option}` |" in text, option
         if pin:
             assert f"`{pin[0]}={pin[1]}`" in text, pin
+
+
+def test_empty_commit_refused_and_benign_lines_accepted(tmp_path: Path) -> None:
+    repo = tmp_path / "fork"
+    base, _ = make_fork(repo)
+    benign = _extra_commit(
+        repo,
+        FixtureCommit(
+            "benign",
+            "Explain without a diff",
+            {b"vllm/nonl.py": b"x = 3\n"},
+            body="diff between runs is small\n-- a dash line\n+ a plus line\n@@ not a hunk",
+        ),
+    )
+    out = _export(repo, base)
+    assert b"diff between runs is small\n" in out[benign]  # type: ignore[operator]
+    sh(["commit", "-q", "--allow-empty", "-m", "Nothing\n\nHqp-Row: nothing"], cwd=repo)
+    with pytest.raises(FindingError, match="'Nothing': an empty commit"):
+        _export(repo, base)
+
+
+def test_a_diffish_message_really_misleads_gnu_patch(tmp_path: Path) -> None:
+    """Why the refusal exists: GNU patch reads a message's '--- a/x' / '+++ b/x' / '@@' lines as a diff."""
+    from conftest import require_gnu_patch
+
+    patch = require_gnu_patch()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "x").write_bytes(b"one\n")
+    text = (
+        b"Subject: [PATCH] example\n\nBefore:\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-one\n+ONE\n\n"
+        b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-one\n+two\n"
+    )
+    import subprocess
+
+    proc = subprocess.run(
+        [patch, "-p1", "--fuzz", "0", "--forward", "--batch"],
+        cwd=work,
+        input=text,
+        capture_output=True,
+        check=False,
+    )
+    # The message's hunk is applied first; the real one then fails on the changed line.
+    assert proc.returncode != 0
+    assert (work / "x").read_bytes() == b"ONE\n"
+    assert len(exporting.diffish_lines(text.split(b"\n\n", 1)[1].split(b"\ndiff --git")[0])) == 3

@@ -118,7 +118,7 @@ PACKAGE_PREFIX = b"vllm/"
 # Lines of a message body that GNU patch 2.7 would take for the start of a diff (or that make git am cut
 # the message): refused at export, because the patch file would no longer apply as written.
 _DIFFISH = re.compile(
-    rb"^(--- |\+\+\+ |\*\*\* |diff |Index: |@@ -|\*{15}|Binary files |GIT binary patch|---$)"
+    rb"^(--- |\+\+\+ |\*\*\* |diff --git |diff -[a-zA-Z]|Index: |@@ -|\*{15}|Binary files |GIT binary patch|---$)"
 )
 
 
@@ -167,6 +167,8 @@ def refusals(git_dir: Path, commit: forkgit.ForkCommit, *, module: bool = False)
             "rebase it (git rebase --rebase-merges is not supported)"
         )
         return problems
+    if not commit.changes:
+        problems.append("an empty commit: it carries no change for the series to apply")
     for change in commit.changes:
         for path in (change.old_path, change.new_path):
             if path is not None and not path.startswith(PACKAGE_PREFIX):

@@ -204,7 +204,11 @@ def import_series(
     if not repo.exists() and create:
         repo.mkdir(parents=True)
         gitrun.check(
-            ["init", "--quiet", str(repo)], git_dir=None, cwd=repo, what=f"creating {repo}"
+            # GIT_DIR named explicitly (an inherited one must not be re-initialised); cwd is the work tree.
+            ["init", "--quiet"],
+            git_dir=repo.resolve() / ".git",
+            cwd=repo.resolve(),
+            what=f"creating {repo}",
         )
     git_dir = gitrun.git_dir_of(repo)
     patches: dict[str, object] = {r.name: build_patch(manifest, r) for r in manifest.active_rows}
