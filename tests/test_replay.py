@@ -340,3 +340,11 @@ def test_a_fork_without_export_points_is_a_warning(tmp_path: Path) -> None:
     found = findings(series, tmp_path, str(fork))
     assert [(f.check, f.severity) for f in found] == [("replay-identity", "warning")]
     assert "names no export point" in found[0].message
+
+
+def test_an_unexportable_fork_commit_is_an_export_finding(tmp_path: Path) -> None:
+    fork, series, _base, _ = setup(tmp_path)
+    apply_commit(fork, 8, FixtureCommit("outside", "Touch setup.py", {b"setup.py": b"x\n"}))
+    found = errors(findings(series, tmp_path, str(fork)))
+    export_findings = [m for c, _s, m in found if c == "export"]
+    assert len(export_findings) == 1 and "touches setup.py, outside vllm/" in export_findings[0]

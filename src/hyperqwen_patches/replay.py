@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 from hyperqwen_patches import basecommit, forkgit, gitrun
 from hyperqwen_patches.console import show
-from hyperqwen_patches.errors import GitError, UsageError
+from hyperqwen_patches.errors import FindingError, GitError, UsageError
 
 if TYPE_CHECKING:
     from hyperqwen_patches.check import CheckContext, Finding
@@ -702,7 +702,12 @@ def check_export(ctx: CheckContext) -> list[Finding]:
     tips = {p.name: session.tips[p.name] for p in _points(ctx) if p.name in session.tips}
     if not tips:
         return []
-    plan = exporting.plan_export_at(ctx.manifest, session.git_dir, tips)
+    try:
+        plan = exporting.plan_export_at(ctx.manifest, session.git_dir, tips)
+    except (
+        FindingError
+    ) as exc:  # an unexportable commit on the fork is a finding, not a usage problem
+        return [_finding(Problem("export", "error", "fork", exc.message, exc.hint or ""))]
     what = {
         "positional": "positional drift only (index hashes and @@ line numbers moved); run export",
         "semantic": "semantic drift: export would change its content",
