@@ -271,6 +271,19 @@ def test_write_failure_midway_restores_the_directory(tree: Path) -> None:
     assert snapshot(tree) == before
 
 
+def test_rename_failure_after_replacements_restores_them(tree: Path) -> None:
+    """The rename phase fails on its last target (a directory is in the way) after earlier files
+    were already replaced: they are put back from memory, with their permissions."""
+    (tree / "vllm" / "zz_dir").mkdir()
+    (tree / "vllm" / "zz_dir" / "keep.py").write_bytes(b"keep\n")
+    (tree / "vllm" / "envs.py").chmod(0o640)
+    before = snapshot(tree)
+    changes = {b"vllm/envs.py": b"changed\n", b"vllm/v1/worker.py": None, b"vllm/zz_dir": b"x\n"}
+    with pytest.raises(TreeWriteError, match="nothing was changed"):
+        Tree(tree).write(changes)
+    assert snapshot(tree) == before
+
+
 def test_write_keeps_modes_and_applies_new_ones(tree: Path) -> None:
     envs = tree / "vllm/envs.py"
     envs.chmod(0o600)

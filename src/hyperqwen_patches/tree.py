@@ -5,9 +5,9 @@ through a symlink pointing outside it) and records what it read, so tests can sh
 series reads only the files the patches touch.
 
 ``Tree.write`` is all or nothing: every new file is first written to a temporary file beside its target,
-and only when all of them are written are they renamed into place (the originals kept as hard-link
-backups until the last rename succeeded, so a failure midway restores them). On any failure the
-directory is left byte for byte as it was.
+and only when all of them are written are they renamed into place; the original bytes and permissions
+stay in memory until the last rename succeeded, so a failure midway puts every file back. On any
+failure the directory is left byte for byte as it was.
 
 ``apply_to_tree`` and ``check_applied`` are the two operations ``apply`` runs: parse nothing, place
 everything in memory (``engine.apply_series``), then write only if every hunk of every patch applied.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -35,7 +34,6 @@ from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.errors import HqpError, UsageError
 
 _TEMP_PREFIX = b".hqp-tmp-"
-_BACKUP_PREFIX = b".hqp-bak-"
 
 
 class TreeError(UsageError):
@@ -61,6 +59,8 @@ class Tree:
         self.root = root
         self._real_root = os.path.realpath(os.fsencode(root))
         self.reads: list[bytes] = []
+        self._dirs: dict[bytes, bytes] = {}
+        self._seen: dict[bytes, bytes] = {}
 
     def resolve(self, path: bytes) -> bytes:
         """The real on-disk path for ``path``; raises TreeError if it would leave the directory."""
@@ -70,9 +70,16 @@ class Tree:
             )
         if any(part == b".." for part in path.split(b"/")):
             raise TreeError(f"path {_show(path)!r} contains '..': it would escape {self.root}")
-        joined = os.path.join(self._real_root, path)
-        # realpath follows every symlink on the way, including ones not yet created at the tail.
-        real = os.path.realpath(joined)
+        parent, _, name = path.rpartition(b"/")
+        real_parent = self._dirs.get(parent)
+        if real_parent is None:
+            # realpath follows every symlink on the way, including ones not yet created at the tail;
+            # a directory's real path is cached, since a series touches many files per directory.
+            real_parent = os.path.realpath(os.path.join(self._real_root, parent))
+            self._dirs[parent] = real_parent
+        real = os.path.join(real_parent, name)
+        if os.path.islink(real):
+            real = os.path.realpath(real)
         if real != self._real_root and not real.startswith(self._real_root + b"/"):
             raise TreeError(
                 f"path {_show(path)!r} resolves to {_show(real)}, outside {self.root} "
@@ -87,7 +94,9 @@ class Tree:
         self.reads.append(path)
         try:
             with open(real, "rb") as handle:
-                return handle.read()
+                content = handle.read()
+            self._seen[path] = content  # kept to restore the file if a later write fails
+            return content
         except FileNotFoundError:
             return None
         except NotADirectoryError:
@@ -100,56 +109,86 @@ class Tree:
     def write(
         self, changes: Mapping[bytes, bytes | None], modes: Mapping[bytes, int] | None = None
     ) -> list[bytes]:
-        """Write ``changes`` (None = delete) all or nothing; returns the paths changed, sorted."""
+        """Write ``changes`` (None = delete) all or nothing; returns the paths changed, sorted.
+
+        Phase 1 writes every new content to a temporary file beside its target (nothing visible
+        yet); phase 2 renames each into place (atomic per file) and removes deletions. If anything
+        fails, temporary files are removed and every file already replaced or removed is put back
+        from the original bytes kept in memory (the engine read them all before deciding), with its
+        permissions. No backup files are made: on a disk mounted with ``discard`` each extra file
+        created and removed costs more than the whole engine.
+        """
         modes = modes or {}
         plan = [(path, self.resolve(path), changes[path]) for path in sorted(changes)]
-        temps: list[tuple[bytes, bytes]] = []  # (temp, real target)
+        originals: dict[bytes, tuple[bytes, int] | None] = {}
+        for path, real, _content in plan:
+            seen = self._seen.get(path)
+            if seen is None:
+                originals[real] = _snapshot_file(real)
+            else:
+                try:
+                    originals[real] = (seen, stat.S_IMODE(os.stat(real).st_mode))
+                except (FileNotFoundError, NotADirectoryError):
+                    originals[real] = None
+        temps: dict[bytes, bytes] = {}  # real target -> temp
         made_dirs: list[bytes] = []
-        backups: list[tuple[bytes, bytes]] = []  # (backup, real target)
+        known_dirs: set[bytes] = set()
         done: list[bytes] = []  # real targets already replaced or removed
         try:
-            # Phase 1: every new content to a temporary file beside its target. Nothing visible yet.
             for path, real, content in plan:
                 if content is None:
                     continue
                 parent = os.path.dirname(real)
-                made_dirs.extend(_make_dirs(parent))
-                fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=parent)
-                temps.append((temp, real))
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(content)
-                os.chmod(temp, _mode_for(real, modes.get(path)))
-            # Phase 2: back up what will be replaced or deleted (hard links: no copy, same inode).
-            for _path, real, _content in plan:
-                if os.path.lexists(real):
-                    backup = _backup_name(real)
-                    try:
-                        os.link(real, backup)
-                    except OSError:
-                        shutil.copy2(real, backup)
-                    backups.append((backup, real))
-            # Phase 3: rename into place and delete. Each rename is atomic.
-            temp_for = {real: temp for temp, real in temps}
+                if parent not in known_dirs:
+                    made_dirs.extend(_make_dirs(parent))
+                    known_dirs.add(parent)
+                original = originals[real]
+                mode = _mode_for(original[1] if original else None, modes.get(path))
+                temps[real] = _write_temp(parent, content, mode)
             for _path, real, content in plan:
                 if content is None:
-                    if os.path.lexists(real):
+                    if originals[real] is not None:
                         os.unlink(real)
                 else:
-                    os.replace(temp_for[real], real)
+                    os.replace(temps[real], real)
+                    del temps[real]  # only once renamed: a failed rename leaves it to clean up
                 done.append(real)
         except OSError as exc:
-            _rollback(temps, backups, done, made_dirs)
+            _rollback(temps, originals, done, made_dirs)
+            name = _show(os.fsencode(exc.filename)) if exc.filename else "?"
             raise TreeWriteError(
-                f"writing to {self.root} failed ({exc.strerror}: {_show(os.fsencode(exc.filename or ''))}); "
-                "nothing was changed"
+                f"writing to {self.root} failed ({exc.strerror}: {name}); nothing was changed"
             ) from None
         except BaseException:
-            _rollback(temps, backups, done, made_dirs)
+            _rollback(temps, originals, done, made_dirs)
             raise
-        for backup, _real in backups:
-            with contextlib.suppress(OSError):
-                os.unlink(backup)
         return [path for path, _real, _content in plan]
+
+
+def _snapshot_file(real: bytes) -> tuple[bytes, int] | None:
+    """A file's bytes and permission bits, to put it back if the write fails; None if absent."""
+    try:
+        with open(real, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            return handle.read(), stat.S_IMODE(info.st_mode)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None  # no file there (a directory in the way fails later, at the rename)
+
+
+def _write_temp(parent: bytes, content: bytes, mode: int) -> bytes:
+    """A new temporary file beside its target holding ``content`` with permissions ``mode``."""
+    fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=parent)
+    try:
+        view = memoryview(content)
+        while view:  # os.write may write less than asked
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        os.unlink(temp)
+        raise
+    os.close(fd)
+    return temp
 
 
 def _make_dirs(parent: bytes) -> list[bytes]:
@@ -164,42 +203,29 @@ def _make_dirs(parent: bytes) -> list[bytes]:
     return list(reversed(missing))
 
 
-def _backup_name(real: bytes) -> bytes:
-    fd, name = tempfile.mkstemp(prefix=_BACKUP_PREFIX, dir=os.path.dirname(real))
-    os.close(fd)
-    os.unlink(name)
-    return name
-
-
-def _mode_for(real: bytes, wanted: int | None) -> int:
+def _mode_for(existing: int | None, wanted: int | None) -> int:
     """Keep an existing file's permissions; a git mode (100755) picks them; new files get 0644."""
     if wanted is not None:
         return 0o755 if wanted & 0o111 else 0o644
-    try:
-        return stat.S_IMODE(os.stat(real).st_mode)
-    except FileNotFoundError:
-        return 0o644
+    return existing if existing is not None else 0o644
 
 
 def _rollback(
-    temps: Sequence[tuple[bytes, bytes]],
-    backups: Sequence[tuple[bytes, bytes]],
+    temps: Mapping[bytes, bytes],
+    originals: Mapping[bytes, tuple[bytes, int] | None],
     done: Sequence[bytes],
     made_dirs: Sequence[bytes],
 ) -> None:
     """Put the directory back as it was: restore replaced or deleted files, drop temps and new dirs."""
-    backed_up = {real: backup for backup, real in backups}
     for real in done:
-        if real in backed_up:
-            with contextlib.suppress(OSError):
-                os.replace(backed_up.pop(real), real)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(real)  # a file we created
-    for backup in backed_up.values():
+        original = originals[real]
         with contextlib.suppress(OSError):
-            os.unlink(backup)
-    for temp, _real in temps:
+            if original is None:
+                os.unlink(real)  # a file we created
+            else:
+                content, mode = original
+                os.replace(_write_temp(os.path.dirname(real), content, mode), real)
+    for temp in temps.values():
         with contextlib.suppress(OSError):
             os.unlink(temp)
     for directory in reversed(made_dirs):

@@ -60,7 +60,7 @@ class Policy:
     forward: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per hunk, on the hot path
 class HunkResult:
     """One hunk's outcome.
 
@@ -99,7 +99,7 @@ class HunkResult:
         return f"Hunk #{self.number} succeeded at {self.applied_line} (offset {self.offset} line{plural})."
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per hunk, on the hot path
 class FileResult:
     """One file patch's outcome. ``path`` is the file written (the old path for a deletion)."""
 

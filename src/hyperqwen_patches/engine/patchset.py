@@ -58,35 +58,39 @@ class Hunk:
     lines: tuple[tuple[int, bytes], ...]
     patch_line: int  # line of the ``@@`` header in the patch file (1-based)
 
-    @property
-    def old_lines(self) -> tuple[bytes, ...]:
-        """The preimage: context and removed lines, in order (the pattern placement looks for)."""
-        return tuple(text for kind, text in self.lines if kind != ADDED)
+    # Derived once at construction (placement reads them for every candidate position):
+    #: the preimage, context and removed lines in order (the pattern placement looks for);
+    old_lines: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+    #: the postimage, context and added lines in order;
+    new_lines: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+    #: context lines before the first change (GNU patch's ``pch_prefix_context``);
+    prefix_context: int = field(init=False, repr=False, compare=False)
+    #: context lines after the last change (GNU patch's ``pch_suffix_context``).
+    suffix_context: int = field(init=False, repr=False, compare=False)
+    #: index in ``old_lines`` of the line placement scans the file for.
+    anchor: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def new_lines(self) -> tuple[bytes, ...]:
-        """The postimage: context and added lines, in order."""
-        return tuple(text for kind, text in self.lines if kind != REMOVED)
-
-    @property
-    def prefix_context(self) -> int:
-        """Context lines before the first change (GNU patch's ``pch_prefix_context``)."""
-        count = 0
-        for kind, _ in self.lines:
+    def __post_init__(self) -> None:
+        lines = self.lines
+        prefix = 0
+        for kind, _ in lines:
             if kind != CONTEXT:
                 break
-            count += 1
-        return count
-
-    @property
-    def suffix_context(self) -> int:
-        """Context lines after the last change (GNU patch's ``pch_suffix_context``)."""
-        count = 0
-        for kind, _ in reversed(self.lines):
+            prefix += 1
+        suffix = 0
+        for kind, _ in reversed(lines):
             if kind != CONTEXT:
                 break
-            count += 1
-        return count
+            suffix += 1
+        old = tuple([text for kind, text in lines if kind != ADDED])
+        set_ = object.__setattr__  # frozen dataclass: derived fields are set once, here
+        set_(self, "old_lines", old)
+        set_(self, "new_lines", tuple([text for kind, text in lines if kind != REMOVED]))
+        set_(self, "prefix_context", prefix)
+        set_(self, "suffix_context", suffix)
+        # The preimage line placement scans for: the longest, usually the most distinctive.
+        lengths = list(map(len, old))
+        set_(self, "anchor", lengths.index(max(lengths)) if old else 0)
 
     def reversed(self) -> Hunk:
         """The hunk that undoes this one: sides swapped, removed and added lines exchanged."""
@@ -208,6 +212,9 @@ def split_lines(data: bytes) -> list[bytes]:
     """Split on ``\\n`` only, keeping each ending (GNU patch's notion of a line: a lone ``\\r`` is data)."""
     if not data:
         return []
+    if b"\r" not in data:
+        # bytes.splitlines splits on \n, \r and \r\n only; without \r it is exactly our rule, in C.
+        return data.splitlines(keepends=True)
     lines = data.split(b"\n")
     last = lines.pop()
     out = [line + b"\n" for line in lines]
@@ -569,14 +576,25 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                     "header still missing",
                 )
             line = lines[i]
-            lead = line[0]
-            if line in (b"\n", b"\r\n"):
+            lead = line[0]  # split_lines never yields an empty line
+            # The common kinds first: this loop runs once per line of every patch.
+            if lead == CONTEXT:
+                old_left -= 1
+                new_left -= 1
+                body.append((CONTEXT, line[1:]))
+            elif lead == REMOVED:
+                old_left -= 1
+                body.append((REMOVED, line[1:]))
+            elif lead == ADDED:
+                new_left -= 1
+                body.append((ADDED, line[1:]))
+            elif line == b"\n" or line == b"\r\n":
                 # An empty line is a context line whose leading space was eaten by an editor or a
                 # mailer; GNU patch accepts it as such.
-                kind, text = CONTEXT, line
-            elif lead in (CONTEXT, REMOVED, ADDED):
-                kind, text = lead, line[1:]
-            elif line.startswith(_NO_NEWLINE):
+                old_left -= 1
+                new_left -= 1
+                body.append((CONTEXT, line))
+            elif lead == 0x5C:  # "\ No newline at end of file"
                 body = _drop_newline(body, name=name, line=i + 1)
                 i += 1
                 continue
@@ -588,10 +606,6 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                     f"context, removal or addition ({old_left} old and {new_left} new lines "
                     "of its header still expected)",
                 )
-            if kind != ADDED:
-                old_left -= 1
-            if kind != REMOVED:
-                new_left -= 1
             if old_left < 0 or new_left < 0:
                 raise PatchParseError(
                     name,
@@ -599,7 +613,6 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                     f"hunk #{number} has more lines than its header "
                     f"@@ -{old_start},{old_len} +{new_start},{new_len} @@ states",
                 )
-            body.append((kind, text))
             i += 1
         if i < n and lines[i].startswith(_NO_NEWLINE):
             body = _drop_newline(body, name=name, line=i + 1)

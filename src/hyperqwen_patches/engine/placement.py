@@ -21,7 +21,7 @@ match in the search range, which is what ambiguity detection reports.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hyperqwen_patches.engine.patchset import Hunk
@@ -47,12 +47,12 @@ class NearMiss:
 
 
 class FileLines:
-    """The lines of one input file with a lazily built index: line bytes -> sorted 1-based positions."""
+    """The lines of one input file; a line -> positions index is built lazily, for near misses only."""
 
     __slots__ = ("_index", "lines")
 
     def __init__(self, lines: Sequence[bytes]) -> None:
-        self.lines = lines
+        self.lines = tuple(lines)
         self._index: dict[bytes, list[int]] | None = None
 
     def positions(self, line: bytes) -> list[int]:
@@ -63,25 +63,46 @@ class FileLines:
             self._index = index
         return self._index.get(line, [])
 
-    def starts(self, pattern: Sequence[bytes]) -> list[int]:
-        """Candidate start lines for ``pattern``, from the index of its rarest line (so a preimage
-        that begins with a blank line does not visit every blank line of the file)."""
-        self.positions(pattern[0])  # builds the index
-        assert self._index is not None
-        index = self._index
-        best_k = min(range(len(pattern)), key=lambda k: len(index.get(pattern[k], ())))
-        return [p - best_k for p in index.get(pattern[best_k], ()) if p - best_k >= 1]
+    def matching_starts(
+        self, pattern: tuple[bytes, ...], low: int, high: int, anchor: int = 0
+    ) -> list[int]:
+        """Every start line in ``[low, high]`` where ``pattern`` matches exactly, ascending.
 
-    def matches_at(self, pattern: Sequence[bytes], where: int) -> bool:
-        """Does ``pattern`` equal the file's lines starting at 1-based line ``where``?"""
-        if where < 1 or where - 1 + len(pattern) > len(self.lines):
-            return False
+        Scans for one anchor line of the pattern (``Hunk.anchor``: its longest, usually its most
+        distinctive, so a preimage that begins with a blank line does not visit every blank line of
+        the file) with ``tuple.index``, a C loop, and compares the whole pattern only there.
+        """
         lines = self.lines
+        size = len(pattern)
+        low = max(low, 1)
+        high = min(high, len(lines) - size + 1)
+        if high < low:
+            return []
+        target = pattern[anchor]
+        found: list[int] = []
+        i = low - 1 + anchor
+        stop = high + anchor  # exclusive index bound: start <= high
+        index = lines.index
+        while True:
+            try:
+                i = index(target, i, stop)
+            except ValueError:
+                return found
+            base = i - anchor
+            if lines[base : base + size] == pattern:
+                found.append(base + 1)
+            i += 1
+
+    def matches_at(self, pattern: tuple[bytes, ...], where: int) -> bool:
+        """Does ``pattern`` equal the file's lines starting at 1-based line ``where``?"""
+        if where < 1:
+            return False
         base = where - 1
-        return all(lines[base + k] == text for k, text in enumerate(pattern))
+        # A tuple slice compared to a tuple: one C-level comparison, short-circuiting on length.
+        return self.lines[base : base + len(pattern)] == pattern
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per hunk, on the hot path
 class Placement:
     """Where a hunk lands in the input file (``where`` 0 = not found) and every other match."""
 
@@ -159,35 +180,30 @@ def locate(
     # ``max_pos_offset`` (and, quirk kept, not bounded below by ``last_frozen_line``: a first guess
     # already behind it is still tried), the negative side down to ``min_where``. The first exact match
     # wins, so the winner is the match nearest the guess, positive side first at equal distance.
-    def candidate(where: int) -> bool:
-        offset = where - first_guess
-        if offset >= 0:
-            return offset <= max_pos_offset and where >= 1
-        return -offset <= max_neg_offset
-
-    if exact:
-        if candidate(first_guess) and file.matches_at(pattern, first_guess):
-            others = (
-                _others(hunk, file, pattern, candidate, first_guess, last_frozen_line)
-                if want_others
-                else ()
-            )
-            return Placement(first_guess, 0, first_guess, others)
+    # Both sides as one window: [first_guess - max_neg_offset, first_guess + max_pos_offset], never
+    # below line 1; matching_starts also stops where the preimage would run past the end.
+    low = first_guess - max_neg_offset if max_neg_offset > 0 else first_guess
+    high = first_guess + max_pos_offset if max_pos_offset > 0 else first_guess
+    if max_pos_offset < 0:
+        high = first_guess - 1
+    base = first_guess - 1
+    at_guess = max_pos_offset >= 0 and base >= 0 and file.lines[base : base + pat_lines] == pattern
+    if at_guess and not want_others:
+        return Placement(first_guess, 0, first_guess, ())
+    if exact and not at_guess:
         return Placement(0, 0, first_guess, ())
-    best = 0
-    best_key: tuple[int, int] | None = None
-    for where in file.starts(pattern):
-        if not candidate(where) or not file.matches_at(pattern, where):
-            continue
-        offset = where - first_guess
-        key = (abs(offset), 0 if offset >= 0 else 1)
-        if best_key is None or key < best_key:
-            best_key, best = key, where
-            if offset == 0:
-                break
-    if best == 0:
+    matches = file.matching_starts(pattern, low, high, hunk.anchor)
+    if at_guess:
+        best = first_guess
+    elif exact or not matches:
         return Placement(0, 0, first_guess, ())
-    others = _others(hunk, file, pattern, candidate, best, last_frozen_line) if want_others else ()
+    else:
+        best = min(matches, key=lambda w: (abs(w - first_guess), w < first_guess))
+    others = (
+        tuple(w for w in matches if w != best and applicable(hunk, w, last_frozen_line))
+        if want_others
+        else ()
+    )
     return Placement(best, best - first_guess, first_guess, others)
 
 
@@ -201,25 +217,6 @@ def frozen_after(hunk: Hunk, where: int) -> int:
     """``last_frozen_line`` after applying at ``where``: the input line of the hunk's last change
     (trailing context is not consumed, so the next hunk's context may overlap it)."""
     return where - 1 + len(hunk.old_lines) - hunk.suffix_context
-
-
-def _others(
-    hunk: Hunk,
-    file: FileLines,
-    pattern: Sequence[bytes],
-    candidate: Callable[[int], bool],
-    chosen: int,
-    last_frozen_line: int,
-) -> tuple[int, ...]:
-    """Every other place in the search range where the preimage matches and could be applied."""
-    return tuple(
-        where
-        for where in file.starts(pattern)
-        if where != chosen
-        and candidate(where)
-        and applicable(hunk, where, last_frozen_line)
-        and file.matches_at(pattern, where)
-    )
 
 
 def near_miss(hunk: Hunk, file: FileLines, first_guess: int) -> NearMiss | None:
