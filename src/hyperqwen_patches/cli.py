@@ -17,7 +17,7 @@ import typer
 
 from hyperqwen_patches import __version__
 from hyperqwen_patches.console import err
-from hyperqwen_patches.errors import ExitCode, HqpError
+from hyperqwen_patches.errors import HqpError
 
 EPILOG = (
     "Exit codes: 0 ok; 1 a finding (a check failed, a hunk did not apply); "
@@ -50,7 +50,9 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log git commands and cache steps to stderr."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Log git commands and cache steps to stderr."
+    ),
 ) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
@@ -66,26 +68,18 @@ register_all(app)
 
 
 def main() -> None:
-    """Console-script entry: run the app and map typed errors to one line and an exit code."""
+    """Console-script entry: run the app and map typed errors to one line and an exit code.
+
+    Standalone mode lets click turn usage errors into exit 2 and ``typer.Exit(n)`` into exit n; only our
+    own typed errors are mapped here.
+    """
     try:
-        app(standalone_mode=False)
+        app()
     except HqpError as exc:
         err.print(f"error: {exc.message}")
         if exc.hint:
             err.print(f"hint: {exc.hint}")
         sys.exit(int(exc.exit_code))
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        err.print("aborted")
-        sys.exit(int(ExitCode.USAGE))
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
-    except Exception as exc:  # click's UsageError and friends
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(int(ExitCode.USAGE))
-        raise
