@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from hyperqwen_patches.check import CheckContext, Finding
 
 # (command-line option, config pin or None, why). One place; docs/fork.md reproduces the table.
-FORMAT_PATCH_OPTIONS: tuple[tuple[str, tuple[str, str] | None, str], ...] = (
+FORMAT_PATCH_OPTIONS: tuple[tuple[str | None, tuple[str, str] | None, str], ...] = (
     ("--stdout", None, "one commit to stdout: no file names from format.outputDirectory/suffix"),
     ("--zero-commit", None, "the 'From <sha>' line carries zeros: no commit SHA in the file"),
     ("--no-numbered", ("format.numbered", "false"), "'[PATCH]', never '[PATCH n/m]'"),
@@ -107,10 +107,10 @@ FORMAT_PATCH_OPTIONS: tuple[tuple[str, tuple[str, str] | None, str], ...] = (
     ("--no-ext-diff", ("diff.external", ""), "diff.external runs another program"),
     ("--no-color", ("color.ui", "false"), "color.ui=always writes escape codes"),
     ("--ignore-submodules=none", None, "diff.ignoreSubmodules (gitlinks are refused anyway)"),
-    (None, ("diff.suppressBlankEmpty", "false"), "an empty context line loses its leading space"),  # type: ignore[arg-type]
-    (None, ("core.attributesFile", "/dev/null"), "attribute drivers (binary, -diff, xfuncname)"),  # type: ignore[arg-type]
-    (None, ("core.quotePath", "true"), "non-ASCII path quoting"),  # type: ignore[arg-type]
-    (None, ("mailmap.file", "/dev/null"), "a mailmap cannot rewrite the author"),  # type: ignore[arg-type]
+    (None, ("diff.suppressBlankEmpty", "false"), "an empty context line loses its leading space"),
+    (None, ("core.attributesFile", "/dev/null"), "attribute drivers (binary, -diff, xfuncname)"),
+    (None, ("core.quotePath", "true"), "non-ASCII path quoting"),
+    (None, ("mailmap.file", "/dev/null"), "a mailmap cannot rewrite the author"),
 )
 
 PACKAGE_PREFIX = b"vllm/"

@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hyperqwen_patches import basecommit, forkgit, gitrun, replay
 from hyperqwen_patches.errors import GitError, UsageError
 from hyperqwen_patches.manifest import ExportPoint, Manifest, Row
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.engine.patchset import Patch
 
 _DATE_RE = re.compile(rb"^(?P<ts>\d+) (?P<tz>[+-]\d{4})$")
 
@@ -160,7 +164,7 @@ def build_branch(
     manifest: Manifest,
     point: ExportPoint,
     tree: basecommit.TreeSource,
-    patches: dict[str, object],
+    patches: Mapping[str, Patch],
 ) -> tuple[str, list[ImportedRow]]:
     """Write base + one commit per row into ``git_dir``; return (base sha, rows with commit SHAs)."""
     base = basecommit.write_base_commit(
@@ -211,7 +215,7 @@ def import_series(
             what=f"creating {repo}",
         )
     git_dir = gitrun.git_dir_of(repo)
-    patches: dict[str, object] = {r.name: build_patch(manifest, r) for r in manifest.active_rows}
+    patches = {r.name: build_patch(manifest, r) for r in manifest.active_rows}
     head = gitrun.run(["symbolic-ref", "--quiet", "HEAD"], git_dir=git_dir).stdout.strip()
     results: list[ImportResult] = []
     planned: list[tuple[ExportPoint, str, list[ImportedRow], str | None]] = []

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -31,6 +30,8 @@ from hyperqwen_patches.errors import FindingError, GitError, UsageError
 
 if TYPE_CHECKING:
     from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.engine.applying import SeriesResult
+    from hyperqwen_patches.engine.patchset import Patch
     from hyperqwen_patches.manifest import ExportPoint
 
 Severity = Literal["error", "warning", "info"]
@@ -70,12 +71,12 @@ class TreeState:
         return self._read_base(path)
 
     def apply_changes(
-        self, patch: object, changes: Mapping[bytes, bytes | None], modes: Mapping[bytes, int]
+        self, patch: Patch, changes: Mapping[bytes, bytes | None], modes: Mapping[bytes, int]
     ) -> None:
         """Fold one row's engine result into the state (renames keep the old file's mode)."""
         carried: dict[bytes, int] = {}
-        for fp in getattr(patch, "files", ()):
-            if getattr(fp, "rename", False) and fp.old_path in self.entries:
+        for fp in patch.files:
+            if fp.rename and fp.old_path in self.entries and fp.new_path is not None:
                 carried[fp.new_path] = self.entries[fp.old_path][0]
         for path, data in changes.items():
             if data is None:
@@ -96,26 +97,26 @@ def tree_entries(git_dir: Path, treeish: str) -> dict[bytes, tuple[int, str]]:
     return {p: (int(m, 8), s) for p, (m, s) in forkgit.ls_tree(git_dir, treeish).items()}
 
 
-def apply_row(state: TreeState, patch: object, *, row: str) -> None:
+def apply_row(state: TreeState, patch: Patch, *, row: str) -> None:
     """Apply one row's engine patch on the state; a failure raises naming the row, file and hunk."""
     from hyperqwen_patches.engine.applying import Policy, apply_series
 
-    result = apply_series([patch], state.read, Policy())  # type: ignore[list-item]
+    result = apply_series([patch], state.read, Policy())
     if not result.ok:
         raise RowDoesNotApply(row, _failure_text(result))
     state.apply_changes(patch, result.changes, result.modes)
 
 
-class RowDoesNotApply(UsageError):
+class RowDoesNotApply(FindingError):
     def __init__(self, row: str, detail: str) -> None:
         super().__init__(f"row {row} does not apply at fuzz 0: {detail}")
         self.row = row
         self.detail = detail
 
 
-def _failure_text(result: object) -> str:
+def _failure_text(result: SeriesResult) -> str:
     parts = []
-    for patch in getattr(result, "patches", ()):
+    for patch in result.patches:
         for file in patch.files:
             if file.status == "failed" or file.error:
                 bad = [h.number for h in file.hunks if h.status in ("failed", "ambiguous")]
@@ -175,32 +176,6 @@ class ForkView:
     git_dir: Path  # the scratch repository
     tip: str
     label: str
-
-
-@contextlib.contextmanager
-def open_fork(fork: str, branch: str) -> Iterator[ForkView]:
-    """Open ``fork`` (a local repository path, a URL, or a bundle file) read-only at ``branch``.
-
-    A local repository is borrowed through alternates and its branch resolved read-only. A URL or a
-    bundle is fetched into the scratch repository (a bundle's prerequisite, the base commit, must be
-    written there first: the caller does that through ``ForkView.git_dir`` before ``fetch``).
-    """
-    path = Path(fork)
-    if path.is_dir():
-        git_dir = gitrun.git_dir_of(path)
-        tip = forkgit.resolve(git_dir, f"refs/heads/{branch}", what="fork") or forkgit.resolve(
-            git_dir, branch, what="fork"
-        )
-        if tip is None:
-            raise GitError(
-                f"{fork}: the export point branch {branch!r} does not exist",
-                hint="pass --export-point NAME or fetch the branch into the fork",
-            )
-        with forkgit.scratch_repo(borrow=git_dir) as scratch:
-            yield ForkView(scratch, tip, f"{fork}@{branch}")
-        return
-    with forkgit.scratch_repo() as scratch:
-        yield ForkView(scratch, "", fork)
 
 
 def fetch_branch(view: ForkView, fork: str, branch: str) -> ForkView:
@@ -301,7 +276,7 @@ def check_replay(
     export_point: str,
     base: str,
     tip: str,
-    rows: Sequence[tuple[str, str | None, object | None]],
+    rows: Sequence[tuple[str, str | None, Patch | None]],
     read_base: Reader,
 ) -> ReplayReport:
     """Replay ``rows`` (name, recorded commit, engine patch or None when it cannot be built) on the base
@@ -464,10 +439,6 @@ def check_replay(
             )
         )
     return report
-
-
-def fsdecode(path: bytes) -> str:
-    return os.fsdecode(path)
 
 
 # --- the check pipeline entries (invariants 4, 5 and 7) ------------------------------------------------
