@@ -200,3 +200,21 @@ def test_import_under_hostile_config_gives_the_same_shas(
     assert [r.commit for r in hostile[0].rows] == [r.commit for r in clean[0].rows]
     raw = sh(["cat-file", "commit", hostile[0].tip], cwd=hostile_repo)
     assert b"\nencoding " not in raw.split(b"\n\n")[0]
+
+
+def test_import_of_a_row_that_does_not_apply_names_row_file_and_hunk(tmp_path: Path) -> None:
+    from hyperqwen_patches.errors import FindingError
+
+    fork = tmp_path / "fork"
+    make_fork(fork)
+    series = new_series(tmp_path / "series")
+    export(series, fork)
+    broken = series / "patches" / "crlf-latin1.patch"
+    broken.write_bytes(broken.read_bytes().replace(b" x = 1\n", b" x = 100\n"))
+    before = sh(["for-each-ref"], cwd=fork)
+    with pytest.raises(FindingError) as info:
+        importing.import_series(load_manifest(series), fork, tree=DictTree(PRISTINE), force=True)
+    assert info.value.message.startswith(
+        "row crlf-latin1 does not apply at fuzz 0: vllm/nonl.py hunk(s) 1"
+    )
+    assert sh(["for-each-ref"], cwd=fork) == before  # no branch moved
