@@ -516,7 +516,10 @@ class PypiCache:
             return files[0]
         out = bytes(output)
         tail = out.decode(errors="replace").strip().splitlines()
-        last = tail[-1] if tail else f"pip exited with {proc.returncode}"
+        # With -vv pip's last line is housekeeping ("Removed build tracker"); quote the line that says why.
+        errors = [line for line in tail if line.startswith("ERROR:")]
+        said = [line for line in errors if _NOT_FOUND.search(line.encode())] or errors
+        last = (said or tail or [f"pip exited with {proc.returncode}"])[-1].strip()
         if _NOT_FOUND.search(out) and not _NET_ERRORS.search(out):
             raise UsageError(
                 f"{package}=={version} has no wheel on the package index ({last})",
