@@ -62,9 +62,11 @@ def test_commit_fields_replaced_and_inserted_keeping_everything_else() -> None:
         f"commit: {OLD}", f"commit: {NEW}"
     )
     expected = expected.replace(
-        "  - name: qwen38   # the main fork\n",
-        f"  - name: qwen38   # the main fork\n    base: {BASE}\n",
-    ).replace("  - name: two\n", f"  - name: two\n    commit: {NEW}\n    export_point: qwen38\n")
+        f'    commit: "{NEW}"\nrows:', f'    commit: "{NEW}"\n    base: {BASE}\nrows:'
+    ).replace(
+        "    retires_when: never\nretirements:",
+        f"    retires_when: never\n    export_point: qwen38\n    commit: {NEW}\nretirements:",
+    )
     assert out == expected
     data = yaml.safe_load(out)
     assert data["rows"][1]["commit"] == NEW and data["export_points"][0]["base"] == BASE
@@ -90,3 +92,17 @@ def test_new_rows_appended_to_a_block_sequence_and_to_an_empty_flow_one() -> Non
     out = edit_manifest(empty.encode(), plan(), [row]).decode()
     assert "rows:\n  - name: extra\n    kind: local\n" in out
     assert yaml.safe_load(out)["rows"] == [row]
+
+
+def test_insert_after_a_block_scalar_ending_the_row() -> None:
+    text = TEXT.replace(
+        "    retires_when: never\nretirements:",
+        "    retires_when: |\n      when upstream\n      merges it\nretirements:",
+    )
+    out = edit_manifest(
+        text.encode(), plan(commit_updates={"two": NEW}, point_of={"two": "qwen38"}), []
+    ).decode()
+    assert "      merges it\n    export_point: qwen38\n    commit: " + NEW + "\nretirements:" in out
+    data = yaml.safe_load(out)
+    assert data["rows"][1]["retires_when"] == "when upstream\nmerges it\n"
+    assert data["rows"][1]["commit"] == NEW

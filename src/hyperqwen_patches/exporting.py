@@ -587,6 +587,8 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
     top = yaml.compose(source)
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in character offsets
 
+    inserts: dict[int, tuple[yaml.MappingNode, dict[str, str]]] = {}  # id(node) -> new keys
+
     def set_key(node: yaml.MappingNode, key: str, value: str) -> None:
         for k, v in node.value:
             if k.value == key:
@@ -594,12 +596,21 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
                 text_value = json.dumps(value) if quoted else _scalar(value)
                 edits.append((v.start_mark.index, v.end_mark.index, text_value))
                 return
-        name_value = next(v for k, v in node.value if k.value == "name")
-        column = node.value[0][0].start_mark.column
-        # Insert on its own line after the name line.
-        line_end = source.find("\n", name_value.end_mark.index)
-        line_end = len(source) if line_end < 0 else line_end
-        edits.append((line_end, line_end, f"\n{' ' * column}{key}: {_scalar(value)}"))
+        inserts.setdefault(id(node), (node, {}))[1][key] = value
+
+    def flush_inserts() -> None:
+        """New keys go after the mapping's last line, in docs/manifest.md's order."""
+        order = ("export_point", "commit", "base")
+        for node, keys in inserts.values():
+            column = node.value[0][0].start_mark.column
+            lines = [f"{' ' * column}{k}: {_scalar(keys[k])}" for k in order if k in keys]
+            end = node.value[-1][1].end_mark.index
+            if end > 0 and source[end - 1] == "\n":  # a block scalar ends at the next line's start
+                edits.append((end, end, "\n".join(lines) + "\n"))
+            else:
+                line_end = source.find("\n", end)
+                line_end = len(source) if line_end < 0 else line_end
+                edits.append((line_end, line_end, "".join("\n" + line for line in lines)))
 
     def get(node: yaml.MappingNode, key: str) -> yaml.Node | None:
         return next((v for k, v in node.value if k.value == key), None)
@@ -661,6 +672,7 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
             at = rows_node.end_mark.index
             prefix = "" if at == 0 or source[at - 1] == "\n" else "\n"
             edits.append((at, at, prefix + "\n".join(lines) + "\n"))
+    flush_inserts()
     for start, end, replacement in sorted(edits, reverse=True):
         source = source[:start] + replacement + source[end:]
     return source.encode("utf-8")
