@@ -16,6 +16,7 @@ import argparse
 import difflib
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -126,8 +127,9 @@ def generate(
 
 def cpu_now() -> float:
     """CPU seconds (user + system) of this process and of its waited-for children."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

@@ -114,7 +114,7 @@ def _parse_gnu(output: str) -> dict[str, GnuFile]:
     while i < len(lines):
         line = lines[i]
         if line.startswith(("patching file ", "checking file ")):
-            name = line.split(" ", 2)[2].strip("'")
+            name = line.split(" ", 2)[2].split(" (renamed from ")[0].strip("'")
             current = files.setdefault(name, GnuFile(name))
         elif line.startswith("The next patch would "):
             # "The next patch would create the file g,\nwhich already exists!  Skipping patch."
@@ -182,6 +182,8 @@ def engine_vs_gnu(case: Case) -> None:
         assert ours == theirs.messages, context
         expected = gnu.tree.get(file.path)
         assert result.changes.get(file.path) == expected, f"bytes differ for {name}{context}"
+        if file.action in ("rename", "delete"):
+            assert file.old_path is not None and file.old_path not in gnu.tree, context
     assert (gnu.rc == 0) == (not any_failed), context
 
 
@@ -413,6 +415,21 @@ FIXED = {
     ),
     "delete-with-extra-content": Case(
         {b"g": b"1\n2\n3\n"}, b"--- a/g\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-1\n-2\n"
+    ),
+    "git-rename-with-a-hunk-and-a-mode-change": Case(
+        {b"old.py": numbered(10), b"run.sh": b"#!/bin/sh\n"},
+        b"diff --git a/old.py b/new.py\nsimilarity index 90%\nrename from old.py\nrename to new.py\n"
+        b"index 1111111..2222222 100644\n--- a/old.py\n+++ b/new.py\n@@ -4,3 +4,3 @@\n 4\n-5\n+five\n 6\n"
+        b"diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n",
+    ),
+    "unequal-context-in-the-middle-searches-normally": Case(
+        {b"f": b"up\n" * 2 + numbered(20)},
+        b"--- a/f\n+++ b/f\n@@ -6,5 +6,5 @@\n 6\n-7\n+seven\n 8\n 9\n 10\n",
+    ),
+    "misordered-placement-fails": Case(
+        {b"f": numbered(20)},
+        b"--- a/f\n+++ b/f\n@@ -2,7 +2,7 @@\n 2\n 3\n 4\n-5\n+five\n 6\n 7\n 8\n"
+        b"@@ -3,3 +3,3 @@\n 3\n-4\n+four\n 5\n",
     ),
     "zero-context-insertion": Case(
         {b"f": b"up\n" + numbered(10)},

@@ -236,3 +236,30 @@ def test_reversed_patch_swaps_sides() -> None:
 def test_split_lines_splits_on_newline_only() -> None:
     assert split_lines(b"a\r\nb\rc\nd") == [b"a\r\n", b"b\rc\n", b"d"]
     assert split_lines(b"") == []
+
+
+def test_crlf_patch_headers_are_refused_because_gnu_patch_would_strip_every_cr() -> None:
+    """Deliberate difference (docs/engine.md): GNU patch strips the CR of every line of such a patch,
+    so it applies to an LF file and fails on the CRLF file it was made from; we refuse to guess."""
+    from test_differential_gnu import run_gnu
+
+    data = b"--- a/f\r\n+++ b/f\r\n@@ -1,3 +1,3 @@\r\n a\r\n-b\r\n+B\r\n c\r\n"
+    with pytest.raises(PatchParseError, match="end in CRLF") as caught:
+        parse_patch(data, name="mangled.patch")
+    assert caught.value.line == 1
+    lf_tree = run_gnu({b"f": b"a\nb\nc\n"}, data)
+    assert "Stripping trailing CRs" in lf_tree.output and lf_tree.tree[b"f"] == b"a\nB\nc\n"
+    assert run_gnu({b"f": b"a\r\nb\r\nc\r\n"}, data).rc == 1
+
+
+def test_extra_hunk_lines_are_refused_where_gnu_patch_drops_them() -> None:
+    """Deliberate difference (docs/engine.md): GNU patch ignores a '+' line after a hunk's counts are
+    met, so the added line silently goes missing; we refuse the patch and name the line."""
+    from test_differential_gnu import run_gnu
+
+    data = b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n+c\n+d\n"
+    gnu = run_gnu({b"f": b"a\nb\n"}, data)
+    assert gnu.rc == 0 and gnu.tree[b"f"] == b"a\nc\n"  # "+d" lost without a word
+    with pytest.raises(PatchParseError, match="more lines than its header") as caught:
+        parse_patch(data, name="p")
+    assert caught.value.line == 7

@@ -413,6 +413,16 @@ def parse_patch(data: bytes, *, name: str, strip: int = 1) -> Patch:
         if _is_file_header(lines, i):
             if preamble_end is None:
                 preamble_end = i
+            if line.endswith(b"\r\n"):
+                # GNU patch then strips the CR of *every* patch line ("Stripping trailing CRs from
+                # patch"), so the same file applies to LF files and fails on CRLF ones: refuse to guess.
+                raise PatchParseError(
+                    name,
+                    i + 1,
+                    "the patch's own lines end in CRLF (its headers too): a mail client or editor "
+                    "converted it; GNU patch would strip every CR and change what it applies",
+                    hint="restore the patch with LF headers (CRs inside content lines are kept)",
+                )
             old = strip_path(line[4:], strip, patch=name, line=i + 1)
             new = strip_path(lines[i + 1][4:], strip, patch=name, line=i + 2)
             if old is None and new is None:
