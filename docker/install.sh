@@ -114,7 +114,16 @@ fi
 
 if want verify; then
   sp="$(site_packages)"
-  echo "install: verify (every row present in $sp)" >&2
+  echo "install: verify (the pin, and every row present in $sp)" >&2
+  # The installed release must be the manifest's pin (`check` compares docker/requirements.txt with
+  # it; this catches an image built from a requirements file that disagrees).
+  installed="$("$py" -c 'import importlib.metadata as m; print(m.version("vllm"))')"
+  pin="$("$tool_venv/bin/python" -c 'import sys
+from pathlib import Path
+from hyperqwen_patches.manifest import load_manifest
+print(load_manifest(Path(sys.argv[1])).pin)' "$repo")"
+  [ "$installed" = "$pin" ] \
+    || die "vllm $installed is installed but patches/manifest.yaml pins $pin (docker/requirements.txt disagrees with the manifest; run hyperqwen-patches check)"
   (cd "$repo" && "$hqp" apply "$sp" --check-applied)
 fi
 
