@@ -43,3 +43,15 @@ def load_package(name: str = PKG_NAME):
 
 
 load_package()
+
+
+def pytest_configure(config) -> None:
+    # The interpreter converts 1-element arrays to scalars on every scalar load (NumPy >= 1.25 warns
+    # each time); hundreds of identical lines would bury real warnings.
+    config.addinivalue_line(
+        "filterwarnings", "ignore::DeprecationWarning:triton.runtime.interpreter"
+    )
+    config.addinivalue_line(
+        "filterwarnings",
+        "ignore:divide by zero encountered:RuntimeWarning:triton.runtime.interpreter",
+    )

@@ -37,11 +37,11 @@ def _decode(sc: ks.Scenario, q: torch.Tensor, splits: int | None, ws=None) -> to
         sc.block_slot,
         sc.block_table,
         sc.seq_lens,
-        sc.comp_end,
         sc.layout,
         sc.h16,
         sc.layout.head_dim**-0.5,
         CFG,
+        comp_end=sc.comp_end,
         num_splits=splits,
         workspace=ws,
     )

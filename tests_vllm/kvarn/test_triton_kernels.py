@@ -78,11 +78,11 @@ def _decode(sc: ks.Scenario, q: torch.Tensor, splits: int | None, cfg: config.KV
         sc.block_slot,
         sc.block_table,
         sc.seq_lens,
-        sc.comp_end,
         sc.layout,
         sc.h16,
         sc.layout.head_dim**-0.5,
         cfg,
+        comp_end=sc.comp_end,
         num_splits=splits,
     )
 
@@ -137,7 +137,8 @@ def test_split_heuristic() -> None:
 
 @pytest.mark.parametrize(("deq", "prefetch"), [(0, False), (1, True), (0, True)])
 def test_decode_kernel_variants(deq: int, prefetch: bool) -> None:
-    """The default variant (subnormal codes, no prefetch) is covered above; the others agree too."""
+    """The default variant (subnormal codes, no prefetch) is covered above; the others agree too.
+    (comp_end is left out here: derived from the slot map on the device.)"""
     sc = ks.build("kvarn_k4v2_g64", 128, 1, [200, 64], device=DEVICE, iters=1, store="triton")
     q = ks.queries(sc, 4)
     ref = ks.ref_decode(sc, q)
@@ -149,7 +150,6 @@ def test_decode_kernel_variants(deq: int, prefetch: bool) -> None:
         sc.block_slot,
         sc.block_table,
         sc.seq_lens,
-        sc.comp_end,
         sc.layout,
         sc.h16,
         128**-0.5,
@@ -169,6 +169,43 @@ def test_comp_end_from_the_book_matches_the_slot_map() -> None:
     # [1, 64, 65, 129, 300] tokens, committed = n - 1: blocks [1, (n-1)//64) are compressed
     assert sc.comp_end.tolist() == [1, 1, 1, 2, 4, 1]
     assert from_slots[:-1].tolist() == sc.comp_end[:-1].tolist()
+
+
+def test_any_slot_map_state_decodes_right() -> None:
+    """The hot loop trusts comp_end; everything else follows the slot map. A block put back in the
+    pool mid-sequence, and comp_end = 1 (every block through the cold loop), both still match."""
+    sc = ks.build("kvarn_k4v2_g64", 128, 2, [400, 330], device=DEVICE, iters=1, store="triton")
+    assert sc.comp_end.tolist() == [6, 5]
+    # Block 3 of request 0 back in the pool (a free slot), its fp16 K/V restored.
+    free = int(sc.pool_k.shape[0]) - 1
+    phys = int(sc.block_table[0, 3])
+    sc.pool_k[free] = sc.k_rot[0][192:256]
+    sc.pool_v[free] = sc.v_rot[0][192:256]
+    sc.block_slot[phys] = free
+    sc.cache[phys] = 0  # a stale record must not be read
+    q = ks.queries(sc, 2)
+    ref = ks.ref_decode(sc, q)
+    derived = triton_decode.compressed_end_from_slots(
+        sc.block_slot, sc.block_table, sc.seq_lens, 64
+    )
+    assert derived.tolist() == [3, 5]
+    for ce in (None, torch.ones_like(sc.comp_end)):
+        out = triton_decode.kvarn_decode(
+            q,
+            sc.cache,
+            sc.pool_k,
+            sc.pool_v,
+            sc.block_slot,
+            sc.block_table,
+            sc.seq_lens,
+            sc.layout,
+            sc.h16,
+            128**-0.5,
+            CFG,
+            comp_end=ce,
+            num_splits=2,
+        )
+        assert ks.cosine(out, ref).min().item() >= 0.999
 
 
 # Everything that may change from one step to the next. None of it may be a constexpr (a new value

@@ -7,13 +7,18 @@ never materializes K̂ or V̂: the scales fold into the small operands instead,
     O[h,d] = s_colV[d]·(Σ_g (p[h,g]·s_rowV[g])·code[g,d] + Σ_g p[h,g]·zpV[g])
 
 so the only per-element work on the codes is unpack + convert, and both products are tensor-core
-dots on fp16 codes. Packed bytes are never interleaved back: K nibbles split the tile into even and
-odd tokens (two score halves), V codes split channels into four residue classes d = 4j + i (four
-accumulators), and the output is written back through the same permutation.
+dots on fp16 codes. The convert is integer-only by default (DEQ=1): a code's bits reinterpreted as an
+fp16 subnormal are exactly c·2^-24, and the dot is scaled back by 2^24 (measured on the H200: ~1.4×
+faster than int->fp16 conversion, which runs on the slow conversion unit). Packed bytes are never
+interleaved back: K nibbles split the tile into even and odd tokens (two score halves), V codes split
+channels into four residue classes d = 4j + i (four accumulators), and the output is written back
+through the same permutation.
 
-Split-K: stage 1 writes each split's normalized O and log2-sum-exp, stage 2 combines. Only sizes fixed
-for a model are constexpr (plus IS_SPLIT: two variants in all); batch, lengths, block table and the
-split count are runtime values, so decode steps never recompile.
+Blocks [1, comp_end) (compressed) go through a branch-free hot loop; the sink and the tail go through
+a short loop that follows the slot map. Split-K: stage 1 writes each split's normalized O and
+log2-sum-exp, stage 2 combines. Only sizes fixed for a model and the kernel variant are constexpr, plus
+IS_SPLIT (two variants in all); batch, lengths, block table and the split count are runtime values,
+so decode steps never recompile.
 """
 
 from __future__ import annotations
@@ -272,9 +277,9 @@ def _kvarn_decode_kernel(
     DEQ: tl.constexpr,
     PREFETCH: tl.constexpr,
 ):
-    """Blocks [1, comp_end) of a request are compressed; block 0 (the sink) and [comp_end, nblk)
-    are in the pool. Split s takes a contiguous share of the compressed blocks; split 0 also takes
-    the pool blocks. The compressed loop has no branch and, with PREFETCH, loads block i+1's record
+    """Blocks [1, comp_end) of a request are compressed (the caller guarantees it); block 0 (the
+    sink) and [comp_end, nblk) are read as the slot map says, normally from the pool. Split s takes
+    a contiguous share of [1, comp_end); split 0 also takes the rest. The compressed loop has no branch and, with PREFETCH, loads block i+1's record
     (and block i+2's id) while computing block i."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -311,30 +316,100 @@ def _kvarn_decode_kernel(
     acc2 = tl.zeros([QH, D4], tl.float32)
     acc3 = tl.zeros([QH, D4], tl.float32)
 
-    # Pool blocks: the sink, then the unflushed tail.
+    # The sink and every block from comp_end on: normally all pool-resident (the unflushed tail), but
+    # the slot map decides, so a compressed block past comp_end is still read correctly. This loop
+    # is short and cold; the branch lives here, not in the compressed loop below.
     n_pool = tl.where((split == 0) & (nblk > 0), 1 + nblk - tl.maximum(c_end, 1), 0)
     for i in range(0, n_pool):
         blk = tl.where(i == 0, 0, c_end + i - 1)
         phys = tl.load(bt + blk).to(tl.int64)
         slot = tl.load(block_slot + phys).to(tl.int64)
-        base = slot * s_ps + kvh * s_ph
-        m_i, l_i, acc0, acc1, acc2, acc3 = _attend_pool(
-            q16,
-            m_i,
-            l_i,
-            acc0,
-            acc1,
-            acc2,
-            acc3,
-            pool_k + base,
-            pool_v + base,
-            s_pg,
-            blk * G,
-            seq_len,
-            dd,
-            tok,
-            jq,
-        )
+        if slot >= 0:
+            base = slot * s_ps + kvh * s_ph
+            m_i, l_i, acc0, acc1, acc2, acc3 = _attend_pool(
+                q16,
+                m_i,
+                l_i,
+                acc0,
+                acc1,
+                acc2,
+                acc3,
+                pool_k + base,
+                pool_v + base,
+                s_pg,
+                blk * G,
+                seq_len,
+                dd,
+                tok,
+                jq,
+            )
+        else:
+            (
+                kb,
+                kscol,
+                kzp,
+                ksr0,
+                ksr1,
+                ve,
+                vo,
+                ve2,
+                vo2,
+                vsr0,
+                vsr1,
+                vzp0,
+                vzp1,
+                vsc0,
+                vsc1,
+                vsc2,
+                vsc3,
+            ) = _load_record(
+                cache_u8,
+                cache_f16,
+                phys * s_cb + head_off,
+                blk < nblk,
+                dd,
+                tok,
+                jq,
+                D,
+                G,
+                VB,
+                K_CODES,
+                K_SCOL,
+                K_ZP,
+                K_SROW,
+                V_CODES,
+                V_SCOL,
+                V_SROW,
+                V_ZP,
+            )
+            m_i, l_i, acc0, acc1, acc2, acc3 = _attend_record(
+                q,
+                m_i,
+                l_i,
+                acc0,
+                acc1,
+                acc2,
+                acc3,
+                kb,
+                kscol,
+                kzp,
+                ksr0,
+                ksr1,
+                ve,
+                vo,
+                ve2,
+                vo2,
+                vsr0,
+                vsr1,
+                vzp0,
+                vzp1,
+                vsc0,
+                vsc1,
+                vsc2,
+                vsc3,
+                VB,
+                DEQ,
+            )
 
     if PREFETCH:
         has0 = start < end
@@ -644,12 +719,12 @@ def kvarn_decode(
     block_slot: torch.Tensor,
     block_table: torch.Tensor,
     seq_lens: torch.Tensor,
-    comp_end: torch.Tensor,
     layout: RecordLayout,
     h16: torch.Tensor,
     scale: float,
     config: KVarNConfig,
     *,
+    comp_end: torch.Tensor | None = None,
     max_seq_len: int | None = None,
     num_splits: int | None = None,
     workspace: DecodeWorkspace | None = None,
@@ -660,9 +735,10 @@ def kvarn_decode(
     """Decode attention over the two-tier cache; q [B, Hq, D] un-rotated; returns [B, Hq, D] in
     q's dtype.
 
-    ``comp_end`` int32 [B]: blocks [1, comp_end) of each request are compressed, block 0 and the
-    rest are in the pool (``TwoTierBook.compressed_end``). ``num_splits`` overrides the heuristic
-    (1 = single stage). ``deq``/``prefetch`` pick kernel variants (fixed per deployment).
+    ``comp_end`` int32 [B]: blocks [1, comp_end) of each request are compressed (so the hot loop
+    needs no slot lookup); the sink and later blocks are read as ``block_slot`` says. Pass it when
+    known (``TwoTierBook.compressed_end``); by default it is derived from ``block_slot`` on the device
+    (no host sync). ``num_splits`` overrides the heuristic (1 = single stage). ``deq``/``prefetch`` pick kernel variants (fixed per deployment).
     """
     b, hq, d = q.shape
     hkv = cache.shape[1]
@@ -678,6 +754,8 @@ def kvarn_decode(
         ).to(q.dtype)
     qpk = hq // hkv
     g = layout.group
+    if comp_end is None:
+        comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, g)
     h32 = h16.float()
     q_rot = ((q.float() @ h32) * (scale * LOG2E)).contiguous()
     if num_splits is None:
