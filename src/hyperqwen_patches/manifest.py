@@ -29,13 +29,21 @@ KINDS: tuple[str, ...] = ("backport", "fix", "feature", "local", "own")
 PATH_CONVENTIONS: tuple[str, ...] = ("root", "package")
 
 TOP_REQUIRED = ("format", "pin", "package", "rows")
-TOP_OPTIONAL = ("source", "paths", "export_points", "retirements")
+TOP_OPTIONAL = (
+    "source",
+    "paths",
+    "export_points",
+    "retirements",
+    "knob_prefixes",
+    "accepted_names",
+)
 EXPORT_POINT_REQUIRED = ("name", "branch")
 EXPORT_POINT_OPTIONAL = ("commit", "base")
 ROW_REQUIRED = ("name", "kind", "what", "cut_against", "retires_when")
-ROW_OPTIONAL = ("patch", "files", "upstream", "export_point", "commit", "skip")
+ROW_OPTIONAL = ("patch", "files", "upstream", "export_point", "commit", "skip", "git_apply")
 RETIREMENT_REQUIRED = ("row", "pin", "upstream", "reason", "evidence")
 RETIREMENT_OPTIONAL = ("hunk",)
+ACCEPTED_NAME_REQUIRED = ("name", "reason")
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -43,6 +51,10 @@ PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?$")
 # Full SHA-1 or SHA-256 object names only: an abbreviated SHA can become ambiguous as the fork grows.
 COMMIT_RE = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
+# An environment knob prefix (VLLM_ and KVARN_ are always knobs; the manifest may add more).
+KNOB_PREFIX_RE = re.compile(r"^[A-Z][A-Z0-9_]*_$")
+# A dotted name in the package (vllm.config.cache.CacheConfig.block_size).
+DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 PATCH_SUFFIXES = (".patch", ".diff")
 
 _STR = "tag:yaml.org,2002:str"
@@ -115,6 +127,8 @@ class Row:
     export_point: str | None = None
     commit: str | None = None
     skip: str | None = None  # the reason the row is kept for history but not applied
+    # Must also pass `git apply --check --whitespace=error` in series order (statics/gitapply.py).
+    git_apply: bool = False
     line: int = 0
 
     @property
@@ -141,6 +155,15 @@ class Retirement:
 
 
 @dataclass(frozen=True)
+class AcceptedName:
+    """A name the static checks may find removed or changed on a target release, and why that is fine."""
+
+    name: str
+    reason: str
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The validated manifest. ``root`` is the repository root (the parent of ``patches/``)."""
 
@@ -154,6 +177,8 @@ class Manifest:
     rows: tuple[Row, ...] = ()
     retirements: tuple[Retirement, ...] = ()
     format: int = FORMAT
+    knob_prefixes: tuple[str, ...] = ()
+    accepted_names: tuple[AcceptedName, ...] = ()
 
     @property
     def active_rows(self) -> tuple[Row, ...]:
@@ -193,6 +218,7 @@ class Manifest:
                         "export_point",
                         "commit",
                         "skip",
+                        "git_apply",
                     )
                 }
                 for r in self.rows
@@ -201,6 +227,8 @@ class Manifest:
                 {k: getattr(t, k) for k in ("row", "pin", "upstream", "reason", "evidence", "hunk")}
                 for t in self.retirements
             ],
+            "knob_prefixes": list(self.knob_prefixes),
+            "accepted_names": [{"name": a.name, "reason": a.reason} for a in self.accepted_names],
         }
 
 
@@ -412,6 +440,8 @@ class _Validator:
         export_points = self.export_points(top.get("export_points"))
         rows = self.rows(top.get("rows"), export_points)
         retirements = self.retirements(top.get("retirements"), rows)
+        knob_prefixes = self.knob_prefixes(top.get("knob_prefixes"))
+        accepted_names = self.accepted_names(top.get("accepted_names"))
 
         if self.problems:
             raise ManifestError(self.problems)
@@ -427,6 +457,8 @@ class _Validator:
             export_points=tuple(export_points),
             rows=tuple(rows),
             retirements=tuple(retirements),
+            knob_prefixes=tuple(knob_prefixes),
+            accepted_names=tuple(accepted_names),
         )
 
     def format(self, node: yaml.Node | None) -> int | None:
@@ -601,6 +633,13 @@ class _Validator:
             self.fail(
                 item, f"{where}.export_point", "a row with a commit must name its export point"
             )
+        git_apply = self.boolean(keys.get("git_apply"), f"{where}.git_apply")
+        if git_apply and "files" in keys:
+            self.fail(
+                keys["git_apply"],
+                f"{where}.git_apply",
+                "git_apply is for patch rows; a module row is copied, not applied",
+            )
         if not (name and kind and what and cut and retires):
             return None
         return Row(
@@ -615,6 +654,7 @@ class _Validator:
             export_point=export_point,
             commit=commit,
             skip=skip,
+            git_apply=bool(git_apply),
             line=line,
         )
 
@@ -655,4 +695,49 @@ class _Validator:
                 )
                 continue
             out.append(Retirement(row, pin, upstream, reason, evidence, hunk, line))
+        return out
+
+    def boolean(self, node: yaml.Node | None, where: str) -> bool | None:
+        import yaml
+
+        if node is None:
+            return None
+        if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:bool":
+            self.fail(node, where, f"must be true or false, got {_what(node)}")
+            return None
+        return node.value.lower() in ("true", "yes", "on")
+
+    def knob_prefixes(self, node: yaml.Node | None) -> list[str]:
+        out: list[str] = []
+        for i, item in enumerate(self.sequence(node, "knob_prefixes")):
+            value = self.matching(
+                item, f"knob_prefixes[{i}]", KNOB_PREFIX_RE, "a knob prefix such as MYAPP_"
+            )
+            if value is not None:
+                out.append(value)
+        return out
+
+    def accepted_names(self, node: yaml.Node | None) -> list[AcceptedName]:
+        out: list[AcceptedName] = []
+        seen: dict[str, int] = {}
+        for i, item in enumerate(self.sequence(node, "accepted_names")):
+            where = f"accepted_names[{i}]"
+            keys = self.mapping(item, where, ACCEPTED_NAME_REQUIRED, ())
+            if keys is None:
+                continue
+            name = self.matching(
+                keys.get("name"), f"{where}.name", DOTTED_RE, "a dotted name such as vllm.envs.X"
+            )
+            reason = self.string(keys.get("reason"), f"{where}.reason")
+            line = item.start_mark.line + 1
+            if name is not None and name in seen:
+                self.fail(
+                    item,
+                    f"{where}.name",
+                    f"{name!r} is accepted twice (first on line {seen[name]})",
+                )
+                continue
+            if name is not None and reason is not None:
+                seen[name] = line
+                out.append(AcceptedName(name, reason, line))
         return out

@@ -1,0 +1,117 @@
+"""What the static checks share: the series traced through the pristine tree, and parsed modules.
+
+``check`` runs the static checks as independent pipeline functions; they share one :class:`Analysis`
+per ``CheckContext`` (kept in the context's ``__dict__``, where its cached properties live too), so
+the series is traced once and each touched file is parsed at most once, whichever checks run.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from hyperqwen_patches.console import show
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.statics.provenance import Provenance
+
+Severity = Literal["error", "warning", "problem"]
+
+_KEY = "_statics_analysis"
+
+
+@dataclass(frozen=True)
+class StaticFinding:
+    """One finding of a static check, located: the row, the patched file and its line."""
+
+    check: str
+    severity: Severity
+    row: str | None  # None: no row introduced it (a pristine line, or the series as a whole)
+    path: bytes | None
+    line: int | None
+    message: str
+    detail: str = ""
+
+    @property
+    def subject(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = show(self.path) + (f":{self.line}" if self.line else "")
+        if self.row is None:
+            return where or "series"
+        return f"row {self.row}: {where}" if where else f"row {self.row}"
+
+    def to_finding(self) -> Finding:
+        from hyperqwen_patches.check import Finding
+
+        return Finding(self.check, self.severity, self.subject, self.message, self.detail)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "severity": self.severity,
+            "row": self.row,
+            "path": None if self.path is None else show(self.path),
+            "line": self.line,
+            "message": self.message,
+            "detail": self.detail,
+        }
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """Parsing builds many small objects and none are garbage; collecting during it costs ~40%."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+class Analysis:
+    """The traced series on one tree, plus a memo of parsed modules (path -> AST or None)."""
+
+    def __init__(
+        self, prov: Provenance, read: Callable[[bytes], bytes | None] | None = None
+    ) -> None:
+        self.prov = prov
+        self.read = read  # the tree under the series (files the series does not touch)
+        self._trees: dict[bytes, ast.Module | None] = {}
+
+    def tree(self, path: bytes) -> ast.Module | None:
+        """The patched file parsed (None when it does not parse: ``compiles`` reports that)."""
+        if path not in self._trees:
+            data = self.prov.content.get(path)
+            parsed: ast.Module | None = None
+            if data is not None:
+                try:
+                    with no_gc():
+                        parsed = ast.parse(data, filename=show(path))
+                except (SyntaxError, ValueError):
+                    parsed = None
+            self._trees[path] = parsed
+        return self._trees[path]
+
+
+def analysis_of(ctx: CheckContext) -> Analysis:
+    """The context's analysis, built on first use from the apply check's result (never re-applied)."""
+    found = ctx.__dict__.get(_KEY)
+    if found is None:
+        from hyperqwen_patches.statics.provenance import trace
+
+        patches = [s.patch for s in ctx.series if s.patch is not None and s.row.skip is None]
+        found = Analysis(trace(patches, ctx.applied, ctx.pristine.read), ctx.pristine.read)
+        ctx.__dict__[_KEY] = found
+    assert isinstance(found, Analysis)
+    return found
+
+
+def python_files(prov: Provenance) -> list[bytes]:
+    return [p for p in prov.files() if p.endswith(b".py")]

@@ -1,0 +1,113 @@
+"""Compiles: every Python file the series touches or adds byte-compiles after the series.
+
+``compile()`` on the patched bytes in memory (nothing is written, no ``__pycache__``): the parser and
+the symbol table pass, so ``return`` outside a function or a bad ``nonlocal`` is caught as well as a
+syntax error. The error names the row that introduced the line; a syntax error reported on a
+pristine line (an unclosed bracket a row opened shows up lines later) names the row of the nearest
+added line above it. ``SyntaxWarning`` on an added line (an invalid escape sequence, ``is`` with a
+literal) is a warning: a later Python makes some of them errors.
+
+The interpreter is the tool's own; a file that does not compile even where no row touched it (a
+newer syntax than this Python reads) is a warning, not blamed on a row.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import TYPE_CHECKING
+
+from hyperqwen_patches.console import show
+from hyperqwen_patches.statics.analysis import StaticFinding, analysis_of, python_files
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.statics.provenance import Provenance
+
+CHECK = "compiles"
+
+
+def _blame(prov: Provenance, path: bytes, line: int) -> tuple[str | None, int | None]:
+    """The row of ``line``, else of the nearest added line above it (and that line)."""
+    row = prov.owner(path, line)
+    if row is not None:
+        return row, line
+    for number in range(min(line, len(prov.owners.get(path, ()))), 0, -1):
+        row = prov.owner(path, number)
+        if row is not None:
+            return row, number
+    return None, None
+
+
+def compile_findings(prov: Provenance) -> list[StaticFinding]:
+    found: list[StaticFinding] = []
+    version = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+    for path in python_files(prov):
+        data = prov.content[path]
+        assert data is not None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SyntaxWarning)
+            try:
+                compile(data, show(path), "exec", dont_inherit=True)
+            except SyntaxError as exc:
+                line = exc.lineno or 1
+                row, at = _blame(prov, path, line)
+                text = (exc.text or "").rstrip("\n")
+                detail = f"line {line}: {text}" if text else ""
+                if row is None:
+                    found.append(
+                        StaticFinding(
+                            CHECK,
+                            "warning",
+                            None,
+                            path,
+                            line,
+                            f"does not compile under {version}, and no row changed the file above "
+                            f"this line: {exc.msg}",
+                            detail,
+                        )
+                    )
+                    continue
+                where = (
+                    ""
+                    if at == line
+                    else f" (reported at line {line}; row's nearest line above: {at})"
+                )
+                found.append(
+                    StaticFinding(
+                        CHECK,
+                        "error",
+                        row,
+                        path,
+                        at,
+                        f"does not compile ({version}): {exc.msg}{where}",
+                        detail,
+                    )
+                )
+                continue
+            except ValueError as exc:  # NUL bytes in the source
+                found.append(
+                    StaticFinding(CHECK, "error", _blame(prov, path, 1)[0], path, None, str(exc))
+                )
+                continue
+        for w in caught:
+            if not issubclass(w.category, SyntaxWarning):
+                continue
+            row = prov.owner(path, w.lineno)
+            if row is not None:
+                found.append(
+                    StaticFinding(
+                        CHECK,
+                        "warning",
+                        row,
+                        path,
+                        w.lineno,
+                        f"SyntaxWarning: {w.message}",
+                    )
+                )
+    return found
+
+
+def check_compiles(ctx: CheckContext) -> list[Finding]:
+    """Every touched or added Python file compiles after the series; errors name the row."""
+    return [f.to_finding() for f in compile_findings(analysis_of(ctx).prov)]

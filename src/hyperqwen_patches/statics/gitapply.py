@@ -1,0 +1,101 @@
+"""The git apply contract: rows marked ``git_apply: true`` also pass ``git apply --check
+--whitespace=error``, in series order, on what the rows before them produced.
+
+Some downstream users apply the series with git, which is stricter than GNU patch at fuzz 0 about
+whitespace and about a hunk's exact line counts. Real git runs (through ``gitrun``, the one git
+runner) in a temporary directory holding only the files the marked row touches, as the pristine tree
+plus the earlier rows (applied in memory by the engine) left them; a scratch bare repository is its
+``GIT_DIR``, so no repository around the temporary directory is ever found or read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hyperqwen_patches.statics.analysis import StaticFinding
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.engine.patchset import Patch
+    from hyperqwen_patches.manifest import Manifest
+    from hyperqwen_patches.series import SeriesRow
+
+CHECK = "git-apply"
+ARGS = ("apply", "--check", "--whitespace=error", "-p1")
+
+
+def _write(work: Path, path: bytes, data: bytes) -> None:
+    target = os.path.join(os.fsencode(work), path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "wb") as fh:
+        fh.write(data)
+
+
+def gitapply_findings(
+    manifest: Manifest, series: list[SeriesRow], read: Callable[[bytes], bytes | None]
+) -> list[StaticFinding]:
+    from hyperqwen_patches import gitrun
+    from hyperqwen_patches.console import show
+    from hyperqwen_patches.engine.applying import Policy, apply_series
+
+    active = [s for s in series if s.row.skip is None and s.patch is not None]
+    marked = [i for i, s in enumerate(active) if s.row.git_apply]
+    if not marked:
+        return []
+    found: list[StaticFinding] = []
+    state: dict[bytes, bytes | None] = {}
+
+    def current(path: bytes) -> bytes | None:
+        return state[path] if path in state else read(path)
+
+    tmp = Path(tempfile.mkdtemp(prefix="hqp-gitapply-"))
+    try:
+        git_dir = gitrun.init_bare(tmp / "repo.git")
+        for index, s in enumerate(active[: marked[-1] + 1]):
+            patch: Patch = s.patch  # type: ignore[assignment]
+            if s.row.git_apply and s.row.patch is not None:
+                work = tmp / f"work-{index}"
+                work.mkdir()
+                for fp in patch.files:
+                    for path in {fp.old_path, fp.new_path} - {None}:
+                        assert path is not None
+                        data = current(path)
+                        if data is not None:
+                            _write(work, path, data)
+                cwd = work / manifest.package if manifest.paths == "package" else work
+                cwd.mkdir(exist_ok=True)
+                patch_file = manifest.root / s.row.patch
+                result = gitrun.run([*ARGS, str(patch_file.resolve())], git_dir=git_dir, cwd=cwd)
+                if not result.ok:
+                    text = show(result.stderr).strip()
+                    found.append(
+                        StaticFinding(
+                            CHECK,
+                            "error",
+                            s.row.name,
+                            None,
+                            None,
+                            f"git apply --check --whitespace=error refuses {s.row.patch} (exit "
+                            f"{result.code}) on the tree the rows before it produce",
+                            text.replace(str(patch_file.resolve()), s.row.patch),
+                        )
+                    )
+            step = apply_series([patch], current, Policy(ambiguity="off"))
+            if step.ok:
+                state.update(step.changes)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return found
+
+
+def check_git_apply(ctx: CheckContext) -> list[Finding]:
+    """Rows marked ``git_apply: true`` pass ``git apply --check --whitespace=error`` in order."""
+    if not any(r.git_apply for r in ctx.manifest.active_rows):
+        return []
+    found = gitapply_findings(ctx.manifest, ctx.series, ctx.pristine.read)
+    return [f.to_finding() for f in found]

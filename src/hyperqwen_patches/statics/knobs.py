@@ -1,0 +1,453 @@
+"""Knob hygiene: environment knobs the rows read go through ``vllm.envs`` and are registered there.
+
+A knob is an environment variable whose name starts with ``VLLM_``, ``KVARN_`` or a prefix the
+manifest declares (``knob_prefixes``). On the lines the rows add (outside ``vllm/envs.py``, whose
+registry entries are where knobs are read by design):
+
+- a **bare read** (``os.environ[...]``, ``os.environ.get(...)``, ``os.getenv(...)``, ``"X" in
+  os.environ``, through any alias of ``os``/``environ``/``getenv``) of a knob is an error: it sits
+  outside the torch.compile cache key (``vllm.envs.compile_factors`` hashes the registry, not the
+  environment), so two settings can share a compile cache;
+- ``os.environ`` passed on as a value (``env = os.environ``) in a function that names knobs is a
+  warning: the knobs are read through a variable, which static analysis cannot follow further;
+- a knob read through ``vllm.envs`` (``envs.X``, ``vllm.envs.X``, ``from vllm.envs import X``) must
+  be registered: vllm.envs raises AttributeError for a name its registry lacks.
+
+In ``vllm/envs.py`` after the series, every knob a row registers needs both halves (an annotation in
+the ``if TYPE_CHECKING:`` block and an ``environment_variables`` entry) and must not be on the ignore
+list of ``compile_factors()``, which is found by parsing (the literal set/list in that function
+that a membership test reads), never hard-coded. The registry's entry count before and after the
+series is part of the result (vLLM 0.29.0 has 302 entries).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, analysis_of, no_gc
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.check import CheckContext, Finding
+
+CHECK = "knobs"
+DEFAULT_PREFIXES = ("VLLM_", "KVARN_")
+ENVS = b"vllm/envs.py"
+REGISTRY = "environment_variables"
+# Added lines that mention none of these cannot read a knob: their files are not parsed.
+_HINTS = (b"environ", b"getenv", b"envs")
+
+
+@dataclass(frozen=True)
+class Registry:
+    """``vllm/envs.py`` as parsed: annotated names, registry entries and the compile-factor ignores."""
+
+    annotations: dict[str, int]  # name -> line (in the TYPE_CHECKING block)
+    entries: dict[str, int]  # name -> line (a key of environment_variables)
+    ignored: dict[str, int]  # name -> line (compile_factors' ignore list)
+    ignore_found: bool = True
+
+
+def parse_registry(tree: ast.Module) -> Registry:
+    annotations: dict[str, int] = {}
+    entries: dict[str, int] = {}
+    ignored: dict[str, int] = {}
+    found = False
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for sub in node.body:
+                if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
+                    annotations[sub.target.id] = sub.lineno
+        target, value = _assignment(node)
+        if target == REGISTRY and isinstance(value, ast.Dict):
+            for key in value.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    entries[key.value] = key.lineno
+        # environment_variables["X"] = ... later in the module registers too.
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if (
+                    isinstance(t, ast.Subscript)
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == REGISTRY
+                    and isinstance(t.slice, ast.Constant)
+                    and isinstance(t.slice.value, str)
+                ):
+                    entries[t.slice.value] = t.lineno
+        if isinstance(node, ast.FunctionDef) and node.name == "compile_factors":
+            found, ignored = _ignore_list(node)
+    return Registry(annotations, entries, ignored, found)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _assignment(node: ast.stmt) -> tuple[str | None, ast.expr | None]:
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return node.target.id, node.value
+    if (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+    ):
+        return node.targets[0].id, node.value
+    return None, None
+
+
+def _ignore_list(fn: ast.FunctionDef) -> tuple[bool, dict[str, int]]:
+    """The literal collection in ``compile_factors`` that a membership test (``x in NAME``) reads."""
+    tested = {
+        c.id
+        for node in ast.walk(fn)
+        if isinstance(node, ast.Compare)
+        and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+        for c in node.comparators
+        if isinstance(c, ast.Name)
+    }
+    for node in ast.walk(fn):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        name, value = _assignment(node)
+        if name in tested and isinstance(value, (ast.Set, ast.List, ast.Tuple)):
+            return True, {
+                e.value: e.lineno
+                for e in value.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            }
+    return False, {}
+
+
+@dataclass
+class _Aliases:
+    """How a module names ``os``, ``os.environ``, ``os.getenv`` and ``vllm.envs``."""
+
+    os: set[str] = field(default_factory=set)
+    environ: set[str] = field(default_factory=set)
+    getenv: set[str] = field(default_factory=set)
+    envs: set[str] = field(default_factory=set)  # names bound to the vllm.envs module
+    vllm: set[str] = field(default_factory=set)  # names bound to the vllm package (vllm.envs.X)
+    from_envs: dict[str, str] = field(
+        default_factory=dict
+    )  # local name -> knob (from vllm.envs import X)
+    constants: dict[str, str] = field(default_factory=dict)  # module-level NAME = "string"
+
+
+def _aliases(tree: ast.Module) -> _Aliases:
+    a = _Aliases()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "os":
+                    a.os.add(alias.asname or "os")
+                elif alias.name == "vllm.envs":
+                    (a.envs if alias.asname else a.vllm).add(alias.asname or "vllm")
+                elif (alias.name == "vllm" or alias.name.startswith("vllm.")) and not alias.asname:
+                    a.vllm.add("vllm")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if node.module == "os" and alias.name == "environ":
+                    a.environ.add(local)
+                elif node.module == "os" and alias.name == "getenv":
+                    a.getenv.add(local)
+                elif node.module == "vllm" and alias.name == "envs":
+                    a.envs.add(local)
+                elif node.module == "vllm.envs":
+                    a.from_envs[local] = alias.name
+    for node in tree.body:
+        name, value = _assignment(node)
+        if name and isinstance(value, ast.Constant) and isinstance(value.value, str):
+            a.constants[name] = value.value
+    return a
+
+
+@dataclass(frozen=True)
+class KnobUse:
+    """A knob on an added line: how it is read, where, and by which row."""
+
+    knob: str
+    how: str  # "bare" | "envs" | "indirect"
+    path: bytes
+    line: int
+    row: str
+
+
+def _is_environ(node: ast.expr, a: _Aliases) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in a.environ
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "environ"
+        and isinstance(node.value, ast.Name)
+        and node.value.id in a.os
+    )
+
+
+def _is_getenv(node: ast.expr, a: _Aliases) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in a.getenv
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "getenv"
+        and isinstance(node.value, ast.Name)
+        and node.value.id in a.os
+    )
+
+
+def _is_envs_module(node: ast.expr, a: _Aliases) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in a.envs
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "envs"
+        and isinstance(node.value, ast.Name)
+        and node.value.id in a.vllm
+    )
+
+
+def _string(node: ast.expr | None, a: _Aliases) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return a.constants.get(node.id)
+    return None
+
+
+def knob_uses(
+    tree: ast.Module, path: bytes, analysis: Analysis, prefixes: tuple[str, ...]
+) -> list[KnobUse]:
+    """Every knob read (bare, through vllm.envs, or through an ``environ`` variable) on added lines."""
+    prov = analysis.prov
+    a = _aliases(tree)
+    out: list[KnobUse] = []
+
+    def row_of(node: ast.AST) -> str | None:
+        return prov.owner_of_span(
+            path, node.lineno, getattr(node, "end_lineno", None) or node.lineno
+        )  # type: ignore[attr-defined]
+
+    def add(knob: str | None, how: str, node: ast.AST) -> None:
+        if knob is None or not knob.startswith(prefixes):
+            return
+        row = row_of(node)
+        if row is not None:
+            out.append(KnobUse(knob, how, path, node.lineno, row))  # type: ignore[attr-defined]
+
+    handled: set[int] = set()  # ids of environ nodes read directly (not passed on as a value)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if _is_getenv(func, a):
+                add(_string(node.args[0] if node.args else None, a), "bare", node)
+            elif (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("get", "setdefault", "pop", "__getitem__")
+                and _is_environ(func.value, a)
+            ):
+                handled.add(id(func.value))
+                add(_string(node.args[0] if node.args else None, a), "bare", node)
+        elif isinstance(node, ast.Subscript) and _is_environ(node.value, a):
+            handled.add(id(node.value))
+            if isinstance(node.ctx, ast.Load):
+                add(_string(node.slice, a), "bare", node)
+        elif isinstance(node, ast.Compare) and any(_is_environ(c, a) for c in node.comparators):
+            handled.update(id(c) for c in node.comparators)
+            add(_string(node.left, a), "bare", node)
+        elif isinstance(node, ast.Attribute) and _is_envs_module(node.value, a):
+            add(node.attr, "envs", node)
+        elif isinstance(node, ast.ImportFrom) and node.module == "vllm.envs":
+            for alias in node.names:
+                add(alias.name, "envs", node)
+    # os.environ handed on as a value: the knobs named in the same function are read through it.
+    for scope in ast.walk(tree):
+        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        loose = [
+            n
+            for n in ast.walk(scope)
+            if isinstance(n, (ast.Name, ast.Attribute))
+            and _is_environ(n, a)
+            and id(n) not in handled
+            and row_of(n) is not None
+        ]
+        if not loose:
+            continue
+        named = sorted(
+            {
+                n.value
+                for n in ast.walk(scope)
+                if isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and n.value.startswith(prefixes)
+            }
+        )
+        for knob in named:
+            add(knob, "indirect", loose[0])
+    return out
+
+
+@dataclass
+class KnobReport:
+    """What the knob check found, with the registry's size before and after the series."""
+
+    findings: list[StaticFinding]
+    entries_before: int | None  # None: no vllm/envs.py in the tree
+    entries_after: int | None
+    registered_by_rows: dict[str, str]  # knob -> row
+    uses: list[KnobUse]
+
+
+def knob_report(analysis: Analysis, prefixes: Iterable[str] = ()) -> KnobReport:
+    prov = analysis.prov
+    all_prefixes = tuple(dict.fromkeys((*DEFAULT_PREFIXES, *prefixes)))
+    found: list[StaticFinding] = []
+    uses: list[KnobUse] = []
+    for path in prov.files():
+        if not path.endswith(b".py") or path == ENVS:
+            continue
+        data = prov.content[path] or b""
+        lines = data.splitlines()
+        added = [lines[n - 1] for n, _ in prov.added_lines(path) if n <= len(lines)]
+        if not any(h in text for text in added for h in _HINTS):
+            continue
+        tree = analysis.tree(path)
+        if tree is not None:
+            uses += knob_uses(tree, path, analysis, all_prefixes)
+
+    registry: Registry | None = None
+    if ENVS in prov.content or any(u.how == "envs" for u in uses):
+        tree = analysis.tree(ENVS) if ENVS in prov.content else None
+        if tree is None and ENVS not in prov.content and analysis.read is not None:
+            data = analysis.read(ENVS)
+            if data is not None:
+                with no_gc():
+                    tree = ast.parse(data)
+        if tree is not None:
+            registry = parse_registry(tree)
+
+    by_rows: dict[str, str] = {}
+    before = after = None
+    if registry is not None:
+        after = len(registry.entries)
+        for name, line in registry.entries.items():
+            row = prov.owner(ENVS, line)
+            if row is not None:
+                by_rows[name] = row
+        before = after - len(by_rows)
+        count = f"environment_variables: {before} entries before the series, {after} after"
+        for name, row in by_rows.items():
+            if name not in registry.annotations:
+                found.append(
+                    StaticFinding(
+                        CHECK,
+                        "error",
+                        row,
+                        ENVS,
+                        registry.entries[name],
+                        f"{name} is registered without its annotation in the `if TYPE_CHECKING:` "
+                        "block (type checkers and `envs.X` readers see no type)",
+                        count,
+                    )
+                )
+            if name in registry.ignored:
+                where = prov.owner(ENVS, registry.ignored[name])
+                by = f"row {where}" if where else "the pristine list"
+                found.append(
+                    StaticFinding(
+                        CHECK,
+                        "error",
+                        row,
+                        ENVS,
+                        registry.ignored[name],
+                        f"{name} is on compile_factors' ignore list ({by}): a knob that changes "
+                        "generated code must be part of the compile cache key",
+                        count,
+                    )
+                )
+        for name, line in registry.annotations.items():
+            row = prov.owner(ENVS, line)
+            if row is not None and name not in registry.entries:
+                found.append(
+                    StaticFinding(
+                        CHECK,
+                        "error",
+                        row,
+                        ENVS,
+                        line,
+                        f"{name} is annotated but has no environment_variables entry: "
+                        "vllm.envs raises AttributeError when it is read",
+                        count,
+                    )
+                )
+        if by_rows and not registry.ignore_found:
+            found.append(
+                StaticFinding(
+                    CHECK,
+                    "warning",
+                    None,
+                    ENVS,
+                    None,
+                    "no ignore list found in compile_factors(): cannot tell whether the rows' knobs "
+                    "are in the compile cache key",
+                )
+            )
+    for use in uses:
+        registered = registry is not None and use.knob in registry.entries
+        if use.how == "envs":
+            if not registered:
+                found.append(
+                    StaticFinding(
+                        CHECK,
+                        "error",
+                        use.row,
+                        use.path,
+                        use.line,
+                        f"{use.knob} is read through vllm.envs but no row registers it in "
+                        "vllm/envs.py (vllm.envs raises AttributeError for it)",
+                    )
+                )
+            continue
+        unregistered = "" if registered else "; and no row registers it in vllm/envs.py"
+        if use.how == "bare":  # (indirect uses are summed up per site below)
+            found.append(
+                StaticFinding(
+                    CHECK,
+                    "error",
+                    use.row,
+                    use.path,
+                    use.line,
+                    f"{use.knob} is read from the environment directly, outside vllm.envs and so "
+                    f"outside the compile cache key: read it as envs.{use.knob}{unregistered}",
+                )
+            )
+    indirect: dict[tuple[str, bytes, int], list[str]] = {}
+    for use in uses:
+        if use.how == "indirect":
+            indirect.setdefault((use.row, use.path, use.line), []).append(use.knob)
+    for (row, path, line), names in indirect.items():
+        found.append(
+            StaticFinding(
+                CHECK,
+                "warning",
+                row,
+                path,
+                line,
+                f"os.environ is handed on as a value where {', '.join(names)} "
+                f"{'is' if len(names) == 1 else 'are'} read: not through vllm.envs",
+                "the static check cannot follow the variable; pass values read through vllm.envs "
+                "in instead (a bare read sits outside the compile cache key)",
+            )
+        )
+    return KnobReport(found, before, after, by_rows, uses)
+
+
+def check_knobs(ctx: CheckContext) -> list[Finding]:
+    """Knobs on added lines are read through vllm.envs, registered (both halves), not compile-ignored."""
+    analysis = analysis_of(ctx)
+    report = knob_report(analysis, ctx.manifest.knob_prefixes)
+    return [f.to_finding() for f in report.findings]
