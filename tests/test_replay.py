@@ -348,3 +348,19 @@ def test_an_unexportable_fork_commit_is_an_export_finding(tmp_path: Path) -> Non
     found = errors(findings(series, tmp_path, str(fork)))
     export_findings = [m for c, _s, m in found if c == "export"]
     assert len(export_findings) == 1 and "touches setup.py, outside vllm/" in export_findings[0]
+
+
+def test_a_fork_commit_carrying_a_skipped_row_is_named(tmp_path: Path) -> None:
+    fork, series, _base, _ = setup(tmp_path)
+    path = series / "patches" / "manifest.yaml"
+    text = path.read_text()
+    at = text.index("  - name: new-module\n") + len("  - name: new-module\n")
+    path.write_text(text[:at] + "    skip: superseded upstream\n" + text[at:])
+    found = errors(findings(series, tmp_path, str(fork)))
+    misplaced = [m for c, s, m in found if c == "fork-commits" and s == "new-module"]
+    assert len(misplaced) == 1
+    assert "carries row new-module, which is skipped (superseded upstream)" in misplaced[0]
+    from hyperqwen_patches.errors import FindingError
+
+    with pytest.raises(FindingError, match="carries row new-module, which is skipped"):
+        exporting.plan_export(load_manifest(series), fork)

@@ -438,7 +438,16 @@ def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -
         rows = [
             r for r in manifest.rows if (r.export_point or first) == point.name and r.skip is None
         ]
-        matching = replay.match_rows([(r.name, r.commit) for r in rows], commits)
+        matching = replay.match_rows(
+            [(r.name, r.commit) for r in rows], commits, replay.other_rows(manifest, point.name)
+        )
+        if matching.misplaced:
+            name, commit, why = matching.misplaced[0]
+            raise FindingError(
+                f"fork commit {commit.sha[:12]} {commit.subject!r} on {point.branch} carries row "
+                f"{name}, which is {why}",
+                hint="drop the commit from the export point, or change the row in the manifest",
+            )
         if matching.duplicate:
             name, commit = matching.duplicate[0]
             raise FindingError(

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from hyperqwen_patches.check import CheckContext, Finding
     from hyperqwen_patches.engine.applying import SeriesResult
     from hyperqwen_patches.engine.patchset import Patch
-    from hyperqwen_patches.manifest import ExportPoint
+    from hyperqwen_patches.manifest import ExportPoint, Manifest
 
 Severity = Literal["error", "warning", "info"]
 Reader = Callable[[bytes], bytes | None]
@@ -139,12 +139,20 @@ class Matching:
     extra_commits: list[forkgit.ForkCommit] = field(default_factory=list)  # no trailer, no row
     vanished_rows: list[str] = field(default_factory=list)  # row with no commit
     duplicate: list[tuple[str, forkgit.ForkCommit]] = field(default_factory=list)
+    # A trailer naming a row the manifest has but not here (skipped, or on another export point).
+    misplaced: list[tuple[str, forkgit.ForkCommit, str]] = field(default_factory=list)
 
 
 def match_rows(
-    rows: Sequence[tuple[str, str | None]], commits: Sequence[forkgit.ForkCommit]
+    rows: Sequence[tuple[str, str | None]],
+    commits: Sequence[forkgit.ForkCommit],
+    others: Mapping[str, str] | None = None,
 ) -> Matching:
-    """Pair ``(row name, recorded commit)`` rows with fork commits: trailer first, recorded SHA second."""
+    """Pair ``(row name, recorded commit)`` rows with fork commits: trailer first, recorded SHA second.
+
+    ``others`` maps the manifest's other row names to why they are not among ``rows`` ("skipped",
+    "on export point X"), so such a commit is named as misplaced, not as a row the manifest lacks."""
+    others = others or {}
     names = {name for name, _ in rows}
     by_sha = {sha: name for name, sha in rows if sha}
     out = Matching()
@@ -155,6 +163,8 @@ def match_rows(
             name = by_sha[commit.sha]
         if name is None:
             out.extra_commits.append(commit)
+        elif name not in names and name in others:
+            out.misplaced.append((name, commit, others[name]))
         elif name not in names:
             out.missing_rows.append((name, commit))
         elif name in taken:
@@ -278,6 +288,7 @@ def check_replay(
     tip: str,
     rows: Sequence[tuple[str, str | None, Patch | None]],
     read_base: Reader,
+    others: Mapping[str, str] | None = None,
 ) -> ReplayReport:
     """Replay ``rows`` (name, recorded commit, engine patch or None when it cannot be built) on the base
     and compare every step with the fork's commits in ``view_dir``; collect every problem."""
@@ -312,7 +323,7 @@ def check_replay(
                     f"merge commit {commit.subject!r} on the export point",
                 )
             )
-    matching = match_rows([(n, c) for n, c, _ in rows], commits)
+    matching = match_rows([(n, c) for n, c, _ in rows], commits, others)
     for name, commit in matching.missing_rows:
         add(
             Problem(
@@ -322,6 +333,16 @@ def check_replay(
                 f"missing row: fork commit {commit.sha[:12]} {commit.subject!r} names row {name}, which "
                 "the manifest does not have",
                 "run export to add it, or drop the commit from the export point",
+            )
+        )
+    for name, commit, why in matching.misplaced:
+        add(
+            Problem(
+                "fork-commits",
+                "error",
+                name,
+                f"fork commit {commit.sha[:12]} {commit.subject!r} carries row {name}, which is {why}",
+                f"drop the commit from export point {export_point}, or change the row",
             )
         )
     for commit in matching.extra_commits:
@@ -551,6 +572,19 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
     return ForkSession(source, scratch, base, tips, missing, stack)
 
 
+def other_rows(manifest: Manifest, point: str) -> dict[str, str]:
+    """The manifest's rows that are not replayed on ``point``, with the reason."""
+    first = manifest.export_points[0].name if manifest.export_points else None
+    out: dict[str, str] = {}
+    for row in manifest.rows:
+        where = row.export_point or first
+        if row.skip is not None:
+            out[row.name] = f"skipped ({row.skip})"
+        elif where != point:
+            out[row.name] = f"a row of export point {where}"
+    return out
+
+
 def _finding(problem: Problem) -> Finding:
     from hyperqwen_patches.check import Finding
 
@@ -589,6 +623,7 @@ def _reports(ctx: CheckContext) -> list[ReplayReport] | None:
                     tip=session.tips[point.name],
                     rows=rows,
                     read_base=ctx.pristine.read,
+                    others=other_rows(manifest, point.name),
                 )
             )
     cache[_REPORTS_KEY] = reports
