@@ -149,6 +149,45 @@ def test_kvarn_in_the_cuda_priority_lists(cuda_platform, major):
     assert prio.count(AttentionBackendEnum.KVARN) == 1
 
 
+# Backends whose module cannot be imported without a GPU (they query the device at import time).
+# FlashInfer refuses kvarn_* by its supported_kv_cache_dtypes list (auto, float16, bfloat16, fp8*, nvfp4*).
+NEEDS_A_GPU_TO_IMPORT = {"FLASHINFER"}
+
+
+@pytest.mark.parametrize("major", [9, 10])
+@pytest.mark.parametrize("head_size", [128, 256])
+def test_cuda_candidates_map_kvarn_dtypes_to_kvarn_only(cuda_platform, major, head_size):
+    """Every backend of the CUDA priority list validated as the platform does (get_valid_backends,
+    minus the modules that need a GPU to import): for kvarn_* only KVARN is valid; for fp8 KVARN is not."""
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    cap = DeviceCapability(major, 0)
+
+    def valid_for(kv_cache_dtype: str) -> list[str]:
+        cfg = AttentionSelectorConfig(
+            head_size=head_size,
+            dtype=torch.bfloat16,
+            kv_cache_dtype=kv_cache_dtype,
+            block_size=None,
+        )
+        prio = cuda_platform._get_backend_priorities.__wrapped__(False, cap, None, kv_cache_dtype)
+        valid, skipped = [], set()
+        for backend in prio:
+            if backend.name in NEEDS_A_GPU_TO_IMPORT:
+                skipped.add(backend.name)
+                continue
+            cls = backend.get_class()
+            if not cls.validate_configuration(device_capability=cap, **cfg._asdict()):
+                valid.append(backend.name)
+        assert skipped == NEEDS_A_GPU_TO_IMPORT
+        return valid
+
+    for name in PRESET_NAMES:
+        assert valid_for(name) == ["KVARN"]
+    assert "KVARN" not in valid_for("fp8") and valid_for("fp8")
+
+
 def test_cuda_check_and_update_config_runs_the_kvarn_check(cuda_platform):
     cache = CacheConfig(cache_dtype="kvarn_k4v2_g128", enable_prefix_caching=True)
     cfg = SimpleNamespace(
