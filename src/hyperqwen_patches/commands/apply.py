@@ -76,13 +76,16 @@ def apply_command(
     directory: Annotated[
         Path,
         typer.Argument(
-            help="The directory to patch (holds the patched package, e.g. site-packages)."
+            metavar="DIR",
+            help="The directory to patch (holds the patched package, e.g. site-packages).",
         ),
     ],
     patch: Annotated[
         list[Path] | None,
         typer.Option(
-            "--patch", help="A patch file to apply (repeatable; applied in the order given)."
+            "--patch",
+            metavar="FILE",
+            help="A patch file to apply (repeatable; applied in the order given).",
         ),
     ] = None,
     dry_run: Annotated[
@@ -95,7 +98,10 @@ def apply_command(
     max_offset: Annotated[
         int | None,
         typer.Option(
-            "--max-offset", min=0, help="Fail a hunk whose reported offset exceeds N lines."
+            "--max-offset",
+            min=0,
+            metavar="N",
+            help="Fail a hunk whose reported offset exceeds N lines.",
         ),
     ] = None,
     exact: Annotated[
