@@ -283,6 +283,45 @@ def test_customize_spec_fills_a_bare_kvarn_spec_from_the_current_config():
     assert spec.page_size_bytes == 4 * record_layout("kvarn_k4v2_g64", 256).size // 64
 
 
+def test_hybrid_alignment_uses_the_kvarn_page(monkeypatch):
+    """A hybrid (linear attention + KVarN) model: the platform sizes the attention block so its page
+    covers the mamba state, in whole tiles, and pads the mamba page to exactly the KVarN page. The
+    model class is a stand-in (no model can be loaded here): it only reports its state shapes."""
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.platforms.interface import Platform
+
+    class HybridModel:
+        @staticmethod
+        def get_mamba_state_shape_from_config(cfg):
+            return ((4, 3, 2048), (16, 128, 128))
+
+        @staticmethod
+        def get_mamba_state_dtype_from_config(cfg):
+            return (torch.bfloat16, torch.float32)
+
+    monkeypatch.setattr(
+        ModelRegistry, "resolve_model_cls", lambda arch, model_config=None: (HybridModel, arch)
+    )
+    mamba_page = 4 * 3 * 2048 * 2 + 16 * 128 * 128 * 4
+    cache = CacheConfig(cache_dtype="kvarn_k4v2_g128", block_size=128)
+    model = SimpleNamespace(
+        use_mla=False,
+        dtype=torch.bfloat16,
+        architecture="HybridModel",
+        get_num_kv_heads=lambda parallel: 4,
+        get_head_size=lambda: 256,
+        get_mamba_chunk_size=lambda: 64,
+    )
+    Platform._align_hybrid_block_size(
+        SimpleNamespace(cache_config=cache, model_config=model, parallel_config=None),
+        KVarNAttentionBackend,
+    )
+    page_per_tile = 4 * 26_880
+    tiles = -(-mamba_page // page_per_tile)
+    assert cache.block_size == 128 * tiles
+    assert cache.mamba_page_size_padded == tiles * page_per_tile
+
+
 # -- layout and the record fold -------------------------------------------------------------------
 
 
