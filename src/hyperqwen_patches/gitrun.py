@@ -12,9 +12,10 @@ commit SHA that depends on any of them is not reproducible. So every call here
 - pins, with ``-c``, every knob that changes what the commands used by this tool print or write, because
   a repository-local ``.git/config`` is still read and environment isolation cannot switch it off
   (command-specific pins, such as ``git format-patch``'s, live beside the command in ``exporting.py``);
-- returns ``(code, stdout bytes, stderr bytes)`` untouched: GitPython is called with
-  ``stdout_as_string=False, strip_newline_in_stdout=False`` because its defaults decode and strip the
-  final newline, and either breaks byte identity;
+- returns ``(code, stdout bytes, stderr bytes)`` untouched (never decoded, never stripped: either would
+  break byte identity). It calls ``subprocess`` directly rather than GitPython's ``Git.execute``:
+  importing GitPython cost 0.2 s of every command's start (more than the checks themselves,
+  docs/performance.md), and the runner used nothing of it but ``execute``;
 - logs its argv at debug level (``hqp -v`` shows every git command).
 """
 
@@ -22,12 +23,10 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import git
 
 from hyperqwen_patches.errors import EnvironmentProblem, GitError
 
@@ -171,31 +170,25 @@ def run(
     full_env = isolated_env(git_dir, index=index, extra=env)
     log.debug("git %s (GIT_DIR=%s, cwd=%s)", _show_argv(argv[1:]), git_dir, cwd)
     work = str(cwd) if cwd is not None else (str(git_dir) if git_dir is not None else None)
-    runner = git.Git(work)
-    with tempfile.TemporaryFile() if input is not None else _nullfile() as stdin:
-        if input is not None:
-            stdin.write(input)
-            stdin.seek(0)
-        try:
-            code, out, errb = runner.execute(
-                [os.fsdecode(a) if isinstance(a, bytes) else a for a in argv],
-                istream=stdin,
-                with_extended_output=True,
-                with_exceptions=False,
-                stdout_as_string=False,
-                strip_newline_in_stdout=False,
-                env=full_env,
-            )
-        except git.GitCommandNotFound as exc:
-            raise EnvironmentProblem(
-                "git is not installed or not on PATH", hint="install git 2.39 or later"
-            ) from exc
-    # GitPython returns stderr as str when stdout_as_string is False only for some versions; normalise.
-    if isinstance(errb, str):
-        errb = errb.encode("utf-8", "surrogateescape")
-    if isinstance(out, str):  # pragma: no cover - guarded by stdout_as_string=False
-        out = out.encode("utf-8", "surrogateescape")
-    return GitResult(int(code), out, errb)
+    try:
+        proc = subprocess.run(
+            [os.fsdecode(a) if isinstance(a, bytes) else a for a in argv],
+            cwd=work,
+            # The isolation overrides on top of the caller's environment (PATH, HOME, TMPDIR).
+            env={**os.environ, **full_env},
+            input=input,
+            # No input: git reads nothing from our stdin (a terminal would make it wait).
+            stdin=subprocess.DEVNULL if input is None else None,
+            capture_output=True,
+            check=False,
+        )
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        if work is not None and not os.path.isdir(work):
+            raise GitError(f"{work}: no such directory to run git in") from exc
+        raise EnvironmentProblem(
+            "git is not installed or not on PATH", hint="install git 2.39 or later"
+        ) from exc
+    return GitResult(proc.returncode, proc.stdout, proc.stderr)
 
 
 def check(
@@ -244,14 +237,6 @@ def init_bare(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     check(["init", "--quiet", "--bare"], git_dir=path, what=f"creating {path}")
     return path
-
-
-class _nullfile:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _show_argv(argv: Sequence[str | bytes]) -> str:

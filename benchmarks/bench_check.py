@@ -1,0 +1,384 @@
+"""Benchmark: ``check`` and ``export --check`` against the shell-script workflow, side by side in one run.
+
+Baseline, as the shell scripts do it (one bash process per run, its git and patch children included):
+
+- check: a scratch ``git worktree`` of the fork at the pristine base commit, ``patch -p1 --forward
+  --fuzz 0`` for each row in series order (a module-file row is a ``cp -r`` of its directory), ``git add
+  -A``, ``git diff --cached --name-only <fork tip>`` (which must print nothing), then the worktree is
+  removed;
+- export: one ``git format-patch -1 --stdout`` per commit of ``base..tip`` into a scratch directory.
+
+Ours, as whole processes (interpreter start included): ``hyperqwen-patches check`` in the repository
+(every invariant; replay identity per step and at the tip against ``patches/fork.bundle``), and
+``hyperqwen-patches export --fork FORK --check``. Every pipeline entry runs; a run that does not exit 0
+stops the benchmark (a benchmark of a failing check measures nothing).
+
+Workloads:
+
+- ``shipped``: the series of this repository on vLLM 0.29.0 from PyPI (warm cache). When the manifest
+  names no export point or there is no ``patches/fork.bundle``, a copy of the repository gets one
+  export point, ``import`` builds the fork and ``export --bundle`` records it (what a maintainer does).
+- ``synth-P-F``: P synthetic patches over a synthetic F-file tree (``synth.py``, seeded), given to check
+  as a ``dir:`` source, with a manifest, a fork (``import``) and its bundle (``export --bundle``) made
+  by the benchmark in the same way.
+
+Each process is started with ``subprocess.Popen`` and reaped with ``os.wait4``: wall time is measured
+around it, peak memory is wait4's ``ru_maxrss`` (the largest resident set of any process of the tree:
+the process itself or any child it waited for, as ``/usr/bin/time -v`` reports it). Before the timed
+runs each command runs once untimed (warm caches, base commit built). Runs are interleaved (ours,
+baseline, ours, ...; the first of each pair alternates) so machine load hits both sides alike.
+
+Run:  .venv/bin/python benchmarks/bench_check.py [--runs 5] [--seed 1] [--workloads shipped,synth-50-3000,...]
+Not a timed test: the figures go into docs/performance.md ("## check and export").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import synth
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = Path(sys.executable).parent / "hyperqwen-patches"
+DEFAULT_WORKLOADS = (
+    "shipped",
+    "synth-50-3000",
+    "synth-200-3000",
+    "synth-1000-3000",
+    "synth-50-30000",
+    "synth-200-30000",
+    "synth-1000-30000",
+)
+# What the shipped series' repository is copied from (tracked files only).
+SHIPPED_PATHS = ("patches", "kvarn", "docker/requirements.txt", "PATCHES.md")
+BRANCH = "hqp/bench"
+
+
+def git_env() -> dict[str, str]:
+    """The baseline's git runs without the user's config (as a CI job would), in the C locale."""
+    return {
+        **os.environ,
+        "LC_ALL": "C",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_AUTHOR_NAME": "bench",
+        "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+        "GIT_COMMITTER_NAME": "bench",
+        "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+    }
+
+
+@dataclass
+class Sample:
+    wall: float  # seconds
+    rss_kb: int  # ru_maxrss of the process tree's largest process
+    code: int
+    stdout: bytes
+    stderr: bytes
+
+
+def measure(argv: Sequence[str], *, cwd: Path, env: dict[str, str]) -> Sample:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as errf:
+        start = time.perf_counter()
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=out, stderr=errf)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        errf.seek(0)
+        return Sample(wall, usage.ru_maxrss, proc.returncode, out.read(), errf.read())
+
+
+def run(argv: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None) -> bytes:
+    """A setup step: must succeed; its output is returned."""
+    proc = subprocess.run(
+        list(argv), cwd=cwd, env=env or git_env(), capture_output=True, check=False
+    )
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"setup step failed ({proc.returncode}): {shlex.join(argv)}\n"
+            f"{proc.stdout.decode(errors='replace')[-3000:]}{proc.stderr.decode(errors='replace')[-3000:]}"
+        )
+    return proc.stdout
+
+
+@dataclass
+class Workload:
+    name: str
+    repo: Path  # the directory holding patches/manifest.yaml
+    fork: Path  # a non-bare fork repository (import built it)
+    base: str
+    tip: str
+    steps: list[tuple[str, Path]]  # ("patch", file) | ("copy", directory), in series order
+    description: str
+    results: dict[str, list[Sample]] = field(default_factory=dict)
+
+
+def tool(*args: str) -> list[str]:
+    return [str(TOOL), *args]
+
+
+def finish_fork(repo: Path, work: Path) -> tuple[Path, str, str]:
+    """import (the fork) and export --bundle (manifest SHAs, canonical files, the bundle); return
+    (fork, base, tip)."""
+    fork = work / "fork"
+    run(tool("import", "--repo", str(repo), "--into", str(fork), "--create"), cwd=work)
+    run(tool("export", "--repo", str(repo), "--fork", str(fork), "--bundle"), cwd=work)
+    tip = run(["git", "rev-parse", f"refs/heads/{BRANCH}"], cwd=fork).decode().strip()
+    base = run(["git", "rev-list", "--max-parents=0", tip], cwd=fork).decode().split()[0]
+    return fork, base, tip
+
+
+def series_steps(repo: Path) -> list[tuple[str, Path]]:
+    """The baseline's steps from the manifest, in row order (skipped rows left out)."""
+    from hyperqwen_patches.manifest import load_manifest
+
+    manifest = load_manifest(repo)
+    steps: list[tuple[str, Path]] = []
+    for row in manifest.active_rows:
+        if row.is_module:
+            steps.append(("copy", repo / row.source_path))
+        else:
+            steps.append(("patch", repo / row.source_path))
+    return steps
+
+
+def setup_shipped(work: Path) -> Workload:
+    repo = work / "repo"
+    listed = run(["git", "ls-files", "-z", "--", *SHIPPED_PATHS], cwd=REPO).split(b"\0")
+    for rel in filter(None, listed):
+        src = REPO / os.fsdecode(rel)
+        dst = repo / os.fsdecode(rel)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    manifest = repo / "patches/manifest.yaml"
+    text = manifest.read_text()
+    if re.search(r"^export_points:\s*\[\]\s*$", text, re.M):
+        text = re.sub(
+            r"^export_points:\s*\[\]\s*$",
+            f"export_points:\n  - name: main\n    branch: {BRANCH}",
+            text,
+            flags=re.M,
+        )
+        manifest.write_text(text)
+    # The shipped bundle, when there is one, is what check reads; the baseline still needs a fork with
+    # a work tree, which import builds from the same series (same SHAs by construction).
+    (repo / "patches/fork.bundle").unlink(missing_ok=True)
+    fork, base, tip = finish_fork(repo, work)
+    files = len(run(["git", "ls-tree", "-r", "--name-only", base], cwd=fork).splitlines())
+    steps = series_steps(repo)
+    return Workload(
+        "shipped",
+        repo,
+        fork,
+        base,
+        tip,
+        steps,
+        f"the shipped series ({len(steps)} rows) on vllm 0.29.0 (pypi, {files} files)",
+    )
+
+
+def setup_synth(work: Path, patches: int, files: int, seed: int) -> Workload:
+    tree = work / "tree"
+    contents = synth.write_tree(tree, files=files, seed=seed)
+    series = synth.make_series(contents, patches=patches, seed=seed)
+    repo = work / "repo"
+    (repo / "patches").mkdir(parents=True)
+    (repo / "docker").mkdir()
+    (repo / "docker/requirements.txt").write_text("vllm==1.0.0\n")
+    names = [f"s{i:04d}" for i in range(patches)]
+    for name, data in zip(names, series.patches, strict=True):
+        (repo / f"patches/{name}.patch").write_bytes(data)
+    (repo / "patches/manifest.yaml").write_text(
+        synth.manifest_text(pin="1.0.0", source=f"dir:{tree}", rows=names, branch=BRANCH)
+    )
+    run(tool("render", "--repo", str(repo)), cwd=work)
+    fork, base, tip = finish_fork(repo, work)
+    return Workload(
+        f"synth-{patches}-{files}",
+        repo,
+        fork,
+        base,
+        tip,
+        series_steps(repo),
+        f"{patches} patches ({series.hunks} hunks, {series.touched} files touched) over {files} files "
+        f"(seed {seed})",
+    )
+
+
+def baseline_check_script(w: Workload, scratch: Path) -> str:
+    wt = scratch / "wt"
+    lines = [
+        "set -e",
+        f"git -C {shlex.quote(str(w.fork))} worktree add --quiet --detach {shlex.quote(str(wt))} {w.base}",
+        f"cd {shlex.quote(str(wt))}",
+    ]
+    for kind, path in w.steps:
+        if kind == "copy":
+            lines.append(f"cp -r {shlex.quote(str(path))}/. .")
+        else:
+            lines.append(f"patch -p1 --forward --fuzz 0 -s -i {shlex.quote(str(path))}")
+    lines += [
+        "git add -A",
+        f'out=$(git diff --cached --name-only {w.tip})',
+        "cd /",
+        f"git -C {shlex.quote(str(w.fork))} worktree remove --force {shlex.quote(str(wt))}",
+        'if [ -n "$out" ]; then echo "differs: $out"; exit 1; fi',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def baseline_export_script(w: Workload, scratch: Path) -> str:
+    out = scratch / "export"
+    return "\n".join(
+        [
+            "set -e",
+            f"mkdir -p {shlex.quote(str(out))}",
+            f"cd {shlex.quote(str(w.fork))}",
+            "n=0",
+            f"for sha in $(git rev-list --reverse {w.base}..{w.tip}); do",
+            "  n=$((n + 1))",
+            f'  git format-patch -1 --stdout "$sha" > {shlex.quote(str(out))}/$n.patch',
+            "done",
+        ]
+    ) + "\n"
+
+
+def commands(w: Workload, scratch: Path) -> dict[str, tuple[list[str], Path]]:
+    (scratch / "check.sh").write_text(baseline_check_script(w, scratch))
+    (scratch / "export.sh").write_text(baseline_export_script(w, scratch))
+    return {
+        "check": (tool("check"), w.repo),
+        "baseline check": (["bash", str(scratch / "check.sh")], scratch),
+        "export --check": (tool("export", "--fork", str(w.fork), "--check"), w.repo),
+        "baseline export": (["bash", str(scratch / "export.sh")], scratch),
+    }
+
+
+def bench(w: Workload, runs: int, scratch: Path) -> None:
+    env = git_env()
+    cmds = commands(w, scratch)
+    pairs = (("check", "baseline check"), ("export --check", "baseline export"))
+    for name, (argv, cwd) in cmds.items():  # warm-up, untimed; also proves each one passes
+        sample = measure(argv, cwd=cwd, env=env)
+        if sample.code != 0:
+            raise SystemExit(
+                f"{w.name}: {name} exited {sample.code}\n{sample.stdout.decode(errors='replace')[-4000:]}"
+                f"{sample.stderr.decode(errors='replace')[-4000:]}"
+            )
+        shutil.rmtree(scratch / "export", ignore_errors=True)
+    w.results = {name: [] for name in cmds}
+    for i in range(runs):
+        for ours, theirs in pairs:
+            order = (ours, theirs) if i % 2 == 0 else (theirs, ours)
+            for name in order:
+                argv, cwd = cmds[name]
+                sample = measure(argv, cwd=cwd, env=env)
+                if sample.code != 0:
+                    raise SystemExit(f"{w.name}: {name} exited {sample.code} in run {i + 1}")
+                w.results[name].append(sample)
+                shutil.rmtree(scratch / "export", ignore_errors=True)
+
+
+def fmt(samples: list[Sample]) -> tuple[str, str, str, float]:
+    walls = [s.wall for s in samples]
+    med = statistics.median(walls)
+    return (
+        f"{med:.2f}",
+        f"{min(walls):.2f}–{max(walls):.2f}",
+        f"{max(s.rss_kb for s in samples) / 1024:.0f}",
+        med,
+    )
+
+
+def table(workloads: list[Workload]) -> str:
+    head = (
+        "| workload | command | wall median (s) | min–max (s) | peak RSS (MB) | baseline median (s) "
+        "| baseline min–max (s) | baseline peak RSS (MB) | speedup |\n"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+    )
+    rows = []
+    for w in workloads:
+        for ours, theirs in (("check", "baseline check"), ("export --check", "baseline export")):
+            o = fmt(w.results[ours])
+            t = fmt(w.results[theirs])
+            rows.append(
+                f"| {w.name} | `{ours}` | {o[0]} | {o[1]} | {o[2]} | {t[0]} | {t[1]} | {t[2]} "
+                f"| {t[3] / o[3]:.1f}x |"
+            )
+    return head + "\n".join(rows) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=5, help="timed runs of each command (median)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS))
+    parser.add_argument("--keep", type=Path, help="build the workloads here and keep them")
+    args = parser.parse_args()
+    for program in ("git", "patch", "bash"):
+        if shutil.which(program) is None:
+            print(f"{program} is required", file=sys.stderr)
+            return 2
+    if not TOOL.exists():
+        print(f"{TOOL} not found: run with the project's venv python", file=sys.stderr)
+        return 2
+    top = args.keep or Path(tempfile.mkdtemp(prefix="hqp-bench-check-"))
+    load_before = os.getloadavg()
+    done: list[Workload] = []
+    try:
+        for name in args.workloads.split(","):
+            work = top / name
+            if work.exists():
+                shutil.rmtree(work)
+            work.mkdir(parents=True)
+            t0 = time.perf_counter()
+            if name == "shipped":
+                w = setup_shipped(work)
+            else:
+                m = re.fullmatch(r"synth-(\d+)-(\d+)", name)
+                if m is None:
+                    print(f"unknown workload {name!r}", file=sys.stderr)
+                    return 2
+                w = setup_synth(work, int(m[1]), int(m[2]), args.seed)
+            print(f"{w.name}: {w.description}; set up in {time.perf_counter() - t0:.0f} s", flush=True)
+            scratch = work / "scratch"
+            scratch.mkdir()
+            bench(w, args.runs, scratch)
+            done.append(w)
+            print(table([w]).splitlines()[-2], flush=True)
+            print(table([w]).splitlines()[-1], flush=True)
+            if args.keep is None:
+                shutil.rmtree(work, ignore_errors=True)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(top, ignore_errors=True)
+    load_after = os.getloadavg()
+    print()
+    print(
+        f"machine: nproc {os.cpu_count()}, load average {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after; {args.runs} timed runs each, interleaved"
+    )
+    for w in done:
+        print(f"- {w.name}: {w.description}")
+    print()
+    print(table(done))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
