@@ -47,6 +47,12 @@ PIPELINE: tuple[str, ...] = (
     "hyperqwen_patches.replay:check_fork_commits",  # 7. manifest commits on their export points
     "hyperqwen_patches.exporting:check_unfilled_rows",  # rows export added, metadata still TODO
     "hyperqwen_patches.port:check_retirements",  # 8. a retirement reverse-applies on its pin
+    "hyperqwen_patches.statics.compiles:check_compiles",  # touched .py files compile after the series
+    "hyperqwen_patches.statics.knobs:check_knobs",  # knobs read through vllm.envs, registered, keyed
+    "hyperqwen_patches.statics.names:check_names",  # names a row's cut_against had, gone at the pin
+    "hyperqwen_patches.statics.signatures:check_signatures",  # calls whose callee changed by the pin
+    "hyperqwen_patches.statics.whitespace:check_whitespace",  # added lines pass git diff --check
+    "hyperqwen_patches.statics.gitapply:check_git_apply",  # git_apply rows pass git apply --check
 )
 
 REQUIREMENTS = "docker/requirements.txt"

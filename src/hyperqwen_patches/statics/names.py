@@ -1,0 +1,229 @@
+"""Removed names: identifiers on the added lines that the old pin defines and the target release lacks.
+
+The references of the added lines (``refs.py``: names, attribute chains, imports) are resolved in two
+symbol tables (``symbols.py``): the **old** one is the pin with the series applied (so ``self.x``,
+a row's own imports and classes resolve as the code will run) and the **new** one the target
+release's pristine tree plus the files the series creates (carried over unchanged). A reference is
+reported when the old table finds it **at a pristine definition** (a line no row wrote) and the new
+table says it is missing: that is a name the port will lose. Names the series defines itself are
+skipped (a port conflict shows those), and anything static analysis cannot follow is counted, not
+guessed. ``accepted_names`` in the manifest lists names a maintainer has looked at, with a reason.
+
+In ``check`` the old pin is each row's ``cut_against`` and the target the manifest pin: a row cut
+against an older release is checked for names that release had and the pin dropped. Rows cut
+against the pin have nothing to compare (counted). ``port`` runs the same comparison with the pin
+as old and ``--to`` as the target.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, python_files
+from hyperqwen_patches.statics.refs import CallRef, Ref, collect
+from hyperqwen_patches.statics.symbols import Found, Missing, Result, Symbols, Unknown
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.manifest import Manifest
+
+CHECK = "names"
+BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "__spec__", "__package__"}
+Reader = Callable[[bytes], bytes | None]
+
+
+def resolve(symbols: Symbols, ref: Ref) -> Result:
+    if ref.self_depth:
+        head = symbols.lookup(ref.module, list(ref.attrs[: ref.self_depth]))
+        if not isinstance(head, Found) or head.kind != "class":
+            return head if not isinstance(head, Found) else Unknown("enclosing class not found")
+        cur: Result = symbols.class_attr(
+            head.obj,  # type: ignore[arg-type]
+            ref.attrs[ref.self_depth],
+            via_instance=ref.via_instance,
+        )
+        for attr in ref.attrs[ref.self_depth + 1 :]:
+            if not isinstance(cur, Found):
+                return cur
+            cur = symbols._attr(cur, attr, depth=0)
+        return cur
+    if ref.dotted_path:
+        return symbols.lookup_dotted([ref.module, *ref.attrs])
+    return symbols.lookup(ref.module, list(ref.attrs))
+
+
+@dataclass
+class Views:
+    """The old and new symbol tables of one comparison, and the traced series on the old pin."""
+
+    analysis: Analysis
+    old: Symbols
+    new: Symbols
+    old_label: str
+    new_label: str
+
+    @classmethod
+    def build(
+        cls,
+        analysis: Analysis,
+        old_read: Reader,
+        new_read: Reader,
+        old_label: str,
+        new_label: str,
+        package: str = "vllm",
+    ) -> Views:
+        prov = analysis.prov
+
+        def patched(path: bytes) -> bytes | None:
+            return prov.content[path] if path in prov.content else old_read(path)
+
+        def carried(path: bytes) -> bytes | None:
+            return prov.content[path] if path in prov.created else new_read(path)
+
+        return cls(
+            analysis, Symbols(patched, package), Symbols(carried, package), old_label, new_label
+        )
+
+    def pristine_site(self, found: Found) -> bool:
+        """The old definition is the pin's own (not a line or a file a row wrote)."""
+        prov = self.analysis.prov
+        if found.path in prov.created:
+            return False
+        return found.line == 0 or prov.owner(found.path, found.line) is None
+
+    def references(self) -> tuple[list[Ref], list[CallRef]]:
+        refs: list[Ref] = []
+        calls: list[CallRef] = []
+        for path in python_files(self.analysis.prov):
+            if not any(True for _ in self.analysis.prov.added_lines(path)):
+                continue
+            tree = self.analysis.tree(path)
+            if tree is None:
+                continue  # does not parse: the compiles check says so
+            r, c = collect(tree, path, self.analysis.prov)
+            refs += r
+            calls += c
+        return refs, calls
+
+
+@dataclass
+class NameReport:
+    findings: list[StaticFinding]
+    stats: Counter[str] = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        s = self.stats
+        return (
+            f"{s['references']} references on added lines: {s['checked']} pristine names checked, "
+            f"{s['removed']} removed, {s['accepted']} accepted; skipped {s['series']} the series "
+            f"defines, {s['outside']} outside the package, {s['builtin']} builtins, "
+            f"{s['unknown'] + s['unknown-new']} not resolvable statically, "
+            f"{s['not-in-old']} not in the old pin"
+        )
+
+
+def accepted(names: Iterable[str], dotted: str) -> bool:
+    return any(dotted == n or dotted.startswith(n + ".") for n in names)
+
+
+def removed_names(views: Views, accept: Iterable[str] = ()) -> NameReport:
+    accept = tuple(accept)
+    refs, _ = views.references()
+    report = NameReport([])
+    stats = report.stats
+    seen: set[tuple[str, bytes, int, str]] = set()
+    for ref in refs:
+        key = (ref.row, ref.path, ref.line, ref.dotted)
+        if key in seen:
+            continue
+        seen.add(key)
+        stats["references"] += 1
+        builtin = not ref.dotted_path and not ref.self_depth and ref.attrs[0] in BUILTINS
+        if builtin and isinstance(resolve(views.old, ref), Missing):
+            stats["builtin"] += 1
+            continue
+        old = resolve(views.old, ref)
+        if isinstance(old, Unknown):
+            stats["outside" if "outside" in old.reason else "unknown"] += 1
+            continue
+        if isinstance(old, Missing):
+            stats["not-in-old"] += 1
+            continue
+        if not views.pristine_site(old):
+            stats["series"] += 1
+            continue
+        stats["checked"] += 1
+        new = resolve(views.new, ref)
+        if isinstance(new, Unknown):
+            stats["unknown-new"] += 1
+            continue
+        if isinstance(new, Found):
+            continue
+        if accepted(accept, ref.dotted) or accepted(accept, f"{new.container}.{new.name}"):
+            stats["accepted"] += 1
+            continue
+        stats["removed"] += 1
+        report.findings.append(
+            StaticFinding(
+                CHECK,
+                "error",
+                ref.row,
+                ref.path,
+                ref.line,
+                f"{ref.text}: {new.container} has no {new.name} in {views.new_label} "
+                f"(it exists in {views.old_label})",
+                f"resolved as {ref.dotted}; accept it in the manifest's accepted_names with a reason",
+            )
+        )
+    return report
+
+
+def check_names(ctx: CheckContext) -> list[Finding]:
+    """Rows cut against an older release: names that release had and the pin no longer has."""
+    from hyperqwen_patches.statics.analysis import analysis_of
+
+    older = _older_rows(ctx.manifest)
+    if not older:
+        return []
+    analysis = analysis_of(ctx)
+    findings: list[Finding] = []
+    for version, rows in older.items():
+        views, close = _cut_views(ctx, analysis, version)
+        try:
+            report = removed_names(views, (a.name for a in ctx.manifest.accepted_names))
+        finally:
+            close()
+        findings += [f.to_finding() for f in report.findings if f.row in rows]
+    return findings
+
+
+def _older_rows(manifest: Manifest) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for row in manifest.active_rows:
+        if row.cut_against != manifest.pin:
+            out.setdefault(row.cut_against, set()).add(row.name)
+    return out
+
+
+def _cut_views(
+    ctx: CheckContext, analysis: Analysis, version: str
+) -> tuple[Views, Callable[[], None]]:
+    """Views comparing the release a row was cut against (old) with the pin (new)."""
+    from hyperqwen_patches.pristine import open_pristine
+
+    cut = open_pristine(
+        f"pypi:{ctx.manifest.package}=={version}",
+        package=ctx.manifest.package,
+        version=version,
+        progress=ctx.progress,
+    )
+    # The series traced on the pin stands in for "the rows on their cut_against release": the
+    # added lines are the same, and the old table only needs to say the name existed there.
+    views = Views.build(
+        analysis, cut.read, ctx.pristine.read, cut.label, ctx.pristine.label, ctx.manifest.package
+    )
+    return views, cut.close
