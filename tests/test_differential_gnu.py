@@ -290,6 +290,48 @@ def make_diff(old: bytes | None, new: bytes | None, path: str, context: int) -> 
         return proc.stdout
 
 
+_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+@st.composite
+def trimmed(draw: st.DrawFn, patch: bytes) -> bytes:
+    """Hand-edited hunks: drop some leading or trailing context lines (headers adjusted), so hunks
+    with unequal context appear in the middle of files too, not only at their edges."""
+    lines = patch.splitlines(keepends=True)
+    out: list[bytes] = []
+    i = 0
+    while i < len(lines):
+        match = _HEADER.match(lines[i])
+        if match is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        a, b = int(match[1]), int(match[2] or 1)
+        c, d = int(match[3]), int(match[4] or 1)
+        body: list[bytes] = []
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith(b"@@"):
+            body.append(lines[j])
+            j += 1
+        kinds = [line[:1] for line in body]
+        changes = {k for k in kinds if k in (b"-", b"+")}
+        if changes == {b"-", b"+"} and b"\\" not in kinds and draw(st.booleans()):
+            lead = next(n for n, k in enumerate(kinds) if k != b" ")
+            trail = next(n for n, k in enumerate(reversed(kinds)) if k != b" ")
+            if draw(st.booleans()) and lead:
+                k = draw(st.integers(1, lead))
+                body = body[k:]
+                a, b, c, d = a + k, b - k, c + k, d - k
+            elif trail:
+                k = draw(st.integers(1, trail))
+                body = body[: len(body) - k]
+                b, d = b - k, d - k
+        out.append(b"@@ -%d,%d +%d,%d @@\n" % (a, b, c, d))
+        out.extend(body)
+        i = j
+    return b"".join(out)
+
+
 @st.composite
 def modify_case(draw: st.DrawFn) -> Case:
     original = draw(lines_strategy(min_size=1))
@@ -298,6 +340,8 @@ def modify_case(draw: st.DrawFn) -> Case:
     patch = make_diff(b"".join(original), b"".join(new), "f.py", context)
     if not patch:
         patch = make_diff(b"".join(original), b"".join([*new, b"extra\n"]), "f.py", context)
+    if draw(st.integers(0, 3)) == 0:
+        patch = draw(trimmed(patch))
     target = draw(drifted(original, new))
     return Case({b"f.py": b"".join(target)}, patch)
 
