@@ -270,6 +270,8 @@ class PortReport:
     from_label: str
     to_label: str
     rows: tuple[RowPort, ...]
+    # Removed names and changed signatures of the added lines (statics.report.port_statics).
+    statics: Any = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -326,6 +328,7 @@ class PortReport:
             "ok": self.ok,
             "rows": [r.to_json() for r in self.rows],
             "retirement_candidates": [c.to_json() for c in self.retirement_candidates],
+            "statics": self.statics.to_json() if self.statics is not None else None,
         }
 
 
@@ -956,6 +959,7 @@ def port(
                 from_label=old.label,
                 to_label=new.label,
                 rows=tuple(classified),
+                statics=_port_statics(manifest, old, new),
             )
             result = None
             if rebase is not None:
@@ -965,6 +969,12 @@ def port(
     finally:
         old.close()
     return report, result
+
+
+def _port_statics(manifest: Any, old: Tree, new: Tree) -> Any:
+    from hyperqwen_patches.statics.report import port_statics
+
+    return port_statics(manifest, old, new)
 
 
 # --- --rebase: the new fork branch -----------------------------------------------------------------

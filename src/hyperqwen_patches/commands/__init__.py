@@ -10,7 +10,7 @@ import importlib
 
 import typer
 
-COMMANDS: list[str] = ["check", "apply", "render", "export", "import_", "diff", "port"]
+COMMANDS: list[str] = ["check", "apply", "render", "export", "import_", "diff", "port", "statics"]
 
 
 def register_all(app: typer.Typer) -> None:

@@ -18,6 +18,7 @@ Only ``Missing`` is ever reported; ``Unknown`` is counted, so silence is never r
 from __future__ import annotations
 
 import ast
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,6 +30,9 @@ Kind = Literal["module", "class", "function", "value"]
 # Bases that add no attributes a vLLM class could rely on by name (anything else outside the
 # package may: an unresolved attribute on a class with such a base is Unknown, not Missing).
 PLAIN_BASES = frozenset({"object", "ABC", "Generic", "Protocol", "NamedTuple", "TypedDict"})
+# Enum bases add only what an enum has (name, value, ...): any other missing member is Missing.
+ENUM_BASES = frozenset({"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag"})
+ENUM_ATTRS = frozenset(dir(enum.IntFlag)) | frozenset(dir(enum.StrEnum)) | {"name", "value"}
 
 
 @dataclass
@@ -220,6 +224,9 @@ class Symbols:
                     return got
                 if isinstance(got, Unknown):
                     unknown = got
+            elif _base_name(base) in ENUM_BASES:
+                if attr in ENUM_ATTRS:
+                    unknown = Unknown(f"{attr} may come from {_base_name(base)}")
             elif _base_name(base) not in PLAIN_BASES:
                 unknown = Unknown(f"base {ast.unparse(base)} of {cls.node.name} is not resolved")
         return unknown or Missing(f"{cls.module.name}.{cls.node.name}", attr)

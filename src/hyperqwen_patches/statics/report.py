@@ -1,0 +1,151 @@
+"""The static checks as one operation: on the pin (every check, with its counts) and against a
+target release (removed names and changed signatures, the pin as the old side).
+
+``check`` runs the checks one by one as pipeline functions and shows their findings; this module
+also keeps what a finding list cannot carry: the registry's entry count before and after the series
+and how many references and calls were resolved or skipped. ``port`` attaches
+:func:`port_statics` to its report; the ``statics`` command prints both (docs/static-checks.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hyperqwen_patches.statics.analysis import Analysis, StaticFinding
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.manifest import Manifest
+    from hyperqwen_patches.port import Tree
+
+
+@dataclass
+class StaticsReport:
+    """What the static checks found on one release (``target`` None: the pin itself)."""
+
+    pin: str
+    target: str | None
+    findings: list[StaticFinding]
+    counts: dict[str, str] = field(default_factory=dict)  # check -> one-line summary
+    stats: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for f in self.findings if f.severity == "error")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pin": self.pin,
+            "target": self.target,
+            "counts": self.counts,
+            "stats": self.stats,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def trace_series(manifest: Manifest, tree: Tree) -> Analysis:
+    """The active rows applied in memory onto ``tree`` (``check``'s policy), traced per line."""
+    from hyperqwen_patches.engine.applying import Policy, apply_series
+    from hyperqwen_patches.series import load_series
+    from hyperqwen_patches.statics.provenance import trace
+
+    patches = [s.patch for s in load_series(manifest) if s.patch is not None]
+    result = apply_series(patches, tree.read, Policy(ambiguity="error"))
+    return Analysis(trace(patches, result, tree.read), tree.read)
+
+
+def port_statics(
+    manifest: Manifest, old: Tree, new: Tree, analysis: Analysis | None = None
+) -> StaticsReport:
+    """Removed names and changed signatures of the series' added lines, pin (``old``) -> ``new``."""
+    from hyperqwen_patches.statics.names import Views, removed_names
+    from hyperqwen_patches.statics.signatures import changed_signatures
+
+    analysis = analysis or trace_series(manifest, old)
+    views = Views.build(analysis, old.read, new.read, old.label, new.label, manifest.package)
+    accept = tuple(a.name for a in manifest.accepted_names)
+    names = removed_names(views, accept)
+    sigs = changed_signatures(views, accept)
+    return StaticsReport(
+        pin=manifest.pin,
+        target=new.label,
+        findings=names.findings + sigs.findings,
+        counts={"names": names.summary(), "signatures": sigs.summary()},
+        stats={"names": dict(names.stats), "signatures": dict(sigs.stats)},
+    )
+
+
+def pin_statics(manifest: Manifest, pin: Tree) -> StaticsReport:
+    """Every static check on the pin, with the knob registry's size before and after the series."""
+    from hyperqwen_patches.series import load_series
+    from hyperqwen_patches.statics.compiles import compile_findings
+    from hyperqwen_patches.statics.gitapply import gitapply_findings
+    from hyperqwen_patches.statics.knobs import knob_report
+    from hyperqwen_patches.statics.whitespace import whitespace_findings
+
+    analysis = trace_series(manifest, pin)
+    series = load_series(manifest)
+    patches = [s.patch for s in series if s.patch is not None]
+    knobs = knob_report(analysis, manifest.knob_prefixes)
+    findings = compile_findings(analysis.prov) + knobs.findings
+    findings += whitespace_findings(patches, {})
+    findings += gitapply_findings(manifest, series, pin.read)
+    python = [p for p in analysis.prov.files() if p.endswith(b".py")]
+    counts = {
+        "compiles": f"{len(python)} Python files touched or added by the series compiled",
+        "knobs": (
+            f"environment_variables: {knobs.entries_before} entries before the series, "
+            f"{knobs.entries_after} after; rows register {len(knobs.registered_by_rows)} "
+            f"({', '.join(sorted(knobs.registered_by_rows)) or 'none'})"
+            if knobs.entries_after is not None
+            else "no vllm/envs.py in the tree"
+        ),
+        "git-apply": f"{sum(1 for r in manifest.active_rows if r.git_apply)} rows marked git_apply",
+    }
+    return StaticsReport(pin=manifest.pin, target=None, findings=findings, counts=counts)
+
+
+def run_statics(
+    root: Path, to_versions: list[str], *, source: str | None = None, progress: Any = None
+) -> list[StaticsReport]:
+    """The pin's report, then one per ``--to`` release (names and signatures against it)."""
+    from hyperqwen_patches.manifest import load_manifest
+    from hyperqwen_patches.pristine import open_pristine
+
+    manifest = load_manifest(root)
+    reports: list[StaticsReport] = []
+    with open_pristine(
+        source or manifest.source,
+        package=manifest.package,
+        version=manifest.pin,
+        progress=progress,
+    ) as pin:
+        reports.append(pin_statics(manifest, pin))
+        analysis = trace_series(manifest, pin) if to_versions else None
+        for version in to_versions:
+            with open_pristine(
+                f"pypi:{manifest.package}=={version}",
+                package=manifest.package,
+                version=version,
+                progress=progress,
+            ) as new:
+                reports.append(port_statics(manifest, pin, new, analysis))
+    return reports
+
+
+def render_markdown(reports: list[StaticsReport]) -> str:
+    """The static-check section of docs/port-matrix.md: one block per release."""
+    lines: list[str] = []
+    for r in reports:
+        title = f"{r.pin} (the pin)" if r.target is None else f"{r.pin} -> {r.target}"
+        lines.append(f"### {title}")
+        lines.append("")
+        for check, text in r.counts.items():
+            lines.append(f"- {check}: {text}")
+        if not r.findings:
+            lines.append("- findings: none")
+        for f in r.findings:
+            lines.append(f"- **{f.severity}** [{f.check}] {f.subject}: {f.message}")
+        lines.append("")
+    return "\n".join(lines)
