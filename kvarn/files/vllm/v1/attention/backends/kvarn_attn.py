@@ -494,21 +494,33 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
                 out[lo:hi] = self._sdpa_rotated(q, k, v, committed_cpu[i]).to(out.dtype)
 
     def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int) -> torch.Tensor:
-        """Causal attention of q (positions past..past+Lq-1) over k/v (positions 0..past+Lq-1)."""
+        """Causal attention of q (positions past..past+Lq-1) over k/v (positions 0..past+Lq-1).
+
+        On CUDA in the activations' 16-bit dtype (SDPA's flash / memory-efficient kernels: no Lq x Lk
+        score matrix), grouped-query heads without copies; on the CPU in fp32 (tests)."""
         lq, lk = q.shape[0], k.shape[0]
-        rep = self.num_heads // self.num_kv_heads
-        qh = q.transpose(0, 1).float()  # [Hq, Lq, D]
-        kh = k.transpose(0, 1).float().repeat_interleave(rep, 0)
-        vh = v.transpose(0, 1).float().repeat_interleave(rep, 0)
-        pos_q = torch.arange(past, past + lq, device=q.device)[:, None]
-        pos_k = torch.arange(lk, device=q.device)[None, :]
-        o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=pos_k <= pos_q, scale=self.scale)
+        cdt = q.dtype if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else torch.float32
+        qh = q.transpose(0, 1).to(cdt)  # [Hq, Lq, D]
+        kh = k.transpose(0, 1).to(cdt)  # [Hkv, Lk, D]
+        vh = v.transpose(0, 1).to(cdt)
+        gqa = self.num_heads != self.num_kv_heads
+        if past == 0 and lq == lk:
+            o = F.scaled_dot_product_attention(
+                qh, kh, vh, is_causal=True, scale=self.scale, enable_gqa=gqa
+            )
+        else:
+            pos_q = torch.arange(past, past + lq, device=q.device)[:, None]
+            pos_k = torch.arange(lk, device=q.device)[None, :]
+            o = F.scaled_dot_product_attention(
+                qh, kh, vh, attn_mask=pos_k <= pos_q, scale=self.scale, enable_gqa=gqa
+            )
         return o.transpose(0, 1)
 
     def _sdpa_rotated(self, q, k, v, past: int) -> torch.Tensor:
+        """Attention in the rotated basis (the cache's): q·H in, o·H out (H is its own inverse)."""
         assert self.h16 is not None
         h = self.h16.float()
-        return self._sdpa(q.float() @ h, k, v, past) @ h
+        return self._sdpa((q.float() @ h).to(q.dtype), k, v, past).float() @ h
 
     def _gather(self, records, md: KVarNMetadata, i: int, length: int):
         from vllm.v1.attention.ops.kvarn.reference import gather_kv
