@@ -78,7 +78,9 @@ def export_command(
     repo: RepoOption = None,
     export_point: Annotated[
         list[str] | None,
-        typer.Option("--export-point", help="Export only this export point (repeatable)."),
+        typer.Option(
+            "--export-point", metavar="NAME", help="Export only this export point (repeatable)."
+        ),
     ] = None,
     check: Annotated[
         bool,

@@ -44,7 +44,9 @@ def import_command(
     ] = None,
     export_point: Annotated[
         list[str] | None,
-        typer.Option("--export-point", help="Import only this export point (repeatable)."),
+        typer.Option(
+            "--export-point", metavar="NAME", help="Import only this export point (repeatable)."
+        ),
     ] = None,
     source: Annotated[
         str | None,
