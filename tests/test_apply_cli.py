@@ -285,6 +285,16 @@ def test_rename_failure_after_replacements_restores_them(tree: Path) -> None:
     assert snapshot(tree) == before
 
 
+def test_deleting_the_last_file_removes_its_empty_directories(tree: Path, tmp_path: Path) -> None:
+    """GNU patch removes the directories a deletion leaves empty; so do we (nothing more)."""
+    (tree / "vllm/v1/sub").mkdir()
+    (tree / "vllm/v1/sub/only.py").write_bytes(b"x = 1\n")
+    data = b"--- a/vllm/v1/sub/only.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-x = 1\n"
+    assert run(tree, "--patch", write(tmp_path, "d.patch", data)).returncode == 0
+    assert not (tree / "vllm/v1/sub").exists()
+    assert (tree / "vllm/v1/worker.py").exists()
+
+
 def test_write_keeps_modes_and_applies_new_ones(tree: Path) -> None:
     envs = tree / "vllm/envs.py"
     envs.chmod(0o600)

@@ -162,7 +162,20 @@ class Tree:
         except BaseException:
             _rollback(temps, originals, done, made_dirs)
             raise
+        for _path, real, content in plan:
+            if content is None:
+                self._remove_empty_parents(real)
         return [path for path, _real, _content in plan]
+
+    def _remove_empty_parents(self, real: bytes) -> None:
+        """After a deletion, remove the directories it left empty, as GNU patch does."""
+        parent = os.path.dirname(real)
+        while parent != self._real_root and parent.startswith(self._real_root + b"/"):
+            try:
+                os.rmdir(parent)
+            except OSError:
+                return  # not empty (or not ours to remove): stop climbing
+            parent = os.path.dirname(parent)
 
 
 def _snapshot_file(real: bytes) -> tuple[bytes, int] | None:
