@@ -165,13 +165,11 @@ def build_branch(
     point: ExportPoint,
     tree: basecommit.TreeSource,
     patches: Mapping[str, Patch],
-) -> tuple[str, list[ImportedRow]]:
-    """Write base + one commit per row into ``git_dir``; return (base sha, rows with commit SHAs)."""
-    base = basecommit.write_base_commit(
-        git_dir, tree, package=manifest.package, version=manifest.pin
-    )
-    state = replay.TreeState(replay.tree_entries(git_dir, base.commit), tree.read)
-    parent = base.commit
+    base: str,
+) -> list[ImportedRow]:
+    """Write one commit per row of ``point`` on ``base`` into ``git_dir``; return them in order."""
+    state = replay.TreeState(replay.tree_entries(git_dir, base), tree.read)
+    parent = base
     out: list[ImportedRow] = []
     with forkgit.scratch_repo() as view:
         for row in rows_of(manifest, point):
@@ -179,7 +177,7 @@ def build_branch(
             message, env = commit_for_row(view, manifest, row)
             parent = write_state_commit(git_dir, state, parent, message, env)
             out.append(ImportedRow(row.name, parent))
-    return base.commit, out
+    return out
 
 
 def import_series(
@@ -219,8 +217,11 @@ def import_series(
     head = gitrun.run(["symbolic-ref", "--quiet", "HEAD"], git_dir=git_dir).stdout.strip()
     results: list[ImportResult] = []
     planned: list[tuple[ExportPoint, str, list[ImportedRow], str | None]] = []
+    base = basecommit.write_base_commit(
+        git_dir, tree, package=manifest.package, version=manifest.pin
+    ).commit  # once for every export point: they all grow from the pin's base
     for point in points:
-        base, rows = build_branch(git_dir, manifest, point, tree, patches)
+        rows = build_branch(git_dir, manifest, point, tree, patches, base)
         tip = rows[-1].commit if rows else base
         ref = f"refs/heads/{point.branch}"
         previous = forkgit.resolve(git_dir, ref, what="import")
