@@ -316,6 +316,15 @@ def _idle_plan(slot_mapping: torch.Tensor, device: torch.device) -> SlotPlan:
     return SlotPlan(none, none, lanes, torch.zeros_like(lanes), none)
 
 
+_WORKSPACES: dict[torch.device, Any] = {}
+
+
+def _shared_workspace(device: torch.device) -> Any:
+    from vllm.v1.attention.ops.kvarn.triton_decode import DecodeWorkspace
+
+    return _WORKSPACES.setdefault(device, DecodeWorkspace())
+
+
 def kvarn_pool_slots(vllm_config: Any, group: int) -> int:
     """Pool slots per layer for this engine's limits (kvarn_pool.pool_slots_needed)."""
     sched = vllm_config.scheduler_config
@@ -361,7 +370,8 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         self.pool_k: torch.Tensor | None = None
         self.pool_v: torch.Tensor | None = None
         self.h16: torch.Tensor | None = None
-        self._workspace: Any = None  # split-K partials (CUDA), created with the pool
+        self._workspace: Any = None  # split-K partials (CUDA), shared by all layers
+        self.max_num_seqs = vllm_config.scheduler_config.max_num_seqs
 
     # -- device state ---------------------------------------------------------------------------
     def _ensure_pool(self, device: torch.device) -> None:
@@ -377,9 +387,13 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         self.pool_v = torch.zeros(shape, dtype=torch.float16, device=device)
         self.h16 = hadamard(self.head_size, dtype=torch.float16, device=device)
         if device.type == "cuda":
-            from vllm.v1.attention.ops.kvarn.triton_decode import DecodeWorkspace
-
-            self._workspace = DecodeWorkspace()
+            # The split-K partials at their largest (every sequence decoding, the most splits),
+            # made now so the profiler charges them too; layers run one after another on one
+            # stream, so they share one buffer.
+            self._workspace = _shared_workspace(device)
+            self._workspace.get(
+                self.max_num_seqs, self.num_heads, self.config.max_splits, self.head_size, device
+            )
         logger.info_once(
             "KVarN %s: fp16 pool of %d slots x %d tokens per layer (%.1f MiB per layer).",
             self.kv_cache_dtype,
