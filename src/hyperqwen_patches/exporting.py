@@ -723,7 +723,7 @@ def write_bundle(plan: ExportPlan, fork: Path, manifest: Manifest) -> str:
     """Write ``patches/fork.bundle``: ``base..branch`` of every exported point, so that the bundle's only
     prerequisite is the deterministic base commit (anyone can rebuild it from PyPI with ``import``)."""
     git_dir = gitrun.git_dir_of(fork)
-    args = ["bundle", "create", "--quiet"]
+    args = ["bundle", "create", "--quiet", "--version=2"]
     target = manifest.root / BUNDLE_RELPATH
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
@@ -737,8 +737,17 @@ def write_bundle(plan: ExportPlan, fork: Path, manifest: Manifest) -> str:
     gitrun.check(
         [*args, str(tmp), *refs],
         git_dir=git_dir,
-        # One pack thread: the delta search is then deterministic, so the same fork gives the same file.
-        config=(("pack.threads", "1"),),
+        # One pack thread makes the delta search deterministic, and the pack knobs a repository config
+        # may set are pinned, so the same fork repository gives the same file. (Deltas already stored
+        # in the fork's packs are reused, so a repacked fork may give other bytes, same objects.)
+        config=(
+            ("pack.threads", "1"),
+            ("pack.window", "10"),
+            ("pack.depth", "50"),
+            ("pack.compression", "-1"),
+            ("core.compression", "-1"),
+            ("pack.useBitmaps", "false"),
+        ),
         what="writing the fork bundle",
     )
     os.replace(tmp, target)
