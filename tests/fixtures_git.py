@@ -83,7 +83,9 @@ FORK_COMMITS: tuple[FixtureCommit, ...] = (
     ),
     FixtureCommit(
         row="new-module",
-        subject="Add vllm/hqp/module.py",
+        # Non-ASCII and longer than a mail header line: format.encodeEmailHeaders would rewrite it as
+        # =?UTF-8?q?...?= and the header is folded; import must unfold and decode it back.
+        subject="Add vllm/hqp/module.py, a naïve café module whose subject is longer than one header line",
         changes={b"vllm/hqp/module.py": b"VALUE = 1\n"},
     ),
 )

@@ -229,3 +229,12 @@ def test_a_diffish_message_really_misleads_gnu_patch(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert (work / "x").read_bytes() == b"ONE\n"
     assert len(exporting.diffish_lines(text.split(b"\n\n", 1)[1].split(b"\ndiff --git")[0])) == 3
+
+
+def test_non_ascii_long_subject_is_raw_utf8_and_survives_import(tmp_path: Path) -> None:
+    repo = tmp_path / "fork"
+    base, shas = make_fork(repo)
+    text = _export(repo, base)[shas[3]]
+    assert isinstance(text, bytes)
+    assert "naïve café".encode() in text and b"=?UTF-8?" not in text
+    assert b"Content-Type: text/plain; charset=UTF-8" in text

@@ -88,6 +88,10 @@ def test_export_then_import_then_export(tmp_path: Path) -> None:
     assert results[0].base == base
     imported = [r.commit for r in results[0].rows]
     assert [tree_of(rebuilt, c) for c in imported] == [tree_of(fork, c) for c in shas]
+    # Messages survive the trip through the files (the long non-ASCII subject is unfolded, decoded).
+    assert [sh(["log", "-1", "--format=%an%n%ad%n%B", c], cwd=rebuilt) for c in imported] == [
+        sh(["log", "-1", "--format=%an%n%ad%n%B", c], cwd=fork) for c in shas
+    ]
     # Author, date and message come from the patch files; the committer is pinned.
     raw = sh(["cat-file", "commit", imported[0]], cwd=rebuilt).decode()
     assert "author Fork Author <fork@example.invalid> 1700000000 +0100" in raw
