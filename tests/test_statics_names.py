@@ -1,0 +1,126 @@
+"""Removed names and changed signatures between two small real trees (the old pin with the series,
+the target release), through the same entry point ``port`` uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.pristine import open_pristine
+from hyperqwen_patches.statics.report import port_statics
+from test_statics_provenance import make_repo
+
+LIB = b"""from enum import Enum
+
+
+class Mode(Enum):
+    FAST = 1
+    SLOW = 2
+
+
+class Base:
+    def __init__(self, size):
+        self.size = size
+
+    def helper(self, a, b=2):
+        return a + b
+
+
+def util(x, *, scale=1):
+    return x * scale
+
+
+CONST = 3
+"""
+USER = b"""from vllm.lib import Base, util
+
+
+class Worker(Base):
+    def run(self):
+        return 0
+"""
+ADDED = USER.replace(
+    b"        return 0\n",
+    b"        m = Mode.FAST\n"
+    b"        h = self.helper(1, b=3)\n"
+    b"        u = util(2, scale=CONST)\n"
+    b"        w = Base(4)\n"
+    b"        return m, h, u, w, self.size\n",
+).replace(b"from vllm.lib import Base, util\n", b"from vllm.lib import CONST, Base, Mode, util\n")
+
+
+def run(tmp_path: Path, new_lib: bytes, extra: str = "") -> tuple[list[tuple[str, str, str]], dict]:
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/user.py": USER}
+    root = make_repo(tmp_path, pristine, [("use", {"vllm/user.py": ADDED})], extra=extra)
+    target = tmp_path / "target"
+    (target / "vllm").mkdir(parents=True)
+    (target / "vllm/__init__.py").write_bytes(b"")
+    (target / "vllm/lib.py").write_bytes(new_lib)
+    (target / "vllm/user.py").write_bytes(USER)
+    manifest = load_manifest(root)
+    with (
+        open_pristine(manifest.source, version="0.29.0") as old,
+        open_pristine(f"dir:{target}", version="0.30.0") as new,
+    ):
+        report = port_statics(manifest, old, new)
+    found = [(f.check, f.subject, f.message.split(":", 1)[0]) for f in report.findings]
+    return found, report.stats
+
+
+def test_an_unchanged_target_has_no_findings_and_says_what_it_resolved(tmp_path: Path) -> None:
+    found, stats = run(tmp_path, LIB)
+    assert found == []
+    assert stats["signatures"]["resolved"] == 3  # self.helper, util, Base(...)
+    assert stats["names"]["checked"] >= 8
+    assert stats["signatures"]["calls"] == 3
+
+
+def test_removed_names_are_named_with_row_file_and_line(tmp_path: Path) -> None:
+    new = LIB.replace(b"    FAST = 1\n", b"    QUICK = 1\n").replace(b"CONST = 3\n", b"")
+    found, stats = run(tmp_path, new)
+    assert ("names", "row use: vllm/user.py:1", "from vllm.lib import CONST") in found
+    assert ("names", "row use: vllm/user.py:6", "Mode.FAST") in found
+    assert ("names", "row use: vllm/user.py:8", "CONST") in found
+    assert stats["names"]["removed"] == 3
+
+
+def test_an_accepted_name_is_not_reported(tmp_path: Path) -> None:
+    new = LIB.replace(b"CONST = 3\n", b"")
+    extra = "accepted_names:\n  - name: vllm.lib.CONST\n    reason: we define it ourselves\n"
+    found, stats = run(tmp_path, new, extra)
+    assert found == []
+    assert stats["names"]["accepted"] == 2
+
+
+def test_changed_signatures_missing_argument_and_removed_keyword(tmp_path: Path) -> None:
+    new = (
+        LIB.replace(b"def helper(self, a, b=2):", b"def helper(self, a, c, b=2):")
+        .replace(b"def util(x, *, scale=1):", b"def util(x, *, factor=1):")
+        .replace(b"def __init__(self, size):", b"def __init__(self, size, dtype):")
+    )
+    found, stats = run(tmp_path, new)
+    sigs = [f for f in found if f[0] == "signatures"]
+    assert [s[1] for s in sigs] == [
+        "row use: vllm/user.py:7",
+        "row use: vllm/user.py:8",
+        "row use: vllm/user.py:9",
+    ]
+    assert stats["signatures"]["changed"] == 3
+
+
+def test_signature_messages_say_what_no_longer_binds(tmp_path: Path) -> None:
+    new = LIB.replace(b"def util(x, *, scale=1):", b"def util(x, *, factor=1):")
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/user.py": USER}
+    root = make_repo(tmp_path, pristine, [("use", {"vllm/user.py": ADDED})])
+    target = tmp_path / "target"
+    (target / "vllm").mkdir(parents=True)
+    (target / "vllm/lib.py").write_bytes(new)
+    (target / "vllm/user.py").write_bytes(USER)
+    manifest = load_manifest(root)
+    with (
+        open_pristine(manifest.source, version="0.29.0") as old,
+        open_pristine(f"dir:{target}", version="0.30.0") as new_tree,
+    ):
+        [finding] = port_statics(manifest, old, new_tree).findings
+    assert finding.message.endswith("no parameter named scale")
+    assert "util(x, *, factor=1)" in finding.detail
