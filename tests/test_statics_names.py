@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from test_statics_provenance import make_repo
+
 from hyperqwen_patches.manifest import load_manifest
 from hyperqwen_patches.pristine import open_pristine
 from hyperqwen_patches.statics.report import port_statics
-from test_statics_provenance import make_repo
 
 LIB = b"""from enum import Enum
 

@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
+from test_statics_provenance import STATICS, make_repo
 
 from hyperqwen_patches.check import CheckContext
 from hyperqwen_patches.manifest import ManifestError, load_manifest
 from hyperqwen_patches.pristine import open_pristine
 from hyperqwen_patches.statics.report import pin_statics
-from test_statics_provenance import STATICS, make_repo
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_statics_provenance import make_repo, static_findings
 
 from hyperqwen_patches.engine.patchset import parse_patch
 from hyperqwen_patches.statics.whitespace import patch_errors
-from test_statics_provenance import make_repo, static_findings
 
 WHITESPACE = "hyperqwen_patches.statics.whitespace:check_whitespace"
 
