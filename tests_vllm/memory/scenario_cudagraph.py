@@ -74,6 +74,44 @@ def capture_model_alone(p: dict[str, int]) -> dict[str, Any]:
     return {"returned": returned, "log": log}
 
 
+def capture_model_v1(p: dict[str, int]) -> dict[str, Any]:
+    """Model Runner V1's capture_model around a capture that raises reserved by R, driver by R + O."""
+    import torch
+    import vllm.distributed.parallel_state as ps
+    import vllm.v1.worker.gpu_model_runner as v1
+    from vllm.config import CUDAGraphMode
+
+    dev = FakeDevice(total=p["total"], outside=p["context"])
+    dev.install()
+
+    @contextlib.contextmanager
+    def no_graph_capture(device: Any, graph_capture_context: Any = None) -> Iterator[None]:
+        yield
+
+    def capture_cudagraphs(**kwargs: Any) -> None:
+        dev.graph_alloc(p["R"])
+        dev.outside_alloc(p["O"])
+
+    v1.graph_capture = no_graph_capture
+    v1.lock_workspace = lambda: None
+    ps.get_world_group = lambda: SimpleNamespace(local_rank=0)
+    runner = object.__new__(v1.GPUModelRunner)
+    runner.compilation_config = SimpleNamespace(cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
+    runner.vllm_config = SimpleNamespace(
+        profiler_config=SimpleNamespace(capture_torch_profiler=False)
+    )
+    runner.device = torch.device("cpu")
+    runner.encoder_cudagraph_manager = None
+    runner._maybe_init_encoder_cudagraph_manager = lambda: None
+    runner.cudagraph_dispatcher = SimpleNamespace(
+        get_capture_descs=lambda: [(CUDAGraphMode.FULL, ["one batch size"])]
+    )
+    runner._capture_cudagraphs = capture_cudagraphs
+    with listen(v1.__name__) as log:
+        returned = runner.capture_model()
+    return {"returned": returned, "log": log}
+
+
 def attach_runner_state(runner: Any, manager: Any, device: Any) -> None:
     """The attributes GPUModelRunner.capture_model reads, for a text-only model without LoRA."""
     runner.cudagraph_manager = manager
@@ -203,7 +241,13 @@ def estimate(p: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     p = json.loads(sys.argv[1])
-    emit({"capture_model": capture_model_alone(p), "estimate": estimate(p)})
+    emit(
+        {
+            "capture_model": capture_model_alone(p),
+            "capture_model_v1": capture_model_v1(p),
+            "estimate": estimate(p),
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -62,6 +62,17 @@ def test_pristine_capture_model_returns_the_driver_delta(outcome):
     assert f"took {gib(R + O)}" in finished
 
 
+@pytest.mark.parametrize(("kind", "returned"), [("pristine", R + O), ("patched", R)])
+def test_v1_capture_model_follows_the_same_unit(outcome, kind, returned):
+    # Model Runner V1 gets the change for consistency (its estimate samples read reserved too).
+    v1 = outcome[kind]["capture_model_v1"]
+    assert v1["returned"] == returned
+    (finished,) = [m for m in v1["log"] if "Graph capturing" in m]
+    assert f"took {gib(returned)}" in finished
+    if kind == "patched":
+        assert f"driver free memory dropped {gib(R + O)}" in finished
+
+
 def extrapolation(samples: list[int], full_graphs: int) -> int:
     # _extrapolate_full_graph_memory, restated: first sample + (N - 1) x max(second sample, floor).
     return samples[0] + (full_graphs - 1) * max(samples[1], FLOOR)
