@@ -197,15 +197,45 @@ def test_cuda_check_and_update_config_runs_the_kvarn_check(cuda_platform):
         scheduler_config=SimpleNamespace(),
         offload_config=SimpleNamespace(uva=SimpleNamespace(cpu_offload_gb=0)),
         compilation_config=SimpleNamespace(cudagraph_mode=0),
+        speculative_config=None,
     )
     cuda_platform.CudaPlatformBase.check_and_update_config(cfg)
     assert cache.enable_prefix_caching is False
+    # The speculative config reaches the check too.
+    with pytest.raises(ValueError, match="'mtp'"):
+        cuda_platform.CudaPlatformBase.check_and_update_config(
+            SimpleNamespace(**{**vars(cfg), "speculative_config": _spec("mtp")})
+        )
     # The same path on a pristine dtype leaves prefix caching alone.
     fp16 = CacheConfig(cache_dtype="auto", enable_prefix_caching=True)
     cuda_platform.CudaPlatformBase.check_and_update_config(
         SimpleNamespace(**{**vars(cfg), "cache_config": fp16})
     )
     assert fp16.enable_prefix_caching is True
+
+
+def _spec(method: str):
+    """A SpeculativeConfig's method and the two predicates the check reads, without building a
+    drafter (that needs a model); the predicates are the real ones, bound to the stand-in."""
+    from vllm.config.speculative import SpeculativeConfig
+
+    ns = SimpleNamespace(method=method)
+    ns.use_eagle = SpeculativeConfig.use_eagle.__get__(ns)
+    ns.uses_draft_model = SpeculativeConfig.uses_draft_model.__get__(ns)
+    return ns
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3", "mtp", "draft_model"])
+def test_drafters_with_attention_are_refused(method):
+    with pytest.raises(ValueError, match=f"method '{method}'"):
+        kvarn_attn.check_kvarn_config(
+            CacheConfig(cache_dtype="kvarn_k4v2_g128"), None, _spec(method)
+        )
+
+
+@pytest.mark.parametrize("method", ["ngram", "suffix", "medusa", "mlp_speculator"])
+def test_drafters_without_attention_are_accepted(method):
+    kvarn_attn.check_kvarn_config(CacheConfig(cache_dtype="kvarn_k4v2_g128"), None, _spec(method))
 
 
 def test_check_kvarn_config_refusals():

@@ -80,12 +80,20 @@ def _current_cache_dtype() -> str | None:
         return None
 
 
-def check_kvarn_config(cache_config: CacheConfig, model_config: ModelConfig | None) -> None:
+def check_kvarn_config(
+    cache_config: CacheConfig, model_config: ModelConfig | None, speculative_config: Any = None
+) -> None:
     """Startup checks for kvarn_* (called from the CUDA platform's check_and_update_config).
 
     Raises ValueError naming the preset and the offending value; turns prefix caching off with a
     warning (block 0 and unflushed tails live in a per-layer fp16 pool keyed by block id, which a
     prefix-cache hit from another request cannot see).
+
+    Speculative decoding whose drafter has attention layers of its own (EAGLE, MTP, a draft model) is
+    refused: Model Runner V2 builds the drafter's attention metadata with builders of its own, so
+    its layers would be planned by a second slot table, and its prefill step reuses the target's,
+    mixing the two. Drafters without attention (n-gram, suffix, Medusa, MLP) are fine: the target's
+    verify steps are covered (rejected drafts never reach the compressed cache).
     """
     cache_dtype = cache_config.cache_dtype
     try:
@@ -106,6 +114,12 @@ def check_kvarn_config(cache_config: CacheConfig, model_config: ModelConfig | No
             f"--kv-cache-dtype {cache_dtype} compresses tiles of {preset.group} tokens; "
             f"--block-size {cache_config.block_size} is not a multiple of {preset.group}"
         )
+    if speculative_config is not None and _drafter_has_attention(speculative_config):
+        raise ValueError(
+            f"--kv-cache-dtype {cache_dtype}: KVarN does not support speculative decoding with "
+            f"method {speculative_config.method!r} yet (its drafter has attention layers of its own); "
+            "use an n-gram or suffix drafter, or another --kv-cache-dtype"
+        )
     if cache_config.enable_prefix_caching:
         logger.warning(
             "KVarN (%s): disabling prefix caching; the fp16 sink block and unflushed tails "
@@ -113,6 +127,12 @@ def check_kvarn_config(cache_config: CacheConfig, model_config: ModelConfig | No
             cache_dtype,
         )
         cache_config.enable_prefix_caching = False
+
+
+def _drafter_has_attention(speculative_config: Any) -> bool:
+    uses_eagle = getattr(speculative_config, "use_eagle", None)
+    uses_draft = getattr(speculative_config, "uses_draft_model", None)
+    return bool((uses_eagle and uses_eagle()) or (uses_draft and uses_draft()))
 
 
 def fold_records(kv_cache: torch.Tensor, record_size: int) -> torch.Tensor:
