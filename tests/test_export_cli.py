@@ -110,3 +110,20 @@ def test_export_of_a_fork_on_another_pin_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     assert "is not built on the vllm 0.30.0 base commit" in result.stderr
     assert "says 'vllm 0.29.0 pristine tree'" in result.stderr
+
+
+def test_import_into_a_missing_repository_without_create(tmp_path: Path) -> None:
+    fork = tmp_path / "fork"
+    make_fork(fork)
+    series = new_series(tmp_path / "series")
+    runner.invoke(app, ["export", "--fork", str(fork), "--repo", str(series)])
+    pristine = tmp_path / "pristine"
+    write_tree_files(pristine, PRISTINE)
+    result = cli(
+        "import", "--repo", str(series), "--into", str(tmp_path / "nowhere"),
+        "--source", f"dir:{pristine}",
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    message = " ".join(result.stderr.split())  # the console wraps long lines
+    assert "nowhere: no such repository" in message and "--create" in message
+    assert not (tmp_path / "nowhere").exists()

@@ -203,6 +203,8 @@ def import_series(
         if unknown:
             raise UsageError(f"unknown export point(s): {', '.join(unknown)}")
         points = [p for p in points if p.name in export_points]
+    if not repo.exists() and not create:
+        raise GitError(f"{repo}: no such repository", hint="pass --create to make a new one there")
     if not repo.exists() and create:
         repo.mkdir(parents=True)
         gitrun.check(
