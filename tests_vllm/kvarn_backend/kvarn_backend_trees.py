@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,6 +79,10 @@ def _build(installed: Path) -> Path:
     (tmp / ".complete").touch()
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
+    # Trees of earlier series revisions: dropped once an hour old (a run still using one is done).
+    for old in root.parent.iterdir():
+        if old != root and time.time() - old.stat().st_mtime > 3600:
+            shutil.rmtree(old, ignore_errors=True)
     return root
 
 
