@@ -158,8 +158,16 @@ def diffish_lines(message: bytes) -> list[tuple[int, bytes]]:
     return [(n, line) for n, line in enumerate(lines, start=1) if n > 1 and _DIFFISH.match(line)]
 
 
-def refusals(git_dir: Path, commit: forkgit.ForkCommit, *, module: bool = False) -> list[str]:
-    """Everything that makes ``commit`` unexportable (empty when it exports)."""
+def refusals(
+    git_dir: Path,
+    commit: forkgit.ForkCommit,
+    *,
+    module: bool = False,
+    binary: Sequence[bytes] | None = None,
+) -> list[str]:
+    """Everything that makes ``commit`` unexportable (empty when it exports).
+
+    ``binary``: the commit's binary paths when the caller has them (:func:`binary_paths_of`)."""
     problems: list[str] = []
     if len(commit.parents) != 1:
         problems.append(
@@ -186,7 +194,7 @@ def refusals(git_dir: Path, commit: forkgit.ForkCommit, *, module: bool = False)
                 f"{(change.new_path or change.old_path or b'').decode('utf-8', 'backslashreplace')}: "
                 "a symbolic link: GNU patch cannot create it"
             )
-    for path in binary_paths(git_dir, commit):
+    for path in binary if binary is not None else binary_paths(git_dir, commit):
         problems.append(
             f"{path.decode('utf-8', 'backslashreplace')}: a binary change; GNU patch cannot apply "
             "it (ship binaries outside the series)"
@@ -206,29 +214,93 @@ def refusals(git_dir: Path, commit: forkgit.ForkCommit, *, module: bool = False)
     return problems
 
 
+NUMSTAT_ARGS = (
+    "diff-tree",
+    "-r",
+    "-z",
+    "--numstat",
+    "--no-renames",
+    "--no-textconv",
+    "--no-ext-diff",
+)
+
+
 def binary_paths(git_dir: Path, commit: forkgit.ForkCommit) -> list[bytes]:
     """Paths git itself sees as binary in this commit (by content: no attributes apply here)."""
     out = gitrun.check(
-        [
-            "diff-tree",
-            "-r",
-            "-z",
-            "--numstat",
-            "--no-renames",
-            "--no-textconv",
-            "--no-ext-diff",
-            commit.parents[0],
-            commit.sha,
-        ],
+        [*NUMSTAT_ARGS, commit.parents[0], commit.sha],
         git_dir=git_dir,
         config=(("core.attributesFile", "/dev/null"),),
         what=f"checking {commit.sha[:12]} for binary changes",
     )
-    paths = []
+    return [r[4:] for r in out.split(b"\0") if r.startswith(b"-\t-\t")]
+
+
+def binary_paths_of(git_dir: Path, commits: Sequence[forkgit.ForkCommit]) -> dict[str, list[bytes]]:
+    """:func:`binary_paths` of every single-parent commit, from one ``diff-tree --stdin`` (one git
+    process per export point instead of one per commit)."""
+    shas = [c.sha for c in commits if len(c.parents) == 1]
+    if not shas:
+        return {}
+    out = gitrun.check(
+        [*NUMSTAT_ARGS, "--stdin", "--always"],
+        git_dir=git_dir,
+        config=(("core.attributesFile", "/dev/null"),),
+        input="".join(f"{sha}\n" for sha in shas).encode(),
+        what=f"checking {len(shas)} commits for binary changes",
+    )
+    found: dict[str, list[bytes]] = {}
+    current: list[bytes] = []
+    # Each commit's output is its SHA (a record without a tab), then "added\tdeleted\tpath" records.
     for record in out.split(b"\0"):
-        if record.startswith(b"-\t-\t"):
-            paths.append(record[4:])
-    return paths
+        if not record:
+            continue
+        if b"\t" not in record:
+            current = found.setdefault(record.decode(), [])
+        elif record.startswith(b"-\t-\t"):
+            current.append(record[4:])
+    missing = set(shas) - set(found)
+    if missing:
+        raise GitError(f"git diff-tree --stdin did not report {sorted(missing)[0][:12]}")
+    return found
+
+
+def format_commits(view: Path, commits: Sequence[forkgit.ForkCommit]) -> dict[str, bytes]:
+    """:func:`format_commit` of each commit of a linear chain, from one ``git format-patch``.
+
+    The same pinned options, written one file per commit (``-o`` with ``--numbered-files`` instead of
+    ``--stdout``: files need no splitting, and a message cannot fake a boundary), so each file is byte
+    for byte what ``format_commit`` prints (tests/test_export_pinned.py compares them). One process
+    per export point instead of one per commit. Anything but a linear chain falls back to one call each.
+    """
+    chain = [c.sha for c in commits]
+    linear = all(len(c.parents) == 1 for c in commits) and all(
+        commits[i].parents[0] == chain[i - 1] for i in range(1, len(commits))
+    )
+    if len(commits) < 2 or not linear:
+        return {c.sha: format_commit(view, c.sha) for c in commits}
+    args = [a for a in format_patch_argv(chain[-1]) if a != "--stdout"][:-2]
+    with tempfile.TemporaryDirectory(prefix="hqp-format-patch-") as tmp:
+        gitrun.check(
+            [
+                *args,
+                "-o",
+                tmp,
+                "--numbered-files",
+                "--start-number=1",
+                f"{commits[0].parents[0]}..{chain[-1]}",
+            ],
+            git_dir=view,
+            config=format_patch_config(),
+            what=f"exporting {len(chain)} commits",
+        )
+        files = sorted(Path(tmp).iterdir(), key=lambda p: int(p.name))
+        if len(files) != len(chain):
+            raise GitError(
+                f"git format-patch wrote {len(files)} files for {len(chain)} commits",
+                hint="rerun with -v to see the git command",
+            )
+        return {sha: f.read_bytes() for sha, f in zip(chain, files, strict=True)}
 
 
 def export_commits(
@@ -246,8 +318,12 @@ def export_commits(
     # change binary detection or the bytes written.
     with forkgit.scratch_repo(borrow=git_dir) as view:
         problems: list[str] = []
+        binary = binary_paths_of(view, commits)
         for commit in commits:
-            for problem in refusals(view, commit, module=commit.row in module_rows):
+            refused = refusals(
+                view, commit, module=commit.row in module_rows, binary=binary.get(commit.sha, [])
+            )
+            for problem in refused:
                 problems.append(f"{commit.sha[:12]} {commit.subject!r}: {problem}")
         if problems:
             raise FindingError(
@@ -255,15 +331,27 @@ def export_commits(
                 + "\n  ".join(problems),
                 hint="fix the commits on the export point and run export again",
             )
-        for commit in commits:
-            if commit.row in module_rows:
-                result[commit.sha] = {
-                    c.new_path: forkgit.read_blob(view, c.new_sha)
+        blobs = forkgit.read_objects(
+            view,
+            sorted(
+                {
+                    c.new_sha
+                    for commit in commits
+                    if commit.row in module_rows
                     for c in commit.changes
                     if c.new_path is not None
                 }
+            ),
+            kind="blob",
+        )
+        formatted = format_commits(view, commits)
+        for commit in commits:
+            if commit.row in module_rows:
+                result[commit.sha] = {
+                    c.new_path: blobs[c.new_sha] for c in commit.changes if c.new_path is not None
+                }
             else:
-                result[commit.sha] = format_commit(view, commit.sha)
+                result[commit.sha] = formatted[commit.sha]
     return result
 
 

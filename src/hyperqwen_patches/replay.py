@@ -62,6 +62,12 @@ class TreeState:
         self.entries: dict[bytes, tuple[int, str]] = dict(base_entries)
         self.content: dict[bytes, bytes] = {}
         self._read_base = read_base
+        # Paths whose entry may have changed since the last take_dirty() (what a comparison rechecks).
+        self.dirty: set[bytes] = set()
+
+    def take_dirty(self) -> set[bytes]:
+        dirty, self.dirty = self.dirty, set()
+        return dirty
 
     def read(self, path: bytes) -> bytes | None:
         if path in self.content:
@@ -78,6 +84,8 @@ class TreeState:
         for fp in patch.files:
             if fp.rename and fp.old_path in self.entries and fp.new_path is not None:
                 carried[fp.new_path] = self.entries[fp.old_path][0]
+        self.dirty.update(changes)
+        self.dirty.update(modes)
         for path, data in changes.items():
             if data is None:
                 self.entries.pop(path, None)
@@ -247,6 +255,51 @@ def compare(
     return differing, actual
 
 
+class ForkWalk:
+    """The fork's tree at successive commits of a linear ``base..tip``, from each commit's changes.
+
+    Replay compares the series with the fork at every step. Listing the whole tree at each step
+    (``ls-tree -r``) made that cost (rows x files in the tree); the commits' changes are already known
+    (``forkgit.list_commits``), so the fork is walked forward instead: the tree at commit k is the base
+    plus the changes of commits 1..k, and a comparison rechecks only the paths either side changed since
+    the last one. The walk applies only to a linear chain on the base; :func:`check_replay` falls back to
+    listing the commit's tree otherwise.
+    """
+
+    def __init__(self, base_entries: Mapping[bytes, tuple[int, str]]) -> None:
+        self._base = base_entries
+        self._over: dict[bytes, tuple[int, str] | None] = {}  # path -> entry, None when deleted
+        self.position = 0  # commits applied so far
+
+    def get(self, path: bytes) -> tuple[int, str] | None:
+        if path in self._over:
+            return self._over[path]
+        return self._base.get(path)
+
+    def advance(self, commit: forkgit.ForkCommit) -> set[bytes]:
+        """Apply one commit's changes; return the paths it changed."""
+        changed: set[bytes] = set()
+        for c in commit.changes:
+            if c.old_path is not None and c.status in ("D", "R"):
+                self._over[c.old_path] = None
+                changed.add(c.old_path)
+            if c.new_path is not None and c.status != "D":
+                self._over[c.new_path] = (int(c.new_mode, 8), c.new_sha)
+                changed.add(c.new_path)
+        self.position += 1
+        return changed
+
+
+def linear_on(base: str, commits: Sequence[forkgit.ForkCommit]) -> bool:
+    """Whether ``commits`` are one chain of single-parent commits starting on ``base``."""
+    parent = base
+    for commit in commits:
+        if commit.parents != (parent,):
+            return False
+        parent = commit.sha
+    return True
+
+
 def short_diff(
     git_dir: Path, state: TreeState, actual: Mapping[bytes, tuple[int, str]], paths: Sequence[bytes]
 ) -> str:
@@ -409,7 +462,32 @@ def check_replay(
                 )
             )
 
-    state = TreeState(tree_entries(view_dir, base), read_base)
+    base_entries = tree_entries(view_dir, base)
+    state = TreeState(base_entries, read_base)
+    walk = ForkWalk(base_entries) if linear_on(base, commits) else None
+    index = {c.sha: i for i, c in enumerate(commits)}
+    differ: set[bytes] = set()  # paths where the state and the walk's fork tree differ
+
+    def recheck(paths: set[bytes]) -> None:
+        assert walk is not None
+        for path in paths:
+            if state.entries.get(path) != walk.get(path):
+                differ.add(path)
+            else:
+                differ.discard(path)
+
+    def compare_at(sha: str) -> tuple[tuple[bytes, ...], Mapping[bytes, tuple[int, str]]]:
+        """compare(), through the walk when it can reach ``sha`` going forward."""
+        target = index.get(sha, -1) + 1 if sha != base else 0
+        if walk is None or target < walk.position or (target == 0 and sha != base):
+            return compare(view_dir, state, sha)
+        recheck(state.take_dirty())
+        while walk.position < target:
+            recheck(walk.advance(commits[walk.position]))
+        found = tuple(sorted(differ))
+        actual = {p: e for p in found if (e := walk.get(p)) is not None}
+        return found, actual
+
     first_reported = False
     for name, _recorded, patch in rows:
         if patch is None:
@@ -431,7 +509,7 @@ def check_replay(
         if commit is None:
             report.steps.append(StepResult(name, None, ()))
             continue
-        differing, actual = compare(view_dir, state, commit.sha)
+        differing, actual = compare_at(commit.sha)
         report.steps.append(StepResult(name, commit.sha, differing))
         if differing:
             add(
@@ -446,7 +524,7 @@ def check_replay(
                 )
             )
             first_reported = True
-    differing, actual = compare(view_dir, state, tip)
+    differing, actual = compare_at(tip)
     report.tip_differing = differing
     if differing:
         add(
