@@ -125,3 +125,47 @@ def test_signature_messages_say_what_no_longer_binds(tmp_path: Path) -> None:
         [finding] = port_statics(manifest, old, new_tree).findings
     assert finding.message.endswith("no parameter named scale")
     assert "util(x, *, factor=1)" in finding.detail
+
+
+HOLDER = b"""from vllm.lib import Base
+
+
+class Holder:
+    def __init__(self):
+        self.base: Base | None = None
+        self.other = Base(1)
+
+    def touch(self, b: Base):
+        return 0
+"""
+HOLDER_ADDED = HOLDER.replace(
+    b"        return 0\n",
+    b"        x = b.helper(1)\n"
+    b"        y = self.base.helper(2, b=1)\n"
+    b"        z = self.other.helper(3)\n"
+    b"        return x, y, z\n",
+)
+
+
+def test_annotated_parameters_and_typed_attributes_are_followed(tmp_path: Path) -> None:
+    """b: Base, self.base: Base | None and self.other = Base(...) all reach Base.helper."""
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/holder.py": HOLDER}
+    root = make_repo(tmp_path, pristine, [("hold", {"vllm/holder.py": HOLDER_ADDED})])
+    target = tmp_path / "target"
+    (target / "vllm").mkdir(parents=True)
+    (target / "vllm/lib.py").write_bytes(
+        LIB.replace(b"def helper(self, a, b=2):", b"def helper(self, a, *, c, b=2):")
+    )
+    (target / "vllm/holder.py").write_bytes(HOLDER)
+    manifest = load_manifest(root)
+    with (
+        open_pristine(manifest.source, version="0.29.0") as old,
+        open_pristine(f"dir:{target}", version="0.30.0") as new,
+    ):
+        report = port_statics(manifest, old, new)
+    assert report.stats["signatures"]["resolved"] == 3
+    assert [(f.subject, f.message.rsplit(": ", 1)[1]) for f in report.findings] == [
+        ("row hold: vllm/holder.py:10", "missing required c"),
+        ("row hold: vllm/holder.py:11", "missing required c"),
+        ("row hold: vllm/holder.py:12", "missing required c"),
+    ]

@@ -20,12 +20,12 @@ from __future__ import annotations
 import builtins
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, python_files
 from hyperqwen_patches.statics.refs import CallRef, Ref, collect
-from hyperqwen_patches.statics.symbols import Found, Missing, Result, Symbols, Unknown
+from hyperqwen_patches.statics.symbols import ClassInfo, Found, Missing, Result, Symbols, Unknown
 
 if TYPE_CHECKING:
     from hyperqwen_patches.check import CheckContext, Finding
@@ -105,9 +105,33 @@ class Views:
             if tree is None:
                 continue  # does not parse: the compiles check says so
             r, c = collect(tree, path, self.analysis.prov)
-            refs += r
-            calls += c
+            refs += [x for x in map(self._typed, r) if x is not None]
+            calls += [
+                replace(x, ref=self._typed(x.ref), skip_reason="parameter of an unresolved type")
+                if x.ref is not None and x.ref.annotation is not None
+                else x
+                for x in c
+            ]
         return refs, calls
+
+    def _typed(self, ref: Ref | None) -> Ref | None:
+        """A reference rooted at an annotated parameter, as a path through the class it names."""
+        if ref is None or ref.annotation is None:
+            return ref
+        module = self.old.module(ref.module)
+        found = self.old.expr(module, ref.annotation) if module is not None else None
+        if not isinstance(found, Found) or found.kind != "class":
+            return None
+        cls = found.obj
+        assert isinstance(cls, ClassInfo)
+        return replace(
+            ref,
+            module=cls.module.name,
+            attrs=(cls.node.name, *ref.attrs),
+            via_instance=True,
+            self_depth=1,
+            annotation=None,
+        )
 
 
 @dataclass
@@ -143,7 +167,7 @@ def removed_names(views: Views, accept: Iterable[str] = ()) -> NameReport:
         seen.add(key)
         stats["references"] += 1
         builtin = not ref.dotted_path and not ref.self_depth and ref.attrs[0] in BUILTINS
-        if builtin and isinstance(resolve(views.old, ref), Missing):
+        if builtin and not isinstance(resolve(views.old, ref), Found):
             stats["builtin"] += 1
             continue
         old = resolve(views.old, ref)

@@ -30,6 +30,9 @@ class Ref:
     # True: ``module`` + ``attrs`` is one dotted path whose module part is the longest prefix that is
     # a module of the tree (an import target); False: ``attrs`` start in ``module``'s own scope.
     dotted_path: bool = False
+    # A parameter's annotation (``def f(cfg: ModelConfig)``: ``cfg.x`` is ``ModelConfig`` + ``[x]``),
+    # resolved in the file's scope on the old side and rewritten as a class path (names.Views).
+    annotation: ast.expr | None = None
 
     @property
     def dotted(self) -> str:
@@ -54,9 +57,22 @@ def module_name(path: bytes) -> str:
     return name.removesuffix(".__init__")
 
 
-def _locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+class _Scope(set[str]):
+    """A function's local names; ``typed`` holds its parameters annotated with a class."""
+
+    typed: dict[str, ast.expr]
+
+
+def _locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> _Scope:
+    from hyperqwen_patches.statics.symbols import _class_of
+
     a = fn.args
-    names = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+    names = _Scope(p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))
+    names.typed = {}
+    for p in (*a.posonlyargs, *a.args, *a.kwonlyargs):
+        declared = _class_of(p.annotation) if p.annotation is not None else None
+        if declared is not None:
+            names.typed[p.arg] = declared
     names |= {p.arg for p in (a.vararg, a.kwarg) if p is not None}
     body = fn.body if isinstance(fn.body, list) else [fn.body]
     for stmt in body:
@@ -218,8 +234,13 @@ class _Collector:
                 via_instance=root == me,
                 self_depth=len(cls),
             )
-        if any(root in s for s in scopes):
-            return None  # a local or a parameter: its type is not known statically
+        for scope in reversed(scopes):
+            if root in scope:
+                typed = getattr(scope, "typed", {}).get(root)
+                if typed is None or not rest:
+                    return None  # a local or a parameter: its type is not known statically
+                # A parameter annotated with a class: names.Views resolves the class, then attrs.
+                return Ref(row, self.path, line, self.module, tuple(rest), text, annotation=typed)
         if root in self.imports:
             target, _ = self.imports[root]
             parts = target.split(".")

@@ -41,6 +41,10 @@ class ClassInfo:
     node: ast.ClassDef
     members: dict[str, tuple[Kind, ast.AST, int]] = field(default_factory=dict)
     instance: dict[str, int] = field(default_factory=dict)  # self.X = ... -> line
+    # The declared or constructed class of an attribute: ``self.x: T = ...``, class-level ``x: T``,
+    # or every ``self.x = C(...)`` calling the same dotted name (a disagreement records nothing).
+    types: dict[str, ast.expr] = field(default_factory=dict)
+    declared: set[str] = field(default_factory=set)  # attributes whose class is annotated
     dynamic: bool = False  # defines __getattr__ / __getattribute__
 
 
@@ -61,6 +65,7 @@ class Found:
     line: int
     via_instance: bool = False  # reached as an attribute of an instance (self.x, obj.method)
     owner: ClassInfo | None = None  # the class a method was found in
+    type_expr: ast.expr | None = None  # a value's declared or constructed class (in owner's module)
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,12 @@ class Symbols:
         if cur.kind == "class":
             assert isinstance(cur.obj, ClassInfo)
             return self.class_attr(cur.obj, attr, via_instance=cur.via_instance)
+        if cur.kind == "value" and cur.type_expr is not None and cur.owner is not None:
+            typed = self.expr(cur.owner.module, cur.type_expr)
+            if isinstance(typed, Found) and typed.kind == "class":
+                assert isinstance(typed.obj, ClassInfo)
+                return self.class_attr(typed.obj, attr, via_instance=True)
+            return Unknown(f"attribute {attr} of a value typed {ast.unparse(cur.type_expr)}")
         return Unknown(f"attribute {attr} of a {cur.kind}")
 
     def _module_attr(self, info: ModuleInfo, attr: str, depth: int) -> Result:
@@ -205,9 +216,11 @@ class Symbols:
             if kind == "class":
                 assert isinstance(node, ast.ClassDef)
                 return Found("class", self.class_info(cls.module, node), cls.module.path, line)
-            return Found(kind, node, cls.module.path, line, via_instance, cls)
+            return Found(kind, node, cls.module.path, line, via_instance, cls, cls.types.get(attr))
         if attr in cls.instance:
-            return Found("value", None, cls.module.path, cls.instance[attr], True, cls)
+            return Found(
+                "value", None, cls.module.path, cls.instance[attr], True, cls, cls.types.get(attr)
+            )
         if cls.dynamic:
             return Unknown(f"{cls.node.name} defines __getattr__")
         if seen > 20:
@@ -361,6 +374,7 @@ def _class_info(module: ModuleInfo, node: ast.ClassDef) -> ClassInfo:
                                 and n.value.id == me
                             ):
                                 info.instance.setdefault(n.attr, n.lineno)
+                                _note_type(info, n.attr, sub, t is n)
         elif isinstance(stmt, ast.ClassDef):
             info.members[stmt.name] = ("class", stmt, stmt.lineno)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
@@ -369,7 +383,63 @@ def _class_info(module: ModuleInfo, node: ast.ClassDef) -> ClassInfo:
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name):
                         info.members[n.id] = ("value", stmt, stmt.lineno)
+                        _note_type(info, n.id, stmt, t is n)
+    for name in [k for k, v in info.types.items() if v is _CONFLICT]:
+        del info.types[name]
     return info
+
+
+_CONFLICT = ast.Constant(value=None)  # two different classes seen for one attribute
+
+
+def _class_of(annotation: ast.expr) -> ast.expr | None:
+    """``T``, ``T | None``, ``Optional[T]``, ``"T"`` -> the dotted name T; anything else -> None."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        sides = [annotation.left, annotation.right]
+        real = [x for x in sides if not (isinstance(x, ast.Constant) and x.value is None)]
+        return _class_of(real[0]) if len(real) == 1 else None
+    if isinstance(annotation, ast.Subscript) and dotted_chain(annotation.value) in (
+        ["Optional"],
+        ["typing", "Optional"],
+    ):
+        return _class_of(annotation.slice)
+    return annotation if dotted_chain(annotation) is not None else None
+
+
+def _note_type(info: ClassInfo, name: str, stmt: ast.AST, whole_target: bool) -> None:
+    """Record what class ``name`` holds, from an annotation (wins) or a constructor call."""
+    if not whole_target:
+        return  # a, self.x = ...: unpacking says nothing about the class
+    if isinstance(stmt, ast.AnnAssign):
+        declared = _class_of(stmt.annotation)
+        if declared is not None:
+            info.types[name] = declared
+            info.declared.add(name)
+        return
+    value = getattr(stmt, "value", None)
+    if not isinstance(stmt, ast.Assign) or not isinstance(value, ast.Call) or name in info.declared:
+        return
+    made = value.func if dotted_chain(value.func) is not None else None
+    if made is None:
+        return
+    known = info.types.get(name)
+    if known is None:
+        info.types[name] = made
+    elif (
+        known is not _CONFLICT
+        and ast.dump(known) != ast.dump(made)
+        and name not in _annotated(info)
+    ):
+        info.types[name] = _CONFLICT
+
+
+def _annotated(info: ClassInfo) -> set[str]:
+    return set()
 
 
 def _flatten(body: list[ast.stmt]) -> list[ast.stmt]:
