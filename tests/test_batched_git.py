@@ -15,6 +15,8 @@ import pytest
 from fixtures_git import (
     BRANCH,
     FORK_COMMITS,
+    PRISTINE,
+    DictTree,
     FixtureCommit,
     make_fork,
     make_hostile,
@@ -118,3 +120,22 @@ def test_linear_on_refuses_a_chain_not_on_the_base(tmp_path: Path) -> None:
     sh(["merge", "-q", "--no-edit", "--allow-unrelated-histories", "side"], cwd=repo)
     merged = forkgit.require(git_dir, BRANCH, what="t")
     assert not replay.linear_on(base, forkgit.list_commits(git_dir, base, merged))
+
+
+def test_base_entries_from_the_pristine_tree_equal_the_listed_base(tmp_path: Path) -> None:
+    """check computes the base's entries from the pristine tree instead of listing 30,000 files."""
+    git_dir, base, _tip = _fork(tmp_path)
+    listed = replay.tree_entries(git_dir, base)
+    entries = replay.BaseEntries(DictTree(PRISTINE).read, lambda: listed)
+    assert {p: entries.get(p) for p in listed} == listed
+    assert entries.get(b"vllm/absent.py") is None
+    lazy = replay.LazyEntries(entries)
+    added = (0o100755, "0" * 40)
+    del lazy[b"vllm/nonl.py"]
+    lazy[b"vllm/new.py"] = added
+    assert b"vllm/nonl.py" not in lazy and b"vllm/new.py" in lazy
+    assert lazy.get(b"vllm/nonl.py") is None and lazy[b"vllm/new.py"] == added
+    expected = {p: e for p, e in listed.items() if p != b"vllm/nonl.py"} | {b"vllm/new.py": added}
+    assert dict(lazy) == expected and len(lazy) == len(expected)
+    with pytest.raises(KeyError):
+        del lazy[b"vllm/nonl.py"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -55,11 +55,87 @@ class Problem:
 # --- the state of a tree while rows are applied ------------------------------------------------------
 
 
+Entry = tuple[int, str]  # (mode, blob sha)
+
+
+class BaseEntries:
+    """The base commit's tree entries, computed on demand from the pristine tree it was built from.
+
+    The base commit is the pristine tree's text files, every mode 100644 (basecommit.py), so the entry
+    of a path is ``(0o100644, blob sha of pristine.read(path))``: replay needs it only for the paths the
+    rows or the fork commits touch, and computing those few costs nothing like listing the whole tree
+    (``ls-tree -r`` of 30,000 files and parsing it). ``full()`` lists it when a caller needs every path.
+    Only valid for a base built from ``read`` (check's fork session builds it so).
+    """
+
+    def __init__(self, read: Reader, full: Callable[[], dict[bytes, Entry]]) -> None:
+        self._read = read
+        self._full = full
+        self._memo: dict[bytes, Entry | None] = {}
+
+    def get(self, path: bytes) -> Entry | None:
+        if path not in self._memo:
+            data = self._read(path)
+            self._memo[path] = None if data is None else (DEFAULT_MODE, forkgit.blob_sha(data))
+        return self._memo[path]
+
+    def full(self) -> dict[bytes, Entry]:
+        return self._full()
+
+
+class LazyEntries(MutableMapping[bytes, Entry]):
+    """A tree's entries as changes over :class:`BaseEntries`; iterating lists the base (rarely needed)."""
+
+    def __init__(self, base: BaseEntries) -> None:
+        self._base = base
+        self._over: dict[bytes, Entry | None] = {}  # None: deleted
+
+    def __getitem__(self, path: bytes) -> Entry:
+        entry = self._over[path] if path in self._over else self._base.get(path)
+        if entry is None:
+            raise KeyError(path)
+        return entry
+
+    def __contains__(self, path: object) -> bool:
+        if not isinstance(path, bytes):
+            return False
+        if path in self._over:
+            return self._over[path] is not None
+        return self._base.get(path) is not None
+
+    def __setitem__(self, path: bytes, entry: Entry) -> None:
+        self._over[path] = entry
+
+    def __delitem__(self, path: bytes) -> None:
+        if path not in self:
+            raise KeyError(path)
+        self._over[path] = None
+
+    def _all(self) -> dict[bytes, Entry]:
+        merged = dict(self._base.full())
+        for path, entry in self._over.items():
+            if entry is None:
+                merged.pop(path, None)
+            else:
+                merged[path] = entry
+        return merged
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
 class TreeState:
     """A tree as ``path -> (mode, content or blob sha)`` on top of a base, updated one row at a time."""
 
-    def __init__(self, base_entries: Mapping[bytes, tuple[int, str]], read_base: Reader) -> None:
-        self.entries: dict[bytes, tuple[int, str]] = dict(base_entries)
+    def __init__(
+        self, base_entries: Mapping[bytes, Entry] | LazyEntries, read_base: Reader
+    ) -> None:
+        self.entries: MutableMapping[bytes, Entry] = (
+            base_entries if isinstance(base_entries, LazyEntries) else dict(base_entries)
+        )
         self.content: dict[bytes, bytes] = {}
         self._read_base = read_base
         # Paths whose entry may have changed since the last take_dirty() (what a comparison rechecks).
@@ -266,9 +342,9 @@ class ForkWalk:
     listing the commit's tree otherwise.
     """
 
-    def __init__(self, base_entries: Mapping[bytes, tuple[int, str]]) -> None:
+    def __init__(self, base_entries: Mapping[bytes, Entry] | BaseEntries) -> None:
         self._base = base_entries
-        self._over: dict[bytes, tuple[int, str] | None] = {}  # path -> entry, None when deleted
+        self._over: dict[bytes, Entry | None] = {}  # path -> entry, None when deleted
         self.position = 0  # commits applied so far
 
     def get(self, path: bytes) -> tuple[int, str] | None:
@@ -342,9 +418,13 @@ def check_replay(
     rows: Sequence[tuple[str, str | None, Patch | None]],
     read_base: Reader,
     others: Mapping[str, str] | None = None,
+    base_entries: BaseEntries | None = None,
 ) -> ReplayReport:
     """Replay ``rows`` (name, recorded commit, engine patch or None when it cannot be built) on the base
-    and compare every step with the fork's commits in ``view_dir``; collect every problem."""
+    and compare every step with the fork's commits in ``view_dir``; collect every problem.
+
+    ``base_entries``: the base's entries computed from ``read_base`` when the base commit was built from
+    it (check's session); else the base's tree is listed."""
     report = ReplayReport(export_point, base, tip)
     add = report.problems.append
     if not forkgit.commit_exists(view_dir, base):
@@ -462,9 +542,13 @@ def check_replay(
                 )
             )
 
-    base_entries = tree_entries(view_dir, base)
-    state = TreeState(base_entries, read_base)
-    walk = ForkWalk(base_entries) if linear_on(base, commits) else None
+    listed = tree_entries(view_dir, base) if base_entries is None else None
+    state = TreeState(LazyEntries(base_entries) if listed is None else listed, read_base)
+    walk = (
+        ForkWalk(listed if listed is not None else base_entries)
+        if linear_on(base, commits)
+        else None
+    )
     index = {c.sha: i for i, c in enumerate(commits)}
     differ: set[bytes] = set()  # paths where the state and the walk's fork tree differ
 
@@ -681,6 +765,10 @@ def _reports(ctx: CheckContext) -> list[ReplayReport] | None:
         first = manifest.export_points[0].name if manifest.export_points else None
         patches = {s.row.name: s.patch for s in ctx.series}
         reports = []
+        # The session's base commit was built from ctx.pristine, so its entries come from the pristine
+        # tree (BaseEntries); the listing is there for a fork that is not a linear chain.
+        git_dir, base = session.git_dir, session.base
+        base_entries = BaseEntries(ctx.pristine.read, lambda: tree_entries(git_dir, base))
         for point in _points(ctx):
             if point.name not in session.tips:
                 report = ReplayReport(point.name, session.base, "")
@@ -702,6 +790,7 @@ def _reports(ctx: CheckContext) -> list[ReplayReport] | None:
                     rows=rows,
                     read_base=ctx.pristine.read,
                     others=other_rows(manifest, point.name),
+                    base_entries=base_entries,
                 )
             )
     cache[_REPORTS_KEY] = reports
