@@ -43,3 +43,11 @@ def test_clean_rows_compile(tmp_path: Path) -> None:
     text = PRISTINE["vllm/a.py"].replace(b"    return 1\n", b"    return f(2)\n")
     root = make_repo(tmp_path, PRISTINE, [("ok", {"vllm/a.py": text})])
     assert static_findings(root, COMPILES) == []
+
+
+def test_a_file_that_never_compiled_is_not_the_series_doing(tmp_path: Path) -> None:
+    pristine = {"vllm/data.py": b"line 1 is not python\nline 2\n"}
+    root = make_repo(
+        tmp_path, pristine, [("edit", {"vllm/data.py": b"line 1 is not python\nours\n"})]
+    )
+    assert static_findings(root, COMPILES) == []

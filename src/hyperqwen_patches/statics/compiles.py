@@ -7,14 +7,15 @@ pristine line (an unclosed bracket a row opened shows up lines later) names the 
 added line above it. ``SyntaxWarning`` on an added line (an invalid escape sequence, ``is`` with a
 literal) is a warning: a later Python makes some of them errors.
 
-The interpreter is the tool's own; a file that does not compile even where no row touched it (a
-newer syntax than this Python reads) is a warning, not blamed on a row.
+The interpreter is the tool's own; a file whose pristine version does not compile either (a newer
+syntax than this Python reads, a test fixture) is not the series' doing and is not reported.
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hyperqwen_patches.console import show
@@ -39,7 +40,23 @@ def _blame(prov: Provenance, path: bytes, line: int) -> tuple[str | None, int | 
     return None, None
 
 
-def compile_findings(prov: Provenance) -> list[StaticFinding]:
+def _compiles(data: bytes | None, path: bytes) -> bool:
+    if data is None:
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(data, show(path), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def compile_findings(
+    prov: Provenance, read: Callable[[bytes], bytes | None] | None = None
+) -> list[StaticFinding]:
+    """``read`` gives the pristine file: one that did not compile before the series either is not
+    the series' doing (a fixture, a newer syntax than this Python) and is left alone."""
     found: list[StaticFinding] = []
     version = f"Python {sys.version_info.major}.{sys.version_info.minor}"
     for path in python_files(prov):
@@ -51,28 +68,23 @@ def compile_findings(prov: Provenance) -> list[StaticFinding]:
                 compile(data, show(path), "exec", dont_inherit=True)
             except SyntaxError as exc:
                 line = exc.lineno or 1
+                if (
+                    read is not None
+                    and path not in prov.created
+                    and not _compiles(read(path), path)
+                ):
+                    continue
                 row, at = _blame(prov, path, line)
                 text = (exc.text or "").rstrip("\n")
                 detail = f"line {line}: {text}" if text else ""
                 if row is None:
-                    found.append(
-                        StaticFinding(
-                            CHECK,
-                            "warning",
-                            None,
-                            path,
-                            line,
-                            f"does not compile under {version}, and no row changed the file above "
-                            f"this line: {exc.msg}",
-                            detail,
-                        )
-                    )
-                    continue
-                where = (
-                    ""
-                    if at == line
-                    else f" (reported at line {line}; row's nearest line above: {at})"
-                )
+                    # The pristine file compiles, so a row broke it below the reported line.
+                    first = next(iter(prov.added_lines(path)), None)
+                    if first is not None:
+                        at, row = first
+                where = ""
+                if at is not None and at != line:
+                    where = f" (reported at line {line}; the row's nearest added line: {at})"
                 found.append(
                     StaticFinding(
                         CHECK,
@@ -110,4 +122,5 @@ def compile_findings(prov: Provenance) -> list[StaticFinding]:
 
 def check_compiles(ctx: CheckContext) -> list[Finding]:
     """Every touched or added Python file compiles after the series; errors name the row."""
-    return [f.to_finding() for f in compile_findings(analysis_of(ctx).prov)]
+    analysis = analysis_of(ctx)
+    return [f.to_finding() for f in compile_findings(analysis.prov, analysis.read)]

@@ -88,7 +88,7 @@ def pin_statics(manifest: Manifest, pin: Tree) -> StaticsReport:
     series = load_series(manifest)
     patches = [s.patch for s in series if s.patch is not None]
     knobs = knob_report(analysis, manifest.knob_prefixes)
-    findings = compile_findings(analysis.prov) + knobs.findings
+    findings = compile_findings(analysis.prov, pin.read) + knobs.findings
     findings += whitespace_findings(patches, {})
     findings += gitapply_findings(manifest, series, pin.read)
     python = [p for p in analysis.prov.files() if p.endswith(b".py")]
