@@ -75,3 +75,20 @@ def test_manifest_statics_keys_load(tmp_path: Path) -> None:
     assert [(a.name, a.reason) for a in m.accepted_names] == [("vllm.a.x", "ours")]
     assert m.rows[0].git_apply is True
     assert m.to_json()["rows"][0]["git_apply"] is True
+
+
+def test_shipped_patch_rows_pass_the_git_apply_contract() -> None:
+    """No shipped row is marked git_apply yet; marked here, every patch row passes real git."""
+    import dataclasses
+
+    from hyperqwen_patches.series import load_series
+    from hyperqwen_patches.statics.gitapply import gitapply_findings
+
+    manifest = load_manifest(REPO)
+    marked = [
+        dataclasses.replace(s, row=dataclasses.replace(s.row, git_apply=not s.row.is_module))
+        for s in load_series(manifest)
+    ]
+    assert sum(s.row.git_apply for s in marked) == 4
+    with open_pristine(manifest.source, version=manifest.pin) as pin:
+        assert gitapply_findings(manifest, marked, pin.read) == []
