@@ -169,3 +169,34 @@ def test_annotated_parameters_and_typed_attributes_are_followed(tmp_path: Path) 
         ("row hold: vllm/holder.py:11", "missing required c"),
         ("row hold: vllm/holder.py:12", "missing required c"),
     ]
+
+
+def test_check_reports_names_a_rows_cut_against_release_had(tmp_path: Path) -> None:
+    """check, pin 0.30.0: a row cut against 0.29.0 imports a function 0.30.0 dropped (real wheels,
+    shared cache); a row cut against the pin is compared with nothing."""
+    from hyperqwen_patches.check import run_check
+
+    root = tmp_path / "repo"
+    (root / "patches").mkdir(parents=True)
+    probe = b"from vllm.utils.torch_utils import get_kv_cache_quant_algo_dtype\n"
+    for name in ("old", "new"):
+        from test_statics_provenance import diff
+
+        (root / f"patches/{name}.patch").write_bytes(diff(f"vllm/hqp_{name}.py", None, probe))
+    rows = "".join(
+        f"  - name: {name}\n    patch: patches/{name}.patch\n    kind: fix\n    what: x\n"
+        f'    cut_against: "{cut}"\n    retires_when: never\n'
+        for name, cut in (("old", "0.29.0"), ("new", "0.30.0"))
+    )
+    (root / "patches/manifest.yaml").write_text(
+        f'format: 1\npin: "0.30.0"\npackage: vllm\nrows:\n{rows}'
+    )
+    report = run_check(root, pipeline=("hyperqwen_patches.statics.names:check_names",))
+    assert [(f.subject, f.message) for f in report.findings] == [
+        (
+            "row old: vllm/hqp_old.py:1",
+            "from vllm.utils.torch_utils import get_kv_cache_quant_algo_dtype: "
+            "vllm.utils.torch_utils has no get_kv_cache_quant_algo_dtype in pypi:vllm==0.30.0 "
+            "(it exists in pypi:vllm==0.29.0)",
+        )
+    ]
