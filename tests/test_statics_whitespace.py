@@ -75,3 +75,19 @@ def test_lines_are_numbered_where_the_row_lands(tmp_path: Path) -> None:
     )
     [finding] = static_findings(root, WHITESPACE)
     assert finding.subject == "row two: vllm/a.py:12"
+
+
+def test_a_module_file_is_checked_like_git_checks_a_new_file(tmp_path: Path) -> None:
+    from hyperqwen_patches.engine.patchset import patch_from_files
+
+    content = b"ok\nbad \n \tmixed\nlast\n\n\n"
+    git(tmp_path, "init", "-q")
+    (tmp_path / "m.py").write_bytes(content)
+    git(tmp_path, "add", "m.py")
+    oracle = git(tmp_path, "diff", "--cached", "--check").stdout.decode()
+    expected = sorted(
+        (int(m[1]), m[2]) for m in re.finditer(r"^m\.py:(\d+): (.*)\.$", oracle, re.MULTILINE)
+    )
+    patch = patch_from_files("mod", {b"m.py": content})
+    ours = sorted((e.line, ", ".join(e.errors)) for e in patch_errors(patch))
+    assert ours == expected and len(expected) == 3, oracle

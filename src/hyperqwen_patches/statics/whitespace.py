@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hyperqwen_patches.engine.patchset import ADDED, CONTEXT, REMOVED, Patch
+from hyperqwen_patches.engine.patchset import ADDED, CONTEXT, REMOVED, Patch, split_lines
 
 if TYPE_CHECKING:
     from hyperqwen_patches.check import CheckContext, Finding
@@ -83,7 +83,7 @@ def patch_errors(patch: Patch, starts: dict[tuple[bytes, int], int] | None = Non
             continue
         path = fp.new_path
         if fp.content is not None:  # a module file: every line is added
-            lines = fp.content.splitlines(keepends=True)
+            lines = split_lines(fp.content)  # LF only: a lone CR is data, as git sees it
             out += [
                 WsError(path, n, errs, text, 0)
                 for n, text in enumerate(lines, 1)
