@@ -173,6 +173,18 @@ class _Collector:
         if isinstance(node, ast.Lambda):
             self.visit(node.body, [*scopes, _locals(node)], cls, me, cls_param)
             return
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            # Comprehension variables are local to it, even at module or class level.
+            inner = _Scope(
+                n.id
+                for gen in node.generators
+                for n in ast.walk(gen.target)
+                if isinstance(n, ast.Name)
+            )
+            inner.typed = {}
+            for child in ast.iter_child_nodes(node):
+                self.visit(child, [*scopes, inner], cls, me, cls_param)
+            return
         if isinstance(node, ast.Import):
             if self.row(node) is not None:
                 for a in node.names:
