@@ -200,3 +200,21 @@ def test_check_reports_names_a_rows_cut_against_release_had(tmp_path: Path) -> N
             "(it exists in pypi:vllm==0.29.0)",
         )
     ]
+
+
+def test_port_carries_the_static_findings(tmp_path: Path) -> None:
+    from hyperqwen_patches.port import port
+
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/user.py": USER}
+    root = make_repo(tmp_path, pristine, [("use", {"vllm/user.py": ADDED})])
+    target = tmp_path / "target"
+    (target / "vllm").mkdir(parents=True)
+    (target / "vllm/lib.py").write_bytes(LIB.replace(b"CONST = 3\n", b""))
+    (target / "vllm/user.py").write_bytes(USER)
+    report, _ = port(root, "0.30.0", to_source=f"dir:{target}")
+    statics = report.to_json()["statics"]
+    assert [(f["check"], f["row"], f["line"]) for f in statics["findings"]] == [
+        ("names", "use", 1),
+        ("names", "use", 8),
+    ]
+    assert statics["counts"]["signatures"].startswith("3 calls on added lines: 3 resolved")
