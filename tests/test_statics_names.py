@@ -218,3 +218,27 @@ def test_port_carries_the_static_findings(tmp_path: Path) -> None:
         ("names", "use", 8),
     ]
     assert statics["counts"]["signatures"].startswith("3 calls on added lines: 3 resolved")
+
+
+def test_super_calls_bind_against_the_base_class(tmp_path: Path) -> None:
+    sub = USER.replace(b"        return 0\n", b"        return super().helper(1)\n")
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/user.py": USER}
+    root = make_repo(tmp_path, pristine, [("sup", {"vllm/user.py": sub})])
+    target = tmp_path / "target"
+    (target / "vllm").mkdir(parents=True)
+    (target / "vllm/lib.py").write_bytes(
+        LIB.replace(b"def helper(self, a, b=2):", b"def helper(self, a, c, b=2):")
+    )
+    (target / "vllm/user.py").write_bytes(USER)
+    manifest = load_manifest(root)
+    with (
+        open_pristine(manifest.source, version="0.29.0") as old,
+        open_pristine(f"dir:{target}", version="0.30.0") as new,
+    ):
+        report = port_statics(manifest, old, new)
+    assert [(f.subject, f.message) for f in report.findings] == [
+        (
+            "row sup: vllm/user.py:6",
+            f"super().helper(...) no longer binds on dir:{target}: missing required c",
+        )
+    ]

@@ -41,7 +41,8 @@ def resolve(symbols: Symbols, ref: Ref) -> Result:
         head = symbols.lookup(ref.module, list(ref.attrs[: ref.self_depth]))
         if not isinstance(head, Found) or head.kind != "class":
             return head if not isinstance(head, Found) else Unknown("enclosing class not found")
-        cur: Result = symbols.class_attr(
+        lookup = symbols.bases_attr if ref.from_bases else symbols.class_attr
+        cur: Result = lookup(
             head.obj,  # type: ignore[arg-type]
             ref.attrs[ref.self_depth],
             via_instance=ref.via_instance,

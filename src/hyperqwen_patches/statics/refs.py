@@ -33,6 +33,7 @@ class Ref:
     # A parameter's annotation (``def f(cfg: ModelConfig)``: ``cfg.x`` is ``ModelConfig`` + ``[x]``),
     # resolved in the file's scope on the old side and rewritten as a class path (names.Views).
     annotation: ast.expr | None = None
+    from_bases: bool = False  # super().attr: looked up in the enclosing class's bases
 
     @property
     def dotted(self) -> str:
@@ -275,6 +276,19 @@ class _Collector:
         )
         chain = dotted_chain(node.func)
         ref = self.ref(node.func, chain, scopes, cls, me, cls_param) if chain else None
+        if chain is None and cls and (me or cls_param) and _is_super(node.func):
+            assert isinstance(node.func, ast.Attribute)
+            ref = Ref(
+                row,
+                self.path,
+                node.lineno,
+                self.module,
+                (*cls, node.func.attr),
+                ast.unparse(node.func),
+                via_instance=True,
+                self_depth=len(cls),
+                from_bases=True,
+            )
         reason = ""
         if chain is None:
             reason = "callee is not a name"
@@ -293,6 +307,16 @@ class _Collector:
                 reason,
             )
         )
+
+
+def _is_super(func: ast.expr) -> bool:
+    """``super().attr`` (or ``super(C, self).attr``)."""
+    return (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "super"
+    )
 
 
 def collect(tree: ast.Module, path: bytes, prov: Provenance) -> tuple[list[Ref], list[CallRef]]:

@@ -223,6 +223,10 @@ class Symbols:
             )
         if cls.dynamic:
             return Unknown(f"{cls.node.name} defines __getattr__")
+        return self.bases_attr(cls, attr, via_instance=via_instance, seen=seen)
+
+    def bases_attr(self, cls: ClassInfo, attr: str, *, via_instance: bool, seen: int = 0) -> Result:
+        """``attr`` looked up in the bases of ``cls`` only (what ``super().attr`` reaches)."""
         if seen > 20:
             return Unknown("deep class hierarchy")
         unknown: Unknown | None = None
