@@ -55,6 +55,9 @@ class ModuleInfo:
     names: dict[str, tuple[str, object, int]] = field(default_factory=dict)  # see _bind
     stars: list[str] = field(default_factory=list)
     dynamic: bool = False  # a module-level __getattr__
+    classes: dict[int, ClassInfo] = field(
+        default_factory=dict
+    )  # id(ClassDef) -> its table, built once
 
 
 @dataclass(frozen=True)
@@ -201,12 +204,9 @@ class Symbols:
         return Missing(info.name, attr)
 
     def class_info(self, module: ModuleInfo, node: ast.ClassDef) -> ClassInfo:
-        key = f"__class__{id(node)}"
-        cached = module.names.get(key)
-        if cached is not None:
-            return cached[1]  # type: ignore[return-value]
-        info = _class_info(module, node)
-        module.names[key] = ("cache", info, 0)
+        info = module.classes.get(id(node))
+        if info is None:
+            info = module.classes[id(node)] = _class_info(module, node)
         return info
 
     def class_attr(self, cls: ClassInfo, attr: str, *, via_instance: bool, seen: int = 0) -> Result:
