@@ -180,6 +180,7 @@ def main() -> int:
         for run in range(args.repeat):
             target = Path(tmp) / f"engine{run}"
             shutil.copytree(base, target, symlinks=True)
+            os.sync()  # both sides start from a quiet disk, not behind the copy's writeback
             tree = Tree(target)
             start, cpu_start = time.perf_counter(), cpu_now()
             patches = [parse_patch(p.read_bytes(), name=p.name) for p in patch_files]
@@ -197,6 +198,7 @@ def main() -> int:
 
             target = Path(tmp) / f"gnu{run}"
             shutil.copytree(base, target, symlinks=True)
+            os.sync()  # both sides start from a quiet disk, not behind the copy's writeback
             start, cpu_start = time.perf_counter(), cpu_now()
             for path in patch_files:
                 proc = subprocess.run(

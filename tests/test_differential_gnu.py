@@ -204,7 +204,8 @@ def lines_strategy(draw: st.DrawFn, *, min_size: int = 0, max_size: int = 30) ->
         ending = b"\r\n" if crlf == "always" or (crlf == "mixed" and draw(st.booleans())) else b"\n"
         out.append(word + ending)
     if out and draw(st.integers(0, 4)) == 0:
-        out[-1] = out[-1].rstrip(b"\r\n")  # no newline at end of file
+        # No newline at end of file; a CRLF line may keep its CR as the file's last byte.
+        out[-1] = out[-1][:-1] if draw(st.booleans()) else out[-1].rstrip(b"\r\n")
     return out
 
 
@@ -434,6 +435,10 @@ FIXED = {
     "no-newline-at-end": Case(
         {b"f": b"a\nb\nc"},
         b"--- a/f\n+++ b/f\n@@ -2,2 +2,2 @@\n b\n-c\n\\ No newline at end of file\n+C\n\\ No newline at end of file\n",
+    ),
+    "cr-without-lf-at-end-of-file": Case(
+        {b"f": b"a\nb\r"},
+        b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\r\n\\ No newline at end of file\n+B\r\n\\ No newline at end of file\n",
     ),
     "crlf-kept": Case(
         {b"f": b"a\r\nb\r\nc\r\n"},

@@ -25,7 +25,6 @@ from typing import Literal
 
 from hyperqwen_patches.engine.patchset import (
     ADDED,
-    REMOVED,
     FilePatch,
     Hunk,
     Patch,
@@ -522,11 +521,10 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
         start = placed.where - 1
         first_change = start + hunk.prefix_context
         output.extend(lines[copied:first_change])
-        body = hunk.lines[hunk.prefix_context : len(hunk.lines) - hunk.suffix_context]
-        for kind, text in body:
-            if kind == REMOVED:
-                continue
-            output.append(text)
+        # The postimage between the leading and trailing context: added lines and the context between
+        # changes (equal to the input's lines at fuzz 0).
+        new_lines = hunk.new_lines
+        output.extend(new_lines[hunk.prefix_context : len(new_lines) - hunk.suffix_context])
         copied = frozen_after(hunk, placed.where)
         last_frozen = copied
         out_offset += hunk.new_len - hunk.old_len

@@ -575,6 +575,7 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
         number = len(hunks) + 1
         old_left, new_left = old_len, new_len
         body: list[tuple[int, bytes]] = []
+        append = body.append
         i += 1
         while old_left > 0 or new_left > 0:
             if i >= n:
@@ -591,21 +592,21 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
             if lead == CONTEXT:
                 old_left -= 1
                 new_left -= 1
-                body.append((CONTEXT, line[1:]))
+                append((CONTEXT, line[1:]))
             elif lead == REMOVED:
                 old_left -= 1
-                body.append((REMOVED, line[1:]))
+                append((REMOVED, line[1:]))
             elif lead == ADDED:
                 new_left -= 1
-                body.append((ADDED, line[1:]))
+                append((ADDED, line[1:]))
             elif line == b"\n" or line == b"\r\n":
                 # An empty line is a context line whose leading space was eaten by an editor or a
                 # mailer; GNU patch accepts it as such.
                 old_left -= 1
                 new_left -= 1
-                body.append((CONTEXT, line))
+                append((CONTEXT, line))
             elif lead == 0x5C:  # "\ No newline at end of file"
-                body = _drop_newline(body, name=name, line=i + 1)
+                _drop_newline(body, name=name, line=i + 1)
                 i += 1
                 continue
             else:
@@ -625,7 +626,7 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                 )
             i += 1
         if i < n and lines[i].startswith(_NO_NEWLINE):
-            body = _drop_newline(body, name=name, line=i + 1)
+            _drop_newline(body, name=name, line=i + 1)
             i += 1
         if i < n and _looks_like_hunk_line(lines[i]):
             # GNU patch silently ignores such a line (the hunk is complete by its counts), which
@@ -670,9 +671,8 @@ def _drop_newline(
     if not body:
         raise PatchParseError(name, line, "'\\ No newline at end of file' with no line before it")
     kind, text = body[-1]
-    if text.endswith(b"\r\n"):
-        text = text[:-2]
-    elif text.endswith(b"\n"):
+    if text.endswith(b"\n"):
+        # Only the LF goes: a CR before it is the file's last byte ("b\r" at end of file).
         text = text[:-1]
     body[-1] = (kind, text)
     return body
