@@ -264,3 +264,29 @@ def test_extra_hunk_lines_are_refused_where_gnu_patch_drops_them() -> None:
     with pytest.raises(PatchParseError, match="more lines than its header") as caught:
         parse_patch(data, name="p")
     assert caught.value.line == 7
+
+
+def test_parser_derived_fields_equal_the_constructor_ones() -> None:
+    """The parser computes old/new lines and context counts in its one pass (speed); a Hunk built
+    directly (reversed(), patch_from_files, other modules) derives them itself: they must agree."""
+    from hyperqwen_patches.engine.patchset import Hunk
+
+    data = FORMAT_PATCH + (
+        b"--- a/g\n+++ b/g\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n-d\n\\ No newline at end of file\n"
+        b"+D\n\\ No newline at end of file\n--- a/h\n+++ b/h\n@@ -2,2 +2,3 @@\n x\n+y\n z\n"
+    )
+    hunks = [h for f in parse_patch(data, name="p").files for h in f.hunks]
+    assert len(hunks) == 5
+    for hunk in hunks:
+        built = Hunk(
+            hunk.number,
+            hunk.old_start,
+            hunk.old_len,
+            hunk.new_start,
+            hunk.new_len,
+            hunk.lines,
+            hunk.patch_line,
+        )
+        for attr in ("old_lines", "new_lines", "prefix_context", "suffix_context", "anchor"):
+            assert getattr(built, attr) == getattr(hunk, attr), attr
+        assert built == hunk

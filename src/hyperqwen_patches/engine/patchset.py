@@ -88,9 +88,7 @@ class Hunk:
         set_(self, "new_lines", tuple([text for kind, text in lines if kind != REMOVED]))
         set_(self, "prefix_context", prefix)
         set_(self, "suffix_context", suffix)
-        # The preimage line placement scans for: the longest, usually the most distinctive.
-        lengths = list(map(len, old))
-        set_(self, "anchor", lengths.index(max(lengths)) if old else 0)
+        set_(self, "anchor", _anchor(old))
 
     def reversed(self) -> Hunk:
         """The hunk that undoes this one: sides swapped, removed and added lines exchanged."""
@@ -575,7 +573,13 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
         number = len(hunks) + 1
         old_left, new_left = old_len, new_len
         body: list[tuple[int, bytes]] = []
-        append = body.append
+        # The derived sides are built in the same pass (this loop runs once per line of every patch;
+        # recomputing them per hunk afterwards cost as much as the loop itself).
+        old: list[bytes] = []
+        new: list[bytes] = []
+        append, old_append, new_append = body.append, old.append, new.append
+        first_change = -1
+        last_change = -1
         i += 1
         while old_left > 0 or new_left > 0:
             if i >= n:
@@ -592,21 +596,32 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
             if lead == CONTEXT:
                 old_left -= 1
                 new_left -= 1
-                append((CONTEXT, line[1:]))
-            elif lead == REMOVED:
-                old_left -= 1
-                append((REMOVED, line[1:]))
-            elif lead == ADDED:
-                new_left -= 1
-                append((ADDED, line[1:]))
+                text = line[1:]
+                append((CONTEXT, text))
+                old_append(text)
+                new_append(text)
+            elif lead in (REMOVED, ADDED):
+                last_change = len(body)
+                if first_change < 0:
+                    first_change = last_change
+                text = line[1:]
+                append((lead, text))
+                if lead == REMOVED:
+                    old_left -= 1
+                    old_append(text)
+                else:
+                    new_left -= 1
+                    new_append(text)
             elif line == b"\n" or line == b"\r\n":
                 # An empty line is a context line whose leading space was eaten by an editor or a
                 # mailer; GNU patch accepts it as such.
                 old_left -= 1
                 new_left -= 1
                 append((CONTEXT, line))
+                old_append(line)
+                new_append(line)
             elif lead == 0x5C:  # "\ No newline at end of file"
-                _drop_newline(body, name=name, line=i + 1)
+                _drop_newline(body, old, new, name=name, line=i + 1)
                 i += 1
                 continue
             else:
@@ -626,7 +641,7 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                 )
             i += 1
         if i < n and lines[i].startswith(_NO_NEWLINE):
-            _drop_newline(body, name=name, line=i + 1)
+            _drop_newline(body, old, new, name=name, line=i + 1)
             i += 1
         if i < n and _looks_like_hunk_line(lines[i]):
             # GNU patch silently ignores such a line (the hunk is complete by its counts), which
@@ -642,18 +657,63 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
             raise PatchParseError(
                 name, header, f"hunk #{number} is empty (@@ -{old_start},0 +{new_start},0 @@)"
             )
+        prefix = first_change if first_change >= 0 else len(body)
+        suffix = len(body) - 1 - last_change if last_change >= 0 else len(body)
         hunks.append(
-            Hunk(
-                number=number,
-                old_start=old_start,
-                old_len=old_len,
-                new_start=new_start,
-                new_len=new_len,
-                lines=tuple(body),
-                patch_line=header,
+            _parsed_hunk(
+                number,
+                old_start,
+                old_len,
+                new_start,
+                new_len,
+                tuple(body),
+                header,
+                tuple(old),
+                tuple(new),
+                prefix,
+                suffix,
             )
         )
     return i, tuple(hunks)
+
+
+def _parsed_hunk(
+    number: int,
+    old_start: int,
+    old_len: int,
+    new_start: int,
+    new_len: int,
+    lines: tuple[tuple[int, bytes], ...],
+    patch_line: int,
+    old: tuple[bytes, ...],
+    new: tuple[bytes, ...],
+    prefix: int,
+    suffix: int,
+) -> Hunk:
+    """A Hunk whose derived fields the parser already computed (skips ``__post_init__``'s pass)."""
+    hunk = object.__new__(Hunk)
+    set_ = object.__setattr__
+    set_(hunk, "number", number)
+    set_(hunk, "old_start", old_start)
+    set_(hunk, "old_len", old_len)
+    set_(hunk, "new_start", new_start)
+    set_(hunk, "new_len", new_len)
+    set_(hunk, "lines", lines)
+    set_(hunk, "patch_line", patch_line)
+    set_(hunk, "old_lines", old)
+    set_(hunk, "new_lines", new)
+    set_(hunk, "prefix_context", prefix)
+    set_(hunk, "suffix_context", suffix)
+    set_(hunk, "anchor", _anchor(old))
+    return hunk
+
+
+def _anchor(old: tuple[bytes, ...]) -> int:
+    """The preimage line placement scans for: the longest, usually the most distinctive."""
+    if not old:
+        return 0
+    lengths = list(map(len, old))
+    return lengths.index(max(lengths))
 
 
 def _looks_like_hunk_line(line: bytes) -> bool:
@@ -665,17 +725,27 @@ def _looks_like_hunk_line(line: bytes) -> bool:
 
 
 def _drop_newline(
-    body: list[tuple[int, bytes]], *, name: str, line: int
-) -> list[tuple[int, bytes]]:
-    """``\\ No newline at end of file``: the previous line has no line ending."""
+    body: list[tuple[int, bytes]],
+    old: list[bytes],
+    new: list[bytes],
+    *,
+    name: str,
+    line: int,
+) -> None:
+    """``\\ No newline at end of file``: the previous line has no line ending (in every list that
+    holds it)."""
     if not body:
         raise PatchParseError(name, line, "'\\ No newline at end of file' with no line before it")
     kind, text = body[-1]
-    if text.endswith(b"\n"):
-        # Only the LF goes: a CR before it is the file's last byte ("b\r" at end of file).
-        text = text[:-1]
+    if not text.endswith(b"\n"):
+        return
+    # Only the LF goes: a CR before it is the file's last byte ("b\r" at end of file).
+    text = text[:-1]
     body[-1] = (kind, text)
-    return body
+    if kind != ADDED:
+        old[-1] = text
+    if kind != REMOVED:
+        new[-1] = text
 
 
 def patch_from_files(name: str, files: Mapping[bytes, bytes]) -> Patch:
