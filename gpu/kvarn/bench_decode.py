@@ -194,7 +194,7 @@ def main() -> None:
     if args.smoke:
         global DEV
         DEV = "cpu"
-    cfg = config.KVarNConfig.from_env()
+    cfg = config.KVarNConfig.from_env(os.environ)
     if DEV == "cpu":
         name, sms, mem, bw = "cpu (interpreter smoke run)", 4, 0.0, 1e10
     else:

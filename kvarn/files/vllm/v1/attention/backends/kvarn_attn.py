@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
+import vllm.envs as envs
 from vllm.config import get_current_vllm_config
 from vllm.logger import init_logger
 from vllm.v1.attention.backend import (
@@ -41,7 +42,7 @@ from vllm.v1.attention.backend import (
     CommonAttentionMetadata,
 )
 from vllm.v1.attention.backends.kvarn_pool import KVarNSlotTable, SlotPlan, pool_slots_needed
-from vllm.v1.attention.ops.kvarn.config import KVarNConfig
+from vllm.v1.attention.ops.kvarn.config import KNOBS, KVarNConfig
 from vllm.v1.attention.ops.kvarn.layout import (
     PRESETS,
     SUPPORTED_HEAD_DIMS,
@@ -246,6 +247,19 @@ class KVarNAttentionBackend(AttentionBackend):
         )
 
 
+def _knobs_from_vllm_envs() -> dict[str, str]:
+    """The KVARN_* knobs as vllm.envs reads them (registered there, so they are in the compile key).
+
+    Reading them through ``vllm.envs`` rather than ``os.environ`` keeps one source of truth with the
+    torch.compile cache key; the config object then validates the values.
+    """
+    values: dict[str, str] = {}
+    for name in KNOBS:
+        value = getattr(envs, name)
+        values[name] = str(int(value)) if isinstance(value, bool) else str(value)
+    return values
+
+
 @dataclass
 class KVarNMetadata(AttentionMetadata):
     seq_lens: torch.Tensor  # [R] device, exact (this step's tokens included)
@@ -384,7 +398,7 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         self.kv_cache_dtype = kv_cache_dtype
         self.layout: RecordLayout = record_layout(kv_cache_dtype, head_size)
         self.group = self.layout.group
-        self.config = KVarNConfig.from_env()
+        self.config = KVarNConfig.from_env(_knobs_from_vllm_envs())
         vllm_config = get_current_vllm_config()
         self.num_slots = kvarn_pool_slots(vllm_config, self.group)
         self.pool_k: torch.Tensor | None = None

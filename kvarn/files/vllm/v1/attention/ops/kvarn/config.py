@@ -1,13 +1,14 @@
 """The KVarN knobs, read in one place.
 
 The vLLM integration registers the same variable names in ``vllm/envs.py`` (so they enter the compile
-cache key); until then, and outside vLLM, :meth:`KVarNConfig.from_env` reads them straight from the
-environment. The object is frozen: a step never changes a knob behind a compiled kernel's back.
+cache key) and hands the values read there to :meth:`KVarNConfig.from_env`; outside vLLM a caller hands
+in ``os.environ``. This module never reads the environment itself, so inside vLLM there is exactly one
+reader, the one the compile cache key sees. The object is frozen: a step never changes a knob behind a
+compiled kernel's back.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -75,8 +76,7 @@ class KVarNConfig:
             )
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> KVarNConfig:
-        env = os.environ if env is None else env
+    def from_env(cls, env: Mapping[str, str]) -> KVarNConfig:
         return cls(
             sinkhorn_iters=_int(env, "KVARN_SINKHORN_ITERS", 0, 1000),
             split_k=_bool(env, "KVARN_SPLIT_K"),
