@@ -7,6 +7,8 @@ from pathlib import Path
 
 from test_statics_provenance import make_repo, static_findings
 
+from hyperqwen_patches.check import run_check
+
 KNOBS = "hyperqwen_patches.statics.knobs:check_knobs"
 
 ENVS = b"""import os
@@ -132,3 +134,15 @@ def test_manifest_prefixes_and_environ_handed_on(tmp_path: Path) -> None:
     # Without the manifest's prefix those names are not knobs.
     root2 = make_repo(tmp_path / "b", tree(), [("mine", {"vllm/user.py": user})])
     assert static_findings(root2, KNOBS) == []
+
+
+def test_check_notes_the_registry_count_before_and_after(tmp_path: Path) -> None:
+    """check shows the registry's size before and after the series as a note, which never fails it."""
+    user = USER + b"\n\ndef g():\n    return envs.VLLM_NEW\n"
+    rows = [("reg", {"vllm/envs.py": register("VLLM_NEW")}), ("use", {"vllm/user.py": user})]
+    report = run_check(make_repo(tmp_path, tree(), rows), pipeline=(KNOBS,))
+    notes = [f for f in report.findings if f.severity == "note"]
+    assert [n.message for n in notes] == [
+        "environment_variables: 2 entries before the series, 3 after (rows register: VLLM_NEW)"
+    ]
+    assert report.exit_code == 0

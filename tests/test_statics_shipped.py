@@ -29,10 +29,9 @@ def test_shipped_series_passes_every_static_check_on_the_wheel() -> None:
         elapsed = time.perf_counter() - start
     finally:
         ctx.close()
-    assert [f for f in findings if f.severity != "warning"] == []
-    # The KVarN config reads its knobs through an os.environ variable: a warning, said once.
-    assert [(f.check, f.subject) for f in findings] == [
-        ("knobs", "row kvarn-modules: vllm/v1/attention/ops/kvarn/config.py:79")
+    # Nothing but the registry note: the KVarN backend reads its knobs through vllm.envs.
+    assert [(f.check, f.severity, f.subject) for f in findings] == [
+        ("knobs", "note", "vllm/envs.py")
     ]
     # ~100 ms on an idle core (docs/static-checks.md); generous here, the test machine is shared.
     assert elapsed < 3.0, elapsed

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from hyperqwen_patches.pristine import PristineTree, Progress
     from hyperqwen_patches.series import SeriesRow
 
-Severity = Literal["error", "warning", "problem"]
+# "note" is information a reviewer should see (e.g. the knob registry count); it never fails a check.
+Severity = Literal["error", "warning", "problem", "note"]
 
 # The invariants, in the order they run and are reported. One line per check (DESIGN.md numbers them).
 PIPELINE: tuple[str, ...] = (

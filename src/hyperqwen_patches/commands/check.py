@@ -152,7 +152,7 @@ def render_table(report: CheckReport) -> str:
     else:
         out.print(f"series on {report.source}: no rows", soft_wrap=True)
     for f in report.findings:
-        label = {"error": "FAIL", "warning": "warn", "problem": "ERROR"}[f.severity]
+        label = {"error": "FAIL", "warning": "warn", "problem": "ERROR", "note": "note"}[f.severity]
         out.print(f"{label} [{f.check}] {f.subject}: {f.message}", soft_wrap=True)
         if f.detail:
             for line in f.detail.rstrip("\n").splitlines():

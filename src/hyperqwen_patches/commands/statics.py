@@ -65,7 +65,9 @@ def statics(
             for check, text in r.counts.items():
                 out.print(f"  {check}: {text}", soft_wrap=True)
             for f in r.findings:
-                label = {"error": "FAIL", "warning": "warn", "problem": "ERROR"}[f.severity]
+                label = {"error": "FAIL", "warning": "warn", "problem": "ERROR", "note": "note"}[
+                    f.severity
+                ]
                 out.print(f"  {label} [{f.check}] {f.subject}: {f.message}", soft_wrap=True)
                 for line in f.detail.splitlines():
                     out.print(f"      {line}", soft_wrap=True)

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from hyperqwen_patches.console import show
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, analysis_of, no_gc
 
 if TYPE_CHECKING:
@@ -450,4 +451,18 @@ def check_knobs(ctx: CheckContext) -> list[Finding]:
     """Knobs on added lines are read through vllm.envs, registered (both halves), not compile-ignored."""
     analysis = analysis_of(ctx)
     report = knob_report(analysis, ctx.manifest.knob_prefixes)
-    return [f.to_finding() for f in report.findings]
+    findings = [f.to_finding() for f in report.findings]
+    if report.entries_after:  # a tree with a registry: show its size before and after
+        from hyperqwen_patches.check import Finding
+
+        added = ", ".join(sorted(report.registered_by_rows)) or "none"
+        findings.append(
+            Finding(
+                "knobs",
+                "note",
+                show(ENVS),
+                f"environment_variables: {report.entries_before} entries before the series, "
+                f"{report.entries_after} after (rows register: {added})",
+            )
+        )
+    return findings
