@@ -22,9 +22,9 @@ Workloads:
   as a ``dir:`` source, with a manifest, a fork (``import``) and its bundle (``export --bundle``) made
   by the benchmark in the same way.
 
-Each process is started with ``subprocess.Popen`` and reaped with ``os.wait4``: wall time is measured
-around it, peak memory is wait4's ``ru_maxrss`` (the largest resident set of any process of the tree:
-the process itself or any child it waited for, as ``/usr/bin/time -v`` reports it). Before the timed
+Each process runs under GNU ``/usr/bin/time``: wall time is measured around it, peak memory is time's
+``%M`` (the largest resident set of any process of the tree: the process itself or any child it waited
+for, from wait4's ``ru_maxrss``). Before the timed
 runs each command runs once untimed (warm caches, base commit built). Runs are interleaved (ours,
 baseline, ours, ...; the first of each pair alternates) so machine load hits both sides alike.
 
@@ -89,16 +89,33 @@ class Sample:
     stderr: bytes
 
 
+TIME = "/usr/bin/time"
+
+
 def measure(argv: Sequence[str], *, cwd: Path, env: dict[str, str]) -> Sample:
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as errf:
+    """Run ``argv`` under GNU time: wall time around it, peak RSS from time's ``%M``.
+
+    Not ``os.wait4`` on a child of this process: Linux counts the pre-exec copy of the parent's memory
+    into the child's ``ru_maxrss``, so every command would report at least this benchmark's own size
+    (the synthetic trees it generated). GNU time is a small process; its child's figure is its own.
+    """
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as errf,
+        tempfile.NamedTemporaryFile("r") as rss,
+    ):
         start = time.perf_counter()
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=out, stderr=errf)
-        _pid, status, usage = os.wait4(proc.pid, 0)
+        code = subprocess.call(
+            [TIME, "-q", "-f", "%M", "-o", rss.name, *argv],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=errf,
+        )
         wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         errf.seek(0)
-        return Sample(wall, usage.ru_maxrss, proc.returncode, out.read(), errf.read())
+        return Sample(wall, int(rss.read().split()[-1]), code, out.read(), errf.read())
 
 
 def run(argv: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None) -> bytes:
@@ -191,8 +208,12 @@ def setup_shipped(work: Path) -> Workload:
 
 
 def setup_synth(work: Path, patches: int, files: int, seed: int) -> Workload:
-    tree = work / "tree"
-    contents = synth.write_tree(tree, files=files, seed=seed)
+    # The tree depends on (files, seed) only: workloads of the same size share it (and its cached base).
+    tree = work.parent / f"tree-{files}-{seed}"
+    if tree.exists():
+        contents = synth.read_tree(tree, files=files)
+    else:
+        contents = synth.write_tree(tree, files=files, seed=seed)
     series = synth.make_series(contents, patches=patches, seed=seed)
     repo = work / "repo"
     (repo / "patches").mkdir(parents=True)
@@ -232,7 +253,7 @@ def baseline_check_script(w: Workload, scratch: Path) -> str:
             lines.append(f"patch -p1 --forward --fuzz 0 -s -i {shlex.quote(str(path))}")
     lines += [
         "git add -A",
-        f'out=$(git diff --cached --name-only {w.tip})',
+        f"out=$(git diff --cached --name-only {w.tip})",
         "cd /",
         f"git -C {shlex.quote(str(w.fork))} worktree remove --force {shlex.quote(str(wt))}",
         'if [ -n "$out" ]; then echo "differs: $out"; exit 1; fi',
@@ -242,18 +263,21 @@ def baseline_check_script(w: Workload, scratch: Path) -> str:
 
 def baseline_export_script(w: Workload, scratch: Path) -> str:
     out = scratch / "export"
-    return "\n".join(
-        [
-            "set -e",
-            f"mkdir -p {shlex.quote(str(out))}",
-            f"cd {shlex.quote(str(w.fork))}",
-            "n=0",
-            f"for sha in $(git rev-list --reverse {w.base}..{w.tip}); do",
-            "  n=$((n + 1))",
-            f'  git format-patch -1 --stdout "$sha" > {shlex.quote(str(out))}/$n.patch',
-            "done",
-        ]
-    ) + "\n"
+    return (
+        "\n".join(
+            [
+                "set -e",
+                f"mkdir -p {shlex.quote(str(out))}",
+                f"cd {shlex.quote(str(w.fork))}",
+                "n=0",
+                f"for sha in $(git rev-list --reverse {w.base}..{w.tip}); do",
+                "  n=$((n + 1))",
+                f'  git format-patch -1 --stdout "$sha" > {shlex.quote(str(out))}/$n.patch',
+                "done",
+            ]
+        )
+        + "\n"
+    )
 
 
 def commands(w: Workload, scratch: Path) -> dict[str, tuple[list[str], Path]]:
@@ -330,7 +354,7 @@ def main() -> int:
     parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS))
     parser.add_argument("--keep", type=Path, help="build the workloads here and keep them")
     args = parser.parse_args()
-    for program in ("git", "patch", "bash"):
+    for program in ("git", "patch", "bash", TIME):
         if shutil.which(program) is None:
             print(f"{program} is required", file=sys.stderr)
             return 2
@@ -355,7 +379,9 @@ def main() -> int:
                     print(f"unknown workload {name!r}", file=sys.stderr)
                     return 2
                 w = setup_synth(work, int(m[1]), int(m[2]), args.seed)
-            print(f"{w.name}: {w.description}; set up in {time.perf_counter() - t0:.0f} s", flush=True)
+            print(
+                f"{w.name}: {w.description}; set up in {time.perf_counter() - t0:.0f} s", flush=True
+            )
             scratch = work / "scratch"
             scratch.mkdir()
             bench(w, args.runs, scratch)

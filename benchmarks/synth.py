@@ -57,6 +57,11 @@ def write_tree(root: Path, *, files: int, seed: int) -> dict[int, bytes]:
     return contents
 
 
+def read_tree(root: Path, *, files: int) -> dict[int, bytes]:
+    """What :func:`write_tree` returned, read back from ``root``."""
+    return {index: (root / tree_path(index)).read_bytes() for index in range(files)}
+
+
 def _edit(rng: random.Random, content: bytes, hunks: int, tag: int) -> bytes:
     lines = content.split(b"\n")[:-1]
     # Away from the file's edges (a hunk there is anchored to the edge by GNU's rules) and spaced so each
