@@ -23,15 +23,16 @@ def numbered(count: int, start: int = 1) -> bytes:
     return b"".join(b"%d\n" % i for i in range(start, start + count))
 
 
-def reader(files: Mapping[bytes, bytes]):
-    reads: list[bytes] = []
+class Reader:
+    """The engine's ``read`` callback over a mapping, recording every path it was asked for."""
 
-    def read(path: bytes) -> bytes | None:
-        reads.append(path)
-        return files.get(path)
+    def __init__(self, files: Mapping[bytes, bytes]) -> None:
+        self.files = files
+        self.reads: list[bytes] = []
 
-    read.reads = reads  # type: ignore[attr-defined]
-    return read
+    def __call__(self, path: bytes) -> bytes | None:
+        self.reads.append(path)
+        return self.files.get(path)
 
 
 SHIFTED = {b"f": b"up\n" * 7 + numbered(30)}
@@ -39,7 +40,7 @@ HUNK_AT_10 = b"--- a/f\n+++ b/f\n@@ -9,3 +9,3 @@\n 9\n-10\n+ten\n 11\n"
 
 
 def test_default_policy_reports_offsets_as_gnu_patch_does() -> None:
-    result = apply_series([parse_patch(HUNK_AT_10, name="p")], reader(SHIFTED))
+    result = apply_series([parse_patch(HUNK_AT_10, name="p")], Reader(SHIFTED))
     (hunk,) = result.patches[0].files[0].hunks
     assert (hunk.status, hunk.applied_line, hunk.offset) == ("offset", 16, 7)
     assert hunk.gnu_message() == "Hunk #1 succeeded at 16 (offset 7 lines)."
@@ -48,8 +49,8 @@ def test_default_policy_reports_offsets_as_gnu_patch_does() -> None:
 
 def test_max_offset_fails_a_hunk_beyond_it() -> None:
     patch = parse_patch(HUNK_AT_10, name="p")
-    assert apply_series([patch], reader(SHIFTED), Policy(max_offset=7)).ok
-    result = apply_series([patch], reader(SHIFTED), Policy(max_offset=6))
+    assert apply_series([patch], Reader(SHIFTED), Policy(max_offset=7)).ok
+    result = apply_series([patch], Reader(SHIFTED), Policy(max_offset=6))
     assert not result.ok and result.changes == {}
     (hunk,) = result.patches[0].files[0].hunks
     assert hunk.status == "failed"
@@ -58,10 +59,10 @@ def test_max_offset_fails_a_hunk_beyond_it() -> None:
 
 def test_exact_allows_no_offset() -> None:
     patch = parse_patch(HUNK_AT_10, name="p")
-    result = apply_series([patch], reader(SHIFTED), Policy(exact=True))
+    result = apply_series([patch], Reader(SHIFTED), Policy(exact=True))
     assert not result.ok
     unshifted = {b"f": numbered(30)}
-    assert apply_series([patch], reader(unshifted), Policy(exact=True)).ok
+    assert apply_series([patch], Reader(unshifted), Policy(exact=True)).ok
 
 
 DECOY = {b"f": numbered(20) + b"x\ny\nz\n" + numbered(10, 100) + b"x\ny\nz\n" + numbered(10, 200)}
@@ -70,7 +71,7 @@ DECOY_PATCH = b"--- a/f\n+++ b/f\n@@ -36,3 +36,3 @@\n x\n-y\n+Y\n z\n"
 
 def test_ambiguity_is_reported_by_default_and_gnu_patch_takes_the_nearest_copy() -> None:
     patch = parse_patch(DECOY_PATCH, name="p")
-    result = apply_series([patch], reader(DECOY))
+    result = apply_series([patch], Reader(DECOY))
     assert result.ok
     (hunk,) = result.patches[0].files[0].hunks
     assert hunk.applied_line == 34 and hunk.other_matches == (21,)
@@ -82,7 +83,7 @@ def test_ambiguity_is_reported_by_default_and_gnu_patch_takes_the_nearest_copy()
 def test_ambiguity_is_an_error_under_the_strict_policy() -> None:
     """The deliberate difference from GNU patch (docs/engine.md): a decoy makes the hunk fail."""
     patch = parse_patch(DECOY_PATCH, name="p")
-    result = apply_series([patch], reader(DECOY), Policy(ambiguity="error"))
+    result = apply_series([patch], Reader(DECOY), Policy(ambiguity="error"))
     assert not result.ok and result.changes == {}
     (hunk,) = result.patches[0].files[0].hunks
     assert hunk.status == "ambiguous"
@@ -93,19 +94,19 @@ def test_ambiguity_is_an_error_under_the_strict_policy() -> None:
 
 def test_ambiguity_off_does_not_look() -> None:
     patch = parse_patch(DECOY_PATCH, name="p")
-    result = apply_series([patch], reader(DECOY), Policy(ambiguity="off"))
+    result = apply_series([patch], Reader(DECOY), Policy(ambiguity="off"))
     assert result.patches[0].files[0].hunks[0].other_matches == ()
 
 
 def test_already_applied_patch_is_not_a_failure_under_forward() -> None:
     data = b"--- a/f\n+++ b/f\n@@ -2,3 +2,3 @@\n 2\n-3\n+three\n 4\n"
     tree = {b"f": b"1\n2\nthree\n4\n5\n"}
-    result = apply_series([parse_patch(data, name="p")], reader(tree))
+    result = apply_series([parse_patch(data, name="p")], Reader(tree))
     assert result.ok
     assert result.patches[0].status == "already-applied"
     assert result.changes == {}
     assert run_gnu(tree, data).files["f"].verdict == "reversed"
-    backwards = apply_series([parse_patch(data, name="p")], reader(tree), Policy(forward=False))
+    backwards = apply_series([parse_patch(data, name="p")], Reader(tree), Policy(forward=False))
     assert not backwards.ok
 
 
@@ -117,7 +118,7 @@ def test_partly_applied_file_is_a_failure_not_already_applied() -> None:
         b"@@ -12,3 +12,3 @@\n 12\n-13\n+thirteen\n 14\n"
     )
     tree = {b"f": numbered(20).replace(b"\n3\n", b"\nthree\n")}
-    result = apply_series([parse_patch(data, name="p")], reader(tree))
+    result = apply_series([parse_patch(data, name="p")], Reader(tree))
     assert not result.ok
     file = result.patches[0].files[0]
     assert file.status == "failed"
@@ -128,7 +129,7 @@ def test_partly_applied_file_is_a_failure_not_already_applied() -> None:
 def test_near_miss_shows_the_differing_lines() -> None:
     data = b"--- a/f\n+++ b/f\n@@ -4,5 +4,5 @@\n 4\n 5\n-6\n+six\n 7\n 8\n"
     tree = {b"f": b"0\n" * 3 + numbered(30).replace(b"\n7\n", b"\nseven\n")}
-    result = apply_series([parse_patch(data, name="p")], reader(tree))
+    result = apply_series([parse_patch(data, name="p")], Reader(tree))
     (hunk,) = result.patches[0].files[0].hunks
     assert hunk.status == "failed" and hunk.applied_line is None
     miss = hunk.near_miss
@@ -146,7 +147,7 @@ def test_every_failure_is_collected_across_files_and_patches() -> None:
     two = parse_patch(b"--- a/c\n+++ b/c\n@@ -1 +1 @@\n-c\n+C\n", name="two")
     three = parse_patch(b"--- a/missing\n+++ b/missing\n@@ -1 +1 @@\n-c\n+C\n", name="three")
     tree = {b"a": b"a\n", b"b": b"b\nb2\nb3\n", b"c": b"c\n"}
-    result = apply_series([one, two, three], reader(tree))
+    result = apply_series([one, two, three], Reader(tree))
     assert [p.status for p in result.patches] == ["failed", "applied", "failed"]
     files = result.patches[0].files
     assert [[h.status for h in f.hunks] for f in files] == [["failed"], ["exact", "failed"]]
@@ -162,31 +163,31 @@ def test_only_touched_files_are_read_each_once() -> None:
         b"--- a/g\n+++ b/g\n@@ -2 +2 @@\n-2\n+two\n",
         name="p",
     )
-    read = reader(tree)
+    read = Reader(tree)
     assert apply_series([patch, patch.reversed(), patch], read).ok
-    assert sorted(read.reads) == [b"f", b"g"]  # type: ignore[attr-defined]
+    assert sorted(read.reads) == [b"f", b"g"]
 
 
 def test_series_state_carries_between_patches() -> None:
     first = parse_patch(b"--- /dev/null\n+++ b/new.py\n@@ -0,0 +1,2 @@\n+a\n+b\n", name="1")
     second = parse_patch(b"--- a/new.py\n+++ b/new.py\n@@ -1,2 +1,2 @@\n a\n-b\n+B\n", name="2")
     third = parse_patch(b"--- a/new.py\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-a\n-B\n", name="3")
-    assert apply_series([first, second], reader({})).changes == {b"new.py": b"a\nB\n"}
-    assert apply_series([first, second, third], reader({})).changes == {b"new.py": None}
+    assert apply_series([first, second], Reader({})).changes == {b"new.py": b"a\nB\n"}
+    assert apply_series([first, second, third], Reader({})).changes == {b"new.py": None}
 
 
 def test_module_files_create_already_applied_or_fail() -> None:
     module = patch_from_files("kvarn", {b"vllm/kvarn/a.py": b"A = 1\n", b"vllm/kvarn/b.py": b""})
-    fresh = apply_series([module], reader({}))
+    fresh = apply_series([module], Reader({}))
     assert fresh.ok and fresh.changes == {b"vllm/kvarn/a.py": b"A = 1\n", b"vllm/kvarn/b.py": b""}
-    same = apply_series([module], reader({b"vllm/kvarn/a.py": b"A = 1\n"}))
+    same = apply_series([module], Reader({b"vllm/kvarn/a.py": b"A = 1\n"}))
     assert not same.ok
     assert [f.status for f in same.patches[0].files] == ["already-applied", "applied"]
     assert same.patches[0].status == "failed"  # partly there: an unexpected state, said loudly
-    both = apply_series([module], reader({b"vllm/kvarn/a.py": b"A = 1\n", b"vllm/kvarn/b.py": b""}))
+    both = apply_series([module], Reader({b"vllm/kvarn/a.py": b"A = 1\n", b"vllm/kvarn/b.py": b""}))
     # An empty file that exists is indistinguishable from one to create (GNU patch creates into it).
     assert both.ok
-    other = apply_series([module], reader({b"vllm/kvarn/a.py": b"A = 2\n"}))
+    other = apply_series([module], Reader({b"vllm/kvarn/a.py": b"A = 2\n"}))
     assert not other.ok
     assert "already exists with different content" in (other.patches[0].files[0].error or "")
 
@@ -196,16 +197,16 @@ def test_verify_applied_reports_patch_by_patch() -> None:
     p2 = parse_patch(b"--- a/f\n+++ b/f\n@@ -8,3 +8,4 @@\n 8\n-9\n+nine\n+nine2\n 10\n", name="p2")
     p3 = patch_from_files("mod", {b"m.py": b"m\n"})
     pristine = {b"f": numbered(12)}
-    patched = apply_series([p1, p2, p3], reader(pristine))
+    patched = apply_series([p1, p2, p3], Reader(pristine))
     assert patched.ok
     full = dict(pristine) | {k: v for k, v in patched.changes.items() if v is not None}
-    assert [r.status for r in verify_applied([p1, p2, p3], reader(full))] == ["present"] * 3
-    only_first = apply_series([p1], reader(pristine)).changes
-    partial = verify_applied([p1, p2, p3], reader(only_first))
+    assert [r.status for r in verify_applied([p1, p2, p3], Reader(full))] == ["present"] * 3
+    only_first = apply_series([p1], Reader(pristine)).changes
+    partial = verify_applied([p1, p2, p3], Reader(only_first))
     assert [r.status for r in partial] == ["present", "missing", "missing"]
-    assert [r.status for r in verify_applied([p1, p2, p3], reader(pristine))] == ["missing"] * 3
+    assert [r.status for r in verify_applied([p1, p2, p3], Reader(pristine))] == ["missing"] * 3
     wrong_module = dict(full) | {b"m.py": b"edited\n"}
-    assert [r.status for r in verify_applied([p1, p2, p3], reader(wrong_module))] == [
+    assert [r.status for r in verify_applied([p1, p2, p3], Reader(wrong_module))] == [
         "present",
         "present",
         "missing",
@@ -216,7 +217,7 @@ def test_unequal_context_anchors_like_gnu_patch() -> None:
     """Fewer leading than trailing context: made at the start of the file, matches only there."""
     data = b"--- a/f\n+++ b/f\n@@ -1,4 +1,4 @@\n-1\n+one\n 2\n 3\n 4\n"
     tree = {b"f": b"x\n" + numbered(10)}
-    result = apply_series([parse_patch(data, name="p")], reader(tree))
+    result = apply_series([parse_patch(data, name="p")], Reader(tree))
     assert not result.ok
     assert result.patches[0].files[0].hunks[0].gnu_message() == "Hunk #1 FAILED at 1."
     assert run_gnu(tree, data).files["f"].messages == ["Hunk #1 FAILED at 1."]
