@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import unidiff
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from hyperqwen_patches.engine.applying import apply_series
 from hyperqwen_patches.engine.patchset import (
     ADDED,
     CONTEXT,
@@ -290,3 +295,39 @@ def test_parser_derived_fields_equal_the_constructor_ones() -> None:
         for attr in ("old_lines", "new_lines", "prefix_context", "suffix_context", "anchor"):
             assert getattr(built, attr) == getattr(hunk, attr), attr
         assert built == hunk
+
+
+@st.composite
+def mangled_patch(draw: st.DrawFn) -> bytes:
+    """A valid patch with lines dropped, duplicated or replaced by garbage, as a bad copy makes."""
+    lines = FORMAT_PATCH.splitlines(keepends=True)
+    for _ in range(draw(st.integers(1, 6))):
+        pos = draw(st.integers(0, len(lines) - 1))
+        action = draw(st.sampled_from(["drop", "dup", "garbage", "truncate"]))
+        if action == "drop":
+            del lines[pos]
+        elif action == "dup":
+            lines.insert(pos, lines[pos])
+        elif action == "garbage":
+            lines[pos] = draw(st.binary(max_size=12)) + b"\n"
+        else:
+            lines = lines[:pos]
+        if not lines:
+            break
+    return b"".join(lines)
+
+
+@settings(
+    max_examples=int(os.environ.get("HQP_PARSE_EXAMPLES", "300")), deadline=None, derandomize=True
+)
+@given(st.one_of(mangled_patch(), st.binary(max_size=200)))
+def test_any_input_parses_or_raises_a_located_parse_error(data: bytes) -> None:
+    """Bad input never escapes as a crash: a PatchParseError naming the patch, or a valid Patch that
+    the engine then applies or refuses without raising."""
+    try:
+        patch = parse_patch(data, name="mangled.patch")
+    except PatchParseError as error:
+        assert error.message.startswith("mangled.patch")
+        return
+    tree = {b"vllm/envs.py": b"import os\nA = 1\nB = 3\n", b"vllm/gone.py": b"x = 1\n"}
+    apply_series([patch], tree.get)
