@@ -29,7 +29,7 @@ from conftest import require_gnu_patch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hyperqwen_patches.engine import Patch, Policy, apply_series, parse_patch
+from hyperqwen_patches.engine import Patch, Policy, apply_series, parse_patch, verify_applied
 
 EXAMPLES = int(os.environ.get("HQP_DIFF_EXAMPLES", "120"))
 settings.register_profile(
@@ -185,6 +185,19 @@ def engine_vs_gnu(case: Case) -> None:
         if file.action in ("rename", "delete"):
             assert file.old_path is not None and file.old_path not in gnu.tree, context
     assert (gnu.rc == 0) == (not any_failed), context
+    if gnu.rc == 0 and not _overlapping(patch):
+        # ``apply --check-applied`` on what GNU patch produced: the patch must be found present.
+        # (Hand-made hunks whose context overlaps a neighbour's change cannot be undone one by one.)
+        (presence,) = verify_applied([patch], lambda p: gnu.tree.get(p))
+        assert presence.status == "present", f"not found in GNU's result: {presence}{context}"
+
+
+def _overlapping(patch: Patch) -> bool:
+    return any(
+        later.old_start <= earlier.old_start + earlier.old_len - 1
+        for file in patch.files
+        for earlier, later in zip(file.hunks, file.hunks[1:], strict=False)
+    )
 
 
 # --- strategies ---------------------------------------------------------------------------------
