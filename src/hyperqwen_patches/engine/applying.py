@@ -154,7 +154,7 @@ class SeriesResult:
 
 
 class _Overlay:
-    """Reads through pending changes to the caller's reader; reads each path from the reader once."""
+    """Pending changes over a reader: a patch works on a child overlay, merged only if it applied."""
 
     def __init__(self, read: Reader, base: Mapping[bytes, bytes | None] | None = None) -> None:
         self._read = read
@@ -167,8 +167,7 @@ class _Overlay:
         return self._read(path)
 
     def child(self) -> _Overlay:
-        child = _Overlay(self.read)
-        return child
+        return _Overlay(self.read)
 
     def merge(self, child: _Overlay) -> None:
         self.changes.update(child.changes)
