@@ -289,12 +289,25 @@ def _render_apply(result: TreeApplyResult) -> None:
     for patch in result.series.patches:
         for file in patch.files:
             label = show(file.path)
-            if not file.hunks:
-                table.add_row(patch.name, label, "", "", "", "", file.status)
+            if not file.hunks or file.status == "already-applied":
+                count = f"{len(file.hunks)} hunks" if file.hunks else ""
+                table.add_row(patch.name, label, count, "", "", "", file.status)
+                continue
+            # Hunks that landed exactly where stated, with no other match, fold into one row: the
+            # table is for what a maintainer must look at (offsets, ambiguity, failures).
+            quiet = [h for h in file.hunks if h.status == "exact" and not h.other_matches]
+            if len(quiet) == 1:
+                (one,) = quiet
+                line = str(one.applied_line)
+                table.add_row(
+                    patch.name, label, f"#{one.number}", str(one.stated_line), line, "0", "exact"
+                )
+            elif quiet:
+                table.add_row(patch.name, label, f"{len(quiet)} hunks", "", "", "0", "exact")
             for hunk in file.hunks:
-                status = hunk.status if file.status == "applied" else file.status
-                if file.status == "failed" and hunk.ok:
-                    status = hunk.status
+                if hunk.status == "exact" and not hunk.other_matches:
+                    continue
+                status = hunk.status
                 if hunk.other_matches and hunk.ok:
                     status += " (also at " + ", ".join(map(str, hunk.other_matches)) + ")"
                 table.add_row(
