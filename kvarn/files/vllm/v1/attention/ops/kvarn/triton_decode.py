@@ -44,6 +44,74 @@ def _as_f16(c, DEQ: tl.constexpr):
         return c.to(tl.float16)
 
 
+# DEQ=2 (CUDA only; the interpreter cannot run PTX): the same subnormal codes, unpacked four bytes
+# at a time in 32-bit registers. One AND/SHR masks a nibble (or crumb) of every byte at once and one
+# PRMT spreads two of those bytes into the two halves of an fp16x2, so a code costs < 1 instruction
+# instead of a byte extract, shift, mask and convert each.
+_NIB_ASM = tl.constexpr(
+    "{.reg .b32 t, u;\n"
+    "and.b32 t, $4, 0x0F0F0F0F;\n"
+    "shr.u32 u, $4, 4;\n"
+    "and.b32 u, u, 0x0F0F0F0F;\n"
+    "prmt.b32 $0, t, 0, 0x4140;\n"
+    "prmt.b32 $1, t, 0, 0x4342;\n"
+    "prmt.b32 $2, u, 0, 0x4140;\n"
+    "prmt.b32 $3, u, 0, 0x4342;}"
+)
+_CRUMB_ASM = tl.constexpr(
+    "{.reg .b32 t0, t1, t2, t3;\n"
+    "and.b32 t0, $8, 0x03030303;\n"
+    "shr.u32 t1, $8, 2;\n"
+    "and.b32 t1, t1, 0x03030303;\n"
+    "shr.u32 t2, $8, 4;\n"
+    "and.b32 t2, t2, 0x03030303;\n"
+    "shr.u32 t3, $8, 6;\n"
+    "and.b32 t3, t3, 0x03030303;\n"
+    "prmt.b32 $0, t0, 0, 0x4140;\n"
+    "prmt.b32 $1, t0, 0, 0x4342;\n"
+    "prmt.b32 $2, t1, 0, 0x4140;\n"
+    "prmt.b32 $3, t1, 0, 0x4342;\n"
+    "prmt.b32 $4, t2, 0, 0x4140;\n"
+    "prmt.b32 $5, t2, 0, 0x4342;\n"
+    "prmt.b32 $6, t3, 0, 0x4140;\n"
+    "prmt.b32 $7, t3, 0, 0x4342;}"
+)
+
+
+@triton.jit
+def _nibbles(x, DEQ: tl.constexpr):
+    """uint8 -> (low nibble, high nibble) as fp16 operands (subnormal bits for DEQ 1 and 2)."""
+    if DEQ == 2:
+        lo, hi = tl.inline_asm_elementwise(
+            _NIB_ASM, "=r,=r,=r,=r,r", [x], dtype=(tl.float16, tl.float16), is_pure=True, pack=4
+        )
+        return lo, hi
+    else:
+        return _as_f16(x & 15, DEQ), _as_f16(x >> 4, DEQ)
+
+
+@triton.jit
+def _crumbs(x, DEQ: tl.constexpr):
+    """uint8 -> its four 2-bit codes (bits 0-1 first) as fp16 operands."""
+    if DEQ == 2:
+        c0, c1, c2, c3 = tl.inline_asm_elementwise(
+            _CRUMB_ASM,
+            "=r,=r,=r,=r,=r,=r,=r,=r,r",
+            [x],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+            is_pure=True,
+            pack=4,
+        )
+        return c0, c1, c2, c3
+    else:
+        return (
+            _as_f16(x & 3, DEQ),
+            _as_f16((x >> 2) & 3, DEQ),
+            _as_f16((x >> 4) & 3, DEQ),
+            _as_f16(x >> 6, DEQ),
+        )
+
+
 @triton.jit
 def _load_record(
     cache_u8,
@@ -150,43 +218,32 @@ def _attend_record(
     DEQ: tl.constexpr,
 ):
     """Online-softmax update with one compressed block (every token of it is committed)."""
-    SC: tl.constexpr = 16777216.0 if DEQ == 1 else 1.0
+    SC: tl.constexpr = 1.0 if DEQ == 0 else 16777216.0
     qs = (q * kscol.to(tl.float32)[None, :]).to(tl.float16)
     qz = tl.sum(q * kzp.to(tl.float32)[None, :], axis=1)
-    s0 = (tl.dot(qs, _as_f16(kb & 15, DEQ)) * SC + qz[:, None]) * ksr0.to(tl.float32)[None, :]
-    s1 = (tl.dot(qs, _as_f16(kb >> 4, DEQ)) * SC + qz[:, None]) * ksr1.to(tl.float32)[None, :]
-    m_new = tl.maximum(m_i, tl.maximum(tl.max(s0, axis=1), tl.max(s1, axis=1)))
+    klo, khi = _nibbles(kb, DEQ)
+    s0 = (tl.dot(qs, klo) * SC + qz[:, None]) * ksr0.to(tl.float32)[None, :]
+    s1 = (tl.dot(qs, khi) * SC + qz[:, None]) * ksr1.to(tl.float32)[None, :]
+    m_new = tl.maximum(m_i, tl.max(tl.maximum(s0, s1), axis=1))
     alpha = tl.exp2(m_i - m_new)  # m_new is finite: a compressed block has G real tokens
     p0 = tl.exp2(s0 - m_new[:, None])
     p1 = tl.exp2(s1 - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p0, axis=1) + tl.sum(p1, axis=1)
-    pz = tl.sum(p0 * vzp0.to(tl.float32)[None, :], axis=1) + tl.sum(
-        p1 * vzp1.to(tl.float32)[None, :], axis=1
-    )
+    l_i = l_i * alpha[:, None] + (p0 + p1)  # [QH, G/2]: reduced once, after the loop
+    pz = tl.sum(p0 * vzp0.to(tl.float32)[None, :] + p1 * vzp1.to(tl.float32)[None, :], axis=1)
     p0s = (p0 * vsr0.to(tl.float32)[None, :]).to(tl.float16)
     p1s = (p1 * vsr1.to(tl.float32)[None, :]).to(tl.float16)
     if VB == 2:
-        e0 = ve & 3
-        e1 = (ve >> 2) & 3
-        e2 = (ve >> 4) & 3
-        e3 = ve >> 6
-        o0 = vo & 3
-        o1 = (vo >> 2) & 3
-        o2 = (vo >> 4) & 3
-        o3 = vo >> 6
+        e0, e1, e2, e3 = _crumbs(ve, DEQ)
+        o0, o1, o2, o3 = _crumbs(vo, DEQ)
     else:
-        e0 = ve & 15
-        e1 = ve >> 4
-        e2 = ve2 & 15
-        e3 = ve2 >> 4
-        o0 = vo & 15
-        o1 = vo >> 4
-        o2 = vo2 & 15
-        o3 = vo2 >> 4
-    c0 = tl.dot(p0s, _as_f16(e0, DEQ)) + tl.dot(p1s, _as_f16(o0, DEQ))
-    c1 = tl.dot(p0s, _as_f16(e1, DEQ)) + tl.dot(p1s, _as_f16(o1, DEQ))
-    c2 = tl.dot(p0s, _as_f16(e2, DEQ)) + tl.dot(p1s, _as_f16(o2, DEQ))
-    c3 = tl.dot(p0s, _as_f16(e3, DEQ)) + tl.dot(p1s, _as_f16(o3, DEQ))
+        e0, e1 = _nibbles(ve, DEQ)
+        e2, e3 = _nibbles(ve2, DEQ)
+        o0, o1 = _nibbles(vo, DEQ)
+        o2, o3 = _nibbles(vo2, DEQ)
+    c0 = tl.dot(p0s, e0) + tl.dot(p1s, o0)
+    c1 = tl.dot(p0s, e1) + tl.dot(p1s, o1)
+    c2 = tl.dot(p0s, e2) + tl.dot(p1s, o2)
+    c3 = tl.dot(p0s, e3) + tl.dot(p1s, o3)
     acc0 = acc0 * alpha[:, None] + (c0 * SC + pz[:, None]) * vsc0.to(tl.float32)[None, :]
     acc1 = acc1 * alpha[:, None] + (c1 * SC + pz[:, None]) * vsc1.to(tl.float32)[None, :]
     acc2 = acc2 * alpha[:, None] + (c2 * SC + pz[:, None]) * vsc2.to(tl.float32)[None, :]
@@ -225,7 +282,7 @@ def _attend_pool(
     alpha = tl.exp2(m_i - m_safe)
     p0 = tl.exp2(s0 - m_safe[:, None])
     p1 = tl.exp2(s1 - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p0, axis=1) + tl.sum(p1, axis=1)
+    l_i = l_i * alpha[:, None] + (p0 + p1)
     acc0 = acc0 * alpha[:, None] + _pool_v_part(p0, p1, pv, s_pg, tok, jq, valid0, valid1, 0)
     acc1 = acc1 * alpha[:, None] + _pool_v_part(p0, p1, pv, s_pg, tok, jq, valid0, valid1, 1)
     acc2 = acc2 * alpha[:, None] + _pool_v_part(p0, p1, pv, s_pg, tok, jq, valid0, valid1, 2)
@@ -310,7 +367,7 @@ def _kvarn_decode_kernel(
     head_off = kvh * s_ch
 
     m_i = tl.full([QH], float("-inf"), tl.float32)
-    l_i = tl.zeros([QH], tl.float32)
+    l_i = tl.zeros([QH, G2], tl.float32)  # per-token partial sums of p
     acc0 = tl.zeros([QH, D4], tl.float32)
     acc1 = tl.zeros([QH, D4], tl.float32)
     acc2 = tl.zeros([QH, D4], tl.float32)
@@ -608,6 +665,7 @@ def _kvarn_decode_kernel(
                 DEQ,
             )
 
+    l_i = tl.sum(l_i, axis=1)
     # empty row or empty split: 0, never NaN
     inv = tl.where(l_i > 0.0, 1.0 / tl.where(l_i > 0.0, l_i, 1.0), 0.0)
     o_base = out_ptr + b * s_ob + (kvh * QPK + r)[:, None] * s_oh + split * s_os
@@ -769,7 +827,7 @@ def kvarn_decode(
     lo = layout
     common = dict(
         QPK=qpk,
-        QH=max(16, triton.next_power_of_2(qpk)),
+        QH=max(8, triton.next_power_of_2(qpk)),  # the MMA's M side; 8 pads less than 16
         D=d,
         G=g,
         VB=lo.preset.v_bits,
@@ -781,7 +839,7 @@ def kvarn_decode(
         V_SCOL=lo.v_scol,
         V_SROW=lo.v_srow,
         V_ZP=lo.v_zp,
-        DEQ=deq,
+        DEQ=2 if deq == 1 and q.is_cuda else deq,  # 2: DEQ 1's codes, unpacked 4 bytes at a time
         PREFETCH=prefetch,
         num_warps=num_warps,
     )
