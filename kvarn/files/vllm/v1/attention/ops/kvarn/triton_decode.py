@@ -12,7 +12,11 @@ fp16 subnormal are exactly c·2^-24, and the dot is scaled back by 2^24 (measure
 faster than int->fp16 conversion, which runs on the slow conversion unit). Packed bytes are never
 interleaved back: K nibbles split the tile into even and odd tokens (two score halves), V codes split
 channels into four residue classes d = 4j + i (four accumulators), and the output is written back
-through the same permutation.
+through the same permutation. On CUDA, DEQ=1 runs as DEQ=2: the same subnormal codes, unpacked four
+bytes at a time by a few 32-bit PTX instructions instead of per-byte extract/shift/mask. The query
+heads of a KV head are the MMA's M side, padded to 8 rows (not 16: half the score and softmax work);
+per block there is one cross-warp max and one cross-warp sum (the zero-point term); the softmax
+denominator is kept per token and reduced once after the loop.
 
 Blocks [1, comp_end) (compressed) go through a branch-free hot loop; the sink and the tail go through
 a short loop that follows the slot map. Split-K: stage 1 writes each split's normalized O and
@@ -31,6 +35,11 @@ from .config import KVarNConfig
 from .layout import RecordLayout
 
 LOG2E = 1.4426950408889634
+# Register cap (ptxas maxnreg) of the decode kernel per head size on CUDA; None: the compiler's
+# choice (it takes all 255 and fits two 4-warp programs per SM). A cap trades spills for resident
+# programs, which hide the latency of each program's serial block loop. Fixed per deployment (it is a
+# compile option, so it never changes between steps); gpu/kvarn/bench_speedpath.py times the options.
+MAXNREG: dict[int, int | None] = {128: None, 256: None}
 
 
 @triton.jit
@@ -336,8 +345,10 @@ def _kvarn_decode_kernel(
 ):
     """Blocks [1, comp_end) of a request are compressed (the caller guarantees it); block 0 (the
     sink) and [comp_end, nblk) are read as the slot map says, normally from the pool. Split s takes
-    a contiguous share of [1, comp_end); split 0 also takes the rest. The compressed loop has no branch and, with PREFETCH, loads block i+1's record
-    (and block i+2's id) while computing block i."""
+    a contiguous share of [1, comp_end); the last split, whose share (the remainder) is the smallest,
+    also takes the rest, so the pool blocks do not lengthen the longest split. The compressed loop
+    has no branch and, with PREFETCH, loads block i+1's record (and block i+2's id) while computing
+    block i."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -376,7 +387,8 @@ def _kvarn_decode_kernel(
     # The sink and every block from comp_end on: normally all pool-resident (the unflushed tail), but
     # the slot map decides, so a compressed block past comp_end is still read correctly. This loop
     # is short and cold; the branch lives here, not in the compressed loop below.
-    n_pool = tl.where((split == 0) & (nblk > 0), 1 + nblk - tl.maximum(c_end, 1), 0)
+    is_last = split == num_splits - 1
+    n_pool = tl.where(is_last & (nblk > 0), 1 + nblk - tl.maximum(c_end, 1), 0)
     for i in range(0, n_pool):
         blk = tl.where(i == 0, 0, c_end + i - 1)
         phys = tl.load(bt + blk).to(tl.int64)
@@ -843,6 +855,8 @@ def kvarn_decode(
         PREFETCH=prefetch,
         num_warps=num_warps,
     )
+    if q.is_cuda and MAXNREG.get(d):
+        common["maxnreg"] = MAXNREG[d]
     args = (
         q_rot,
         q_rot.stride(0),
