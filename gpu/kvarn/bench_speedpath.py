@@ -74,7 +74,7 @@ def main() -> None:
         default="128:168,128:128",
         help="register caps to time after the table, D:cap,... (new kernel, split-K cases)",
     )
-    ap.add_argument("--variant-batches", default="32,128")
+    ap.add_argument("--variant-batches", default="1,8,32,128")
     ap.add_argument("--variant-contexts", default="32768,131072")
     ap.add_argument("--smoke", action="store_true", help="tiny run on the CPU (interpreter)")
     args = ap.parse_args()
