@@ -14,7 +14,8 @@ export PYTHONUNBUFFERED=1 KVARN_OUT="$OUT"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 } >"$OUT/device.txt" 2>&1
 rc=0
-timeout "${BENCH_S:-130}" python3 gpu/kvarn/bench_speedpath.py --out "$OUT" >"$OUT/bench.log" 2>&1
+# shellcheck disable=SC2086  # BENCH_ARGS: extra bench_speedpath.py options, word-split on purpose
+timeout "${BENCH_S:-130}" python3 gpu/kvarn/bench_speedpath.py --out "$OUT" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
 r=$?; echo "rc $r" >>"$OUT/bench.log"; [ $r = 0 ] || rc=1
 T="${TEST_S:-170}"
 P=(python3 -m pytest -q -p no:cacheprovider -rs --durations=8)
