@@ -59,13 +59,13 @@ def test_commit_fields_replaced_and_inserted_keeping_everything_else() -> None:
         [],
     ).decode()
     expected = TEXT.replace(f"commit: '{OLD}'", f'commit: "{NEW}"').replace(
-        f"commit: {OLD}", f"commit: {NEW}"
+        f"commit: {OLD}", f'commit: "{NEW}"'
     )
     expected = expected.replace(
-        f'    commit: "{NEW}"\nrows:', f'    commit: "{NEW}"\n    base: {BASE}\nrows:'
+        f'    commit: "{NEW}"\nrows:', f'    commit: "{NEW}"\n    base: "{BASE}"\nrows:'
     ).replace(
         "    retires_when: never\nretirements:",
-        f"    retires_when: never\n    export_point: qwen38\n    commit: {NEW}\nretirements:",
+        f'    retires_when: never\n    export_point: qwen38\n    commit: "{NEW}"\nretirements:',
     )
     assert out == expected
     data = yaml.safe_load(out)
@@ -102,7 +102,7 @@ def test_insert_after_a_block_scalar_ending_the_row() -> None:
     out = edit_manifest(
         text.encode(), plan(commit_updates={"two": NEW}, point_of={"two": "qwen38"}), []
     ).decode()
-    assert "      merges it\n    export_point: qwen38\n    commit: " + NEW + "\nretirements:" in out
+    assert f'      merges it\n    export_point: qwen38\n    commit: "{NEW}"\nretirements:' in out
     data = yaml.safe_load(out)
     assert data["rows"][1]["retires_when"] == "when upstream\nmerges it\n"
     assert data["rows"][1]["commit"] == NEW

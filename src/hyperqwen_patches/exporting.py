@@ -661,7 +661,10 @@ def _atomic_write(target: Path, data: bytes) -> None:
 
 
 def _scalar(value: str) -> str:
-    """A YAML scalar for ``value``: plain when unambiguous, double-quoted (JSON) otherwise."""
+    """A YAML scalar for ``value``: plain when unambiguous, double-quoted (JSON) otherwise; object names
+    always quoted, so every SHA in the manifest looks the same (one that is all digits would be a number)."""
+    if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value):
+        return json.dumps(value)
     if re.fullmatch(r"[a-z][a-z0-9._/-]*", value) and value not in (
         "null",
         "true",
