@@ -147,13 +147,17 @@ def tool(*args: str) -> list[str]:
     return [str(TOOL), *args]
 
 
-def finish_fork(repo: Path, work: Path) -> tuple[Path, str, str]:
-    """import (the fork) and export --bundle (manifest SHAs, canonical files, the bundle); return
-    (fork, base, tip)."""
+def finish_fork(repo: Path, work: Path, *, bundle: bool = True) -> tuple[Path, str, str]:
+    """import (the fork) and, with ``bundle``, export --bundle (manifest SHAs, canonical files, the
+    bundle); return (fork, base, tip) of the manifest's first export point."""
+    from hyperqwen_patches.manifest import load_manifest
+
     fork = work / "fork"
     run(tool("import", "--repo", str(repo), "--into", str(fork), "--create"), cwd=work)
-    run(tool("export", "--repo", str(repo), "--fork", str(fork), "--bundle"), cwd=work)
-    tip = run(["git", "rev-parse", f"refs/heads/{BRANCH}"], cwd=fork).decode().strip()
+    if bundle:
+        run(tool("export", "--repo", str(repo), "--fork", str(fork), "--bundle"), cwd=work)
+    branch = load_manifest(repo).export_points[0].branch
+    tip = run(["git", "rev-parse", f"refs/heads/{branch}"], cwd=fork).decode().strip()
     base = run(["git", "rev-list", "--max-parents=0", tip], cwd=fork).decode().split()[0]
     return fork, base, tip
 
@@ -182,7 +186,8 @@ def setup_shipped(work: Path) -> Workload:
         shutil.copy2(src, dst)
     manifest = repo / "patches/manifest.yaml"
     text = manifest.read_text()
-    if re.search(r"^export_points:\s*\[\]\s*$", text, re.M):
+    no_points = re.search(r"^export_points:\s*\[\]\s*$", text, re.M) is not None
+    if no_points:
         text = re.sub(
             r"^export_points:\s*\[\]\s*$",
             f"export_points:\n  - name: main\n    branch: {BRANCH}",
@@ -190,10 +195,13 @@ def setup_shipped(work: Path) -> Workload:
             flags=re.M,
         )
         manifest.write_text(text)
-    # The shipped bundle, when there is one, is what check reads; the baseline still needs a fork with
-    # a work tree, which import builds from the same series (same SHAs by construction).
-    (repo / "patches/fork.bundle").unlink(missing_ok=True)
-    fork, base, tip = finish_fork(repo, work)
+    # A shipped bundle (with the manifest's export points) is what check reads, as shipped; the baseline
+    # and export --check still need a fork with a work tree, which import builds from the same series
+    # (the same SHAs by construction). Without one, export --bundle records the imported fork.
+    shipped = (repo / "patches/fork.bundle").is_file() and not no_points
+    if not shipped:
+        (repo / "patches/fork.bundle").unlink(missing_ok=True)
+    fork, base, tip = finish_fork(repo, work, bundle=not shipped)
     files = len(run(["git", "ls-tree", "-r", "--name-only", base], cwd=fork).splitlines())
     steps = series_steps(repo)
     return Workload(
@@ -203,7 +211,8 @@ def setup_shipped(work: Path) -> Workload:
         base,
         tip,
         steps,
-        f"the shipped series ({len(steps)} rows) on vllm 0.29.0 (pypi, {files} files)",
+        f"the shipped series ({len(steps)} rows) on vllm 0.29.0 (pypi, {files} files), "
+        + ("the shipped bundle" if shipped else "bundle made by import + export --bundle"),
     )
 
 
@@ -280,22 +289,46 @@ def baseline_export_script(w: Workload, scratch: Path) -> str:
     )
 
 
-def commands(w: Workload, scratch: Path) -> dict[str, tuple[list[str], Path]]:
+Command = tuple[list[str], Path, dict[str, str]]  # argv, cwd, environment
+
+
+def commands(w: Workload, scratch: Path, before: Path | None) -> dict[str, Command]:
     (scratch / "check.sh").write_text(baseline_check_script(w, scratch))
     (scratch / "export.sh").write_text(baseline_export_script(w, scratch))
-    return {
-        "check": (tool("check"), w.repo),
-        "baseline check": (["bash", str(scratch / "check.sh")], scratch),
-        "export --check": (tool("export", "--fork", str(w.fork), "--check"), w.repo),
-        "baseline export": (["bash", str(scratch / "export.sh")], scratch),
-    }
-
-
-def bench(w: Workload, runs: int, scratch: Path) -> None:
     env = git_env()
-    cmds = commands(w, scratch)
-    pairs = (("check", "baseline check"), ("export --check", "baseline export"))
-    for name, (argv, cwd) in cmds.items():  # warm-up, untimed; also proves each one passes
+    if w.name != "shipped":
+        # The synthetic trees' cached base commits live and die with the benchmark's directory (the
+        # shipped series uses the user's warm cache: its wheel and base commit).
+        env["HQP_CACHE"] = str(w.repo.parent.parent / "cache")
+    cmds: dict[str, Command] = {
+        "check": (tool("check"), w.repo, env),
+        "baseline check": (["bash", str(scratch / "check.sh")], scratch, env),
+        "export --check": (tool("export", "--fork", str(w.fork), "--check"), w.repo, env),
+        "baseline export": (["bash", str(scratch / "export.sh")], scratch, env),
+    }
+    if before is not None:
+        # The same commands run by the package's sources at another revision (PYTHONPATH comes before
+        # the venv's editable path), for before/after figures.
+        old = {**env, "PYTHONPATH": str(before)}
+        python = [sys.executable, "-m", "hyperqwen_patches"]
+        cmds["check (before)"] = ([*python, "check"], w.repo, old)
+        cmds["export --check (before)"] = (
+            [*python, "export", "--fork", str(w.fork), "--check"],
+            w.repo,
+            old,
+        )
+    return cmds
+
+
+GROUPS = (
+    ("check", "baseline check", "check (before)"),
+    ("export --check", "baseline export", "export --check (before)"),
+)
+
+
+def bench(w: Workload, runs: int, scratch: Path, before: Path | None) -> None:
+    cmds = commands(w, scratch, before)
+    for name, (argv, cwd, env) in cmds.items():  # warm-up, untimed; also proves each one passes
         sample = measure(argv, cwd=cwd, env=env)
         if sample.code != 0:
             raise SystemExit(
@@ -305,10 +338,11 @@ def bench(w: Workload, runs: int, scratch: Path) -> None:
         shutil.rmtree(scratch / "export", ignore_errors=True)
     w.results = {name: [] for name in cmds}
     for i in range(runs):
-        for ours, theirs in pairs:
-            order = (ours, theirs) if i % 2 == 0 else (theirs, ours)
-            for name in order:
-                argv, cwd = cmds[name]
+        for group in GROUPS:
+            names = [n for n in group if n in cmds]
+            # The first of each group rotates, so a warmer or quieter moment favours no side.
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                argv, cwd, env = cmds[name]
                 sample = measure(argv, cwd=cwd, env=env)
                 if sample.code != 0:
                     raise SystemExit(f"{w.name}: {name} exited {sample.code} in run {i + 1}")
@@ -328,20 +362,28 @@ def fmt(samples: list[Sample]) -> tuple[str, str, str, float]:
 
 
 def table(workloads: list[Workload]) -> str:
+    before = any("check (before)" in w.results for w in workloads)
     head = (
         "| workload | command | wall median (s) | min–max (s) | peak RSS (MB) | baseline median (s) "
-        "| baseline min–max (s) | baseline peak RSS (MB) | speedup |\n"
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+        "| baseline min–max (s) | baseline peak RSS (MB) | speedup |"
+        + (" before: median (s) | before: peak RSS (MB) |" if before else "")
+        + "\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        + (" ---: | ---: |" if before else "")
+        + "\n"
     )
     rows = []
     for w in workloads:
-        for ours, theirs in (("check", "baseline check"), ("export --check", "baseline export")):
+        for ours, theirs, old in GROUPS:
             o = fmt(w.results[ours])
             t = fmt(w.results[theirs])
-            rows.append(
+            row = (
                 f"| {w.name} | `{ours}` | {o[0]} | {o[1]} | {o[2]} | {t[0]} | {t[1]} | {t[2]} "
                 f"| {t[3] / o[3]:.1f}x |"
             )
+            if before:
+                b = fmt(w.results[old]) if old in w.results else ("", "", "", 0.0)
+                row += f" {b[0]} | {b[2]} |"
+            rows.append(row)
     return head + "\n".join(rows) + "\n"
 
 
@@ -353,6 +395,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS))
     parser.add_argument("--keep", type=Path, help="build the workloads here and keep them")
+    parser.add_argument(
+        "--before",
+        metavar="REV",
+        help="also run check and export --check from the package's sources at REV (before/after)",
+    )
     args = parser.parse_args()
     for program in ("git", "patch", "bash", TIME):
         if shutil.which(program) is None:
@@ -362,6 +409,13 @@ def main() -> int:
         print(f"{TOOL} not found: run with the project's venv python", file=sys.stderr)
         return 2
     top = args.keep or Path(tempfile.mkdtemp(prefix="hqp-bench-check-"))
+    before: Path | None = None
+    if args.before:
+        # The package's sources at REV, from git objects (nothing in the working tree changes).
+        archive = run(["git", "archive", "--format=tar", args.before, "src"], cwd=REPO)
+        (top / "before").mkdir(parents=True, exist_ok=True)
+        subprocess.run(["tar", "-x", "-C", str(top / "before")], input=archive, check=True)
+        before = top / "before" / "src"
     load_before = os.getloadavg()
     done: list[Workload] = []
     try:
@@ -384,7 +438,7 @@ def main() -> int:
             )
             scratch = work / "scratch"
             scratch.mkdir()
-            bench(w, args.runs, scratch)
+            bench(w, args.runs, scratch, before)
             done.append(w)
             print(table([w]).splitlines()[-2], flush=True)
             print(table([w]).splitlines()[-1], flush=True)
