@@ -16,8 +16,9 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from hyperqwen_patches import resultcache
 from hyperqwen_patches.console import show
 from hyperqwen_patches.statics.analysis import StaticFinding, analysis_of, python_files
 
@@ -40,16 +41,38 @@ def _blame(prov: Provenance, path: bytes, line: int) -> tuple[str | None, int | 
     return None, None
 
 
+# Bump when what _compile_result computes changes (its cached entries are then never read again).
+RESULT_VERSION = "1"
+
+
+def _compile_result(data: bytes, path: bytes) -> dict[str, Any]:
+    """What ``compile()`` says of ``data``: the error (if any) and the SyntaxWarnings, as JSON.
+
+    Pure in (interpreter, path, bytes), so it goes through the result cache: compiling the touched
+    files is most of this check's time and they rarely change between two runs.
+    """
+
+    def compute() -> dict[str, Any]:
+        error: dict[str, Any] | None = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SyntaxWarning)
+            try:
+                compile(data, show(path), "exec", dont_inherit=True)
+            except SyntaxError as exc:
+                error = {"kind": "syntax", "msg": exc.msg, "lineno": exc.lineno, "text": exc.text}
+            except ValueError as exc:  # NUL bytes in the source
+                error = {"kind": "value", "msg": str(exc), "lineno": None, "text": None}
+        found = [
+            [w.lineno, str(w.message)] for w in caught if issubclass(w.category, SyntaxWarning)
+        ]
+        return {"error": error, "warnings": [] if error else found}
+
+    value = resultcache.cached(CHECK, RESULT_VERSION, (sys.version, path, data), compute)
+    return value  # type: ignore[no-any-return]
+
+
 def _compiles(data: bytes | None, path: bytes) -> bool:
-    if data is None:
-        return False
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(data, show(path), "exec", dont_inherit=True)
-    except (SyntaxError, ValueError):
-        return False
-    return True
+    return data is not None and _compile_result(data, path)["error"] is None
 
 
 def compile_findings(
@@ -62,60 +85,45 @@ def compile_findings(
     for path in python_files(prov):
         data = prov.content[path]
         assert data is not None
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SyntaxWarning)
-            try:
-                compile(data, show(path), "exec", dont_inherit=True)
-            except SyntaxError as exc:
-                line = exc.lineno or 1
-                if (
-                    read is not None
-                    and path not in prov.created
-                    and not _compiles(read(path), path)
-                ):
-                    continue
-                row, at = _blame(prov, path, line)
-                text = (exc.text or "").rstrip("\n")
-                detail = f"line {line}: {text}" if text else ""
-                if row is None:
-                    # The pristine file compiles, so a row broke it below the reported line.
-                    first = next(iter(prov.added_lines(path)), None)
-                    if first is not None:
-                        at, row = first
-                where = ""
-                if at is not None and at != line:
-                    where = f" (reported at line {line}; the row's nearest added line: {at})"
-                found.append(
-                    StaticFinding(
-                        CHECK,
-                        "error",
-                        row,
-                        path,
-                        at,
-                        f"does not compile ({version}): {exc.msg}{where}",
-                        detail,
-                    )
+        result = _compile_result(data, path)
+        error = result["error"]
+        if error is not None and error["kind"] == "syntax":
+            line = error["lineno"] or 1
+            if read is not None and path not in prov.created and not _compiles(read(path), path):
+                continue
+            row, at = _blame(prov, path, line)
+            text = (error["text"] or "").rstrip("\n")
+            detail = f"line {line}: {text}" if text else ""
+            if row is None:
+                # The pristine file compiles, so a row broke it below the reported line.
+                first = next(iter(prov.added_lines(path)), None)
+                if first is not None:
+                    at, row = first
+            where = ""
+            if at is not None and at != line:
+                where = f" (reported at line {line}; the row's nearest added line: {at})"
+            found.append(
+                StaticFinding(
+                    CHECK,
+                    "error",
+                    row,
+                    path,
+                    at,
+                    f"does not compile ({version}): {error['msg']}{where}",
+                    detail,
                 )
-                continue
-            except ValueError as exc:  # NUL bytes in the source
-                found.append(
-                    StaticFinding(CHECK, "error", _blame(prov, path, 1)[0], path, None, str(exc))
-                )
-                continue
-        for w in caught:
-            if not issubclass(w.category, SyntaxWarning):
-                continue
-            row = prov.owner(path, w.lineno)
+            )
+            continue
+        if error is not None:
+            found.append(
+                StaticFinding(CHECK, "error", _blame(prov, path, 1)[0], path, None, error["msg"])
+            )
+            continue
+        for lineno, message in result["warnings"]:
+            row = prov.owner(path, lineno)
             if row is not None:
                 found.append(
-                    StaticFinding(
-                        CHECK,
-                        "warning",
-                        row,
-                        path,
-                        w.lineno,
-                        f"SyntaxWarning: {w.message}",
-                    )
+                    StaticFinding(CHECK, "warning", row, path, lineno, f"SyntaxWarning: {message}")
                 )
     return found
 

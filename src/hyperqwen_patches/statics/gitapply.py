@@ -15,8 +15,9 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from hyperqwen_patches import resultcache
 from hyperqwen_patches.statics.analysis import StaticFinding
 
 if TYPE_CHECKING:
@@ -36,6 +37,18 @@ def _write(work: Path, path: bytes, data: bytes) -> None:
         fh.write(data)
 
 
+# Bump when what a cached git apply result means changes (its entries are then never read again).
+RESULT_VERSION = "1"
+
+
+def _git_version() -> str:
+    """``git --version``: part of every cache key, so another git never reuses this one's verdicts."""
+    from hyperqwen_patches import gitrun
+
+    result = gitrun.run(["--version"], git_dir=None)
+    return result.stdout.decode("utf-8", errors="backslashreplace").strip()
+
+
 def gitapply_findings(
     manifest: Manifest, series: list[SeriesRow], read: Callable[[bytes], bytes | None]
 ) -> list[StaticFinding]:
@@ -53,26 +66,59 @@ def gitapply_findings(
     def current(path: bytes) -> bytes | None:
         return state[path] if path in state else read(path)
 
-    tmp = Path(tempfile.mkdtemp(prefix="hqp-gitapply-"))
+    # The scratch directory and its git dir are made only when a verdict is not in the result cache.
+    tmp: Path | None = None
+    git_dir: Path | None = None
+    version: str | None = None
     try:
-        git_dir = gitrun.init_bare(tmp / "repo.git")
         for index, s in enumerate(active[: marked[-1] + 1]):
             patch: Patch = s.patch  # type: ignore[assignment]
             if s.row.git_apply and s.row.patch is not None:
-                work = tmp / f"work-{index}"
-                work.mkdir()
+                # Exactly what git apply sees: the files the row touches as the rows before it left
+                # them, the patch file's bytes and where it runs; the verdict is pure in these.
+                files: dict[bytes, bytes] = {}
                 for fp in patch.files:
-                    for path in {fp.old_path, fp.new_path} - {None}:
+                    for path in sorted({fp.old_path, fp.new_path} - {None}):  # type: ignore[type-var]
                         assert path is not None
                         data = current(path)
                         if data is not None:
-                            _write(work, path, data)
-                cwd = work / manifest.package if manifest.paths == "package" else work
-                cwd.mkdir(exist_ok=True)
+                            files[path] = data
                 patch_file = manifest.root / s.row.patch
-                result = gitrun.run([*ARGS, str(patch_file.resolve())], git_dir=git_dir, cwd=cwd)
-                if not result.ok:
+                patch_bytes = patch_file.read_bytes()
+                subdir = manifest.package if manifest.paths == "package" else ""
+                if version is None:
+                    version = _git_version()
+                parts: list[bytes | str] = [version, " ".join(ARGS), subdir, s.row.patch]
+                parts.append(patch_bytes)
+                for path, data in sorted(files.items()):
+                    parts += [path, data]
+
+                def verdict(
+                    index: int = index,
+                    files: dict[bytes, bytes] = files,
+                    patch_file: Path = patch_file,
+                    subdir: str = subdir,
+                    name: str = s.row.patch,
+                ) -> dict[str, Any]:
+                    nonlocal tmp, git_dir
+                    if tmp is None:
+                        tmp = Path(tempfile.mkdtemp(prefix="hqp-gitapply-"))
+                        git_dir = gitrun.init_bare(tmp / "repo.git")
+                    work = tmp / f"work-{index}"
+                    work.mkdir()
+                    for path, data in files.items():
+                        _write(work, path, data)
+                    cwd = work / subdir if subdir else work
+                    cwd.mkdir(exist_ok=True)
+                    result = gitrun.run(
+                        [*ARGS, str(patch_file.resolve())], git_dir=git_dir, cwd=cwd
+                    )
                     text = show(result.stderr).strip()
+                    text = text.replace(str(patch_file.resolve()), name)
+                    return {"code": result.code, "stderr": text}
+
+                outcome = resultcache.cached(CHECK, RESULT_VERSION, parts, verdict)
+                if outcome["code"] != 0:
                     found.append(
                         StaticFinding(
                             CHECK,
@@ -81,15 +127,16 @@ def gitapply_findings(
                             None,
                             None,
                             f"git apply --check --whitespace=error refuses {s.row.patch} (exit "
-                            f"{result.code}) on the tree the rows before it produce",
-                            text.replace(str(patch_file.resolve()), s.row.patch),
+                            f"{outcome['code']}) on the tree the rows before it produce",
+                            outcome["stderr"],
                         )
                     )
             step = apply_series([patch], current, Policy(ambiguity="off"))
             if step.ok:
                 state.update(step.changes)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return found
 
 

@@ -23,10 +23,12 @@ series is part of the result (vLLM 0.29.0 has 302 entries).
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from hyperqwen_patches import resultcache
 from hyperqwen_patches.console import show
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, analysis_of, no_gc
 
@@ -80,6 +82,43 @@ def parse_registry(tree: ast.Module) -> Registry:
         if isinstance(node, ast.FunctionDef) and node.name == "compile_factors":
             found, ignored = _ignore_list(node)
     return Registry(annotations, entries, ignored, found)
+
+
+# Bump when what parse_registry computes changes (its cached entries are then never read again).
+RESULT_VERSION = "1"
+
+
+def registry_of(data: bytes) -> Registry | None:
+    """``vllm/envs.py``'s registry (None when it does not parse), through the result cache.
+
+    Parsing the 300-entry module is most of this check's time on a warm run; the registry is pure in
+    (interpreter, bytes), so a series that leaves envs.py as it was reuses the last parse.
+    """
+
+    def compute() -> dict[str, Any]:
+        try:
+            with no_gc():
+                tree = ast.parse(data, filename=show(ENVS))
+        except (SyntaxError, ValueError):
+            return {"parsed": False}
+        r = parse_registry(tree)
+        return {
+            "parsed": True,
+            "annotations": r.annotations,
+            "entries": r.entries,
+            "ignored": r.ignored,
+            "ignore_found": r.ignore_found,
+        }
+
+    value = resultcache.cached(CHECK + "-registry", RESULT_VERSION, (sys.version, data), compute)
+    if not value["parsed"]:
+        return None
+    return Registry(
+        dict(value["annotations"]),
+        dict(value["entries"]),
+        dict(value["ignored"]),
+        bool(value["ignore_found"]),
+    )
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -322,14 +361,13 @@ def knob_report(analysis: Analysis, prefixes: Iterable[str] = ()) -> KnobReport:
 
     registry: Registry | None = None
     if ENVS in prov.content or any(u.how == "envs" for u in uses):
-        tree = analysis.tree(ENVS) if ENVS in prov.content else None
-        if tree is None and ENVS not in prov.content and analysis.read is not None:
+        data: bytes | None = None
+        if ENVS in prov.content:
+            data = prov.content[ENVS]
+        elif analysis.read is not None:
             data = analysis.read(ENVS)
-            if data is not None:
-                with no_gc():
-                    tree = ast.parse(data)
-        if tree is not None:
-            registry = parse_registry(tree)
+        if data is not None:
+            registry = registry_of(data)
 
     by_rows: dict[str, str] = {}
     before = after = None
