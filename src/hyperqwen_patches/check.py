@@ -20,11 +20,12 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from hyperqwen_patches.errors import ExitCode, HqpError
 from hyperqwen_patches.manifest import MANIFEST_RELPATH, Manifest, load_manifest
@@ -56,6 +57,18 @@ PIPELINE: tuple[str, ...] = (
     "hyperqwen_patches.statics.gitapply:check_git_apply",  # git_apply rows pass git apply --check
 )
 
+# Checks whose time is mostly spent waiting on git processes (opening the fork bundle, export's git
+# runs). run_check runs them, in this order, on one worker thread while the others run on the calling
+# thread: the GIL is free while a child process runs, so the two overlap. They share nothing with the
+# others but the context's locked properties (series, pristine), and the report keeps PIPELINE order.
+BACKGROUND: frozenset[str] = frozenset(
+    {
+        "hyperqwen_patches.replay:check_replay_identity",
+        "hyperqwen_patches.replay:check_export",
+        "hyperqwen_patches.replay:check_fork_commits",
+    }
+)
+
 REQUIREMENTS = "docker/requirements.txt"
 # Directories whose patch files (and module files under files/) must all be rows (invariant 2).
 CARRIED_DIRS = ("patches", "kvarn")
@@ -82,6 +95,37 @@ class Finding:
         }
 
 
+T = TypeVar("T")
+
+
+class _once(Generic[T]):
+    """A cached property computed once even when two threads ask at the same time.
+
+    functools.cached_property has no lock from Python 3.12 on; run_check reads the context from two
+    threads. The value lands in the instance dict under the property's name, so ``peek`` sees it and
+    later reads never take the lock.
+    """
+
+    def __init__(self, func: Callable[[Any], T]) -> None:
+        self.func = func
+        self.name = func.__name__
+        self.__doc__ = func.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        cache = obj.__dict__
+        if self.name in cache:
+            return cache[self.name]  # type: ignore[no-any-return]
+        with obj._lock:  # one re-entrant lock per context: `applied` needs `series` and `pristine`
+            if self.name not in cache:
+                cache[self.name] = self.func(obj)
+            return cache[self.name]  # type: ignore[no-any-return]
+
+
 @dataclass
 class CheckContext:
     """What the checks share; every expensive part is computed once, on first use."""
@@ -94,15 +138,16 @@ class CheckContext:
     fork: str | None = None  # --fork PATH|URL|BUNDLE (default: patches/fork.bundle when present)
     export_point: str | None = None  # --export-point NAME (default: every export point)
     _opened: list[PristineTree] = field(default_factory=list)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
-    @cached_property
+    @_once
     def series(self) -> list[SeriesRow]:
         """Every row (skipped ones included) with its engine patch or the error building it."""
         from hyperqwen_patches.series import load_series
 
         return load_series(self.manifest, include_skipped=True)
 
-    @cached_property
+    @_once
     def pristine(self) -> PristineTree:
         from hyperqwen_patches.pristine import open_pristine
 
@@ -115,7 +160,7 @@ class CheckContext:
         self._opened.append(tree)
         return tree
 
-    @cached_property
+    @_once
     def applied(self) -> SeriesResult:
         """The applied rows, in order, onto the pristine tree, in memory (engine policies on)."""
         from hyperqwen_patches.engine.applying import Policy, apply_series
@@ -257,18 +302,34 @@ def run_check(
         fork=fork,
         export_point=export_point,
     )
-    findings: list[Finding] = []
+
+    def run_one(target: str) -> list[Finding]:
+        name = check_name(target)
+        try:
+            return resolve(target)(ctx)
+        except HqpError as exc:
+            detail = f"hint: {exc.hint}" if exc.hint else ""
+            return [Finding(name, "problem", name, exc.message, detail)]
+
+    def run_background(indexes: list[int]) -> dict[int, list[Finding]]:
+        return {i: run_one(pipeline[i]) for i in indexes}
+
+    results: dict[int, list[Finding]] = {}
     try:
-        for target in pipeline:
-            name = check_name(target)
-            try:
-                findings += resolve(target)(ctx)
-            except HqpError as exc:
-                detail = f"hint: {exc.hint}" if exc.hint else ""
-                findings.append(Finding(name, "problem", name, exc.message, detail))
+        background = [i for i, t in enumerate(pipeline) if t in BACKGROUND]
+        # Leaving the with block waits for the worker (also when a check raises), so nothing still
+        # runs when the context is closed below.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hqp-check") as pool:
+            pending = pool.submit(run_background, background) if background else None
+            for i, target in enumerate(pipeline):
+                if target not in BACKGROUND:
+                    results[i] = run_one(target)
+            if pending is not None:
+                results.update(pending.result())  # re-raises what the worker raised
         rows = row_records(ctx)
     finally:
         ctx.close()
+    findings = [f for i in range(len(pipeline)) for f in results[i]]
     return CheckReport(
         repo=root,
         pin=manifest.pin,

@@ -258,25 +258,23 @@ def _string(node: ast.expr | None, a: _Aliases) -> str | None:
     return None
 
 
-def knob_uses(
-    tree: ast.Module, path: bytes, analysis: Analysis, prefixes: tuple[str, ...]
-) -> list[KnobUse]:
-    """Every knob read (bare, through vllm.envs, or through an ``environ`` variable) on added lines."""
-    prov = analysis.prov
-    a = _aliases(tree)
-    out: list[KnobUse] = []
+def knob_sites(tree: ast.Module, prefixes: tuple[str, ...]) -> dict[str, Any]:
+    """Every place in the module that reads a knob, whoever wrote the line (JSON, cacheable).
 
-    def row_of(node: ast.AST) -> str | None:
-        return prov.owner_of_span(
-            path, node.lineno, getattr(node, "end_lineno", None) or node.lineno
-        )  # type: ignore[attr-defined]
+    ``direct``: ``[knob, how, line, end_line]`` in walk order; ``scopes``: per function that hands
+    ``os.environ`` on as a value, the spans of those uses and the knobs the function names. Pure in
+    (the module's bytes, the prefixes): which row owns a line is applied by :func:`uses_at`.
+    """
+    a = _aliases(tree)
+    direct: list[list[Any]] = []
+
+    def span(node: ast.AST) -> list[int]:
+        line: int = node.lineno  # type: ignore[attr-defined]
+        return [line, getattr(node, "end_lineno", None) or line]
 
     def add(knob: str | None, how: str, node: ast.AST) -> None:
-        if knob is None or not knob.startswith(prefixes):
-            return
-        row = row_of(node)
-        if row is not None:
-            out.append(KnobUse(knob, how, path, node.lineno, row))  # type: ignore[attr-defined]
+        if knob is not None and knob.startswith(prefixes):
+            direct.append([knob, how, *span(node)])
 
     handled: set[int] = set()  # ids of environ nodes read directly (not passed on as a value)
     for node in ast.walk(tree):
@@ -304,16 +302,16 @@ def knob_uses(
             for alias in node.names:
                 add(alias.name, "envs", node)
     # os.environ handed on as a value: the knobs named in the same function are read through it.
+    scopes: list[dict[str, Any]] = []
     for scope in ast.walk(tree):
         if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         loose = [
-            n
+            span(n)
             for n in ast.walk(scope)
             if isinstance(n, (ast.Name, ast.Attribute))
             and _is_environ(n, a)
             and id(n) not in handled
-            and row_of(n) is not None
         ]
         if not loose:
             continue
@@ -326,9 +324,47 @@ def knob_uses(
                 and n.value.startswith(prefixes)
             }
         )
-        for knob in named:
-            add(knob, "indirect", loose[0])
+        if named:
+            scopes.append({"loose": loose, "named": named})
+    return {"direct": direct, "scopes": scopes}
+
+
+def uses_at(sites: dict[str, Any], path: bytes, analysis: Analysis) -> list[KnobUse]:
+    """The sites on lines the rows added, each with its row."""
+    prov = analysis.prov
+    out: list[KnobUse] = []
+    for knob, how, line, end in sites["direct"]:
+        row = prov.owner_of_span(path, line, end)
+        if row is not None:
+            out.append(KnobUse(knob, how, path, line, row))
+    for scope in sites["scopes"]:
+        owned = [
+            (line, row)
+            for line, end in scope["loose"]
+            if (row := prov.owner_of_span(path, line, end)) is not None
+        ]
+        if owned:
+            line, row = owned[0]
+            out += [KnobUse(knob, "indirect", path, line, row) for knob in scope["named"]]
     return out
+
+
+def knob_uses(
+    tree: ast.Module, path: bytes, analysis: Analysis, prefixes: tuple[str, ...]
+) -> list[KnobUse]:
+    """Every knob read (bare, through vllm.envs, or through an ``environ`` variable) on added lines."""
+    return uses_at(knob_sites(tree, prefixes), path, analysis)
+
+
+def _sites_of(analysis: Analysis, path: bytes, data: bytes, prefixes: tuple[str, ...]) -> Any:
+    """knob_sites of a patched file through the result cache (None: it does not parse)."""
+
+    def compute() -> dict[str, Any]:
+        tree = analysis.tree(path)
+        return {"sites": None if tree is None else knob_sites(tree, prefixes)}
+
+    parts = (sys.version, path, data, "\0".join(prefixes))
+    return resultcache.cached(CHECK + "-sites", RESULT_VERSION, parts, compute)["sites"]
 
 
 @dataclass
@@ -355,9 +391,9 @@ def knob_report(analysis: Analysis, prefixes: Iterable[str] = ()) -> KnobReport:
         added = [lines[n - 1] for n, _ in prov.added_lines(path) if n <= len(lines)]
         if not any(h in text for text in added for h in _HINTS):
             continue
-        tree = analysis.tree(path)
-        if tree is not None:
-            uses += knob_uses(tree, path, analysis, all_prefixes)
+        sites = _sites_of(analysis, path, data, all_prefixes)
+        if sites is not None:
+            uses += uses_at(sites, path, analysis)
 
     registry: Registry | None = None
     if ENVS in prov.content or any(u.how == "envs" for u in uses):
