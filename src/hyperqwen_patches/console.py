@@ -1,7 +1,7 @@
 """The one output sink: data to stdout, diagnostics to stderr.
 
-Consoles are built with ``markup=False, highlight=False`` so user data such as ``[PATCH 1/3]`` is never
-read as rich markup or recoloured.
+Consoles are built with ``markup=False, highlight=False, emoji=False`` so user data such as ``[PATCH 1/3]``
+is never read as rich markup or recoloured, and ``:smile:`` in a subject stays text, not an emoji.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from rich.console import Console
 
-out = Console(markup=False, highlight=False, soft_wrap=False)
-err = Console(stderr=True, markup=False, highlight=False, soft_wrap=False)
+out = Console(markup=False, highlight=False, emoji=False, soft_wrap=False)
+err = Console(stderr=True, markup=False, highlight=False, emoji=False, soft_wrap=False)
 
 
 def show(data: bytes | str) -> str:
