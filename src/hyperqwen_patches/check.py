@@ -138,7 +138,7 @@ class CheckContext:
     fork: str | None = None  # --fork PATH|URL|BUNDLE (default: patches/fork.bundle when present)
     export_point: str | None = None  # --export-point NAME (default: every export point)
     _opened: list[PristineTree] = field(default_factory=list)
-    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @_once
     def series(self) -> list[SeriesRow]:
