@@ -220,6 +220,10 @@ def test_the_cached_registry_and_sites_equal_the_parse(private_cache: Path) -> N
     fresh = parse_registry(ast.parse(data))
     assert registry_of(data) == fresh  # computed and stored
     assert registry_of(data) == fresh  # read back
+    # In line order, not sorted: the findings about the rows' entries follow this order.
+    cold = list(fresh.entries)
+    assert cold == ["VLLM_OLD", "VLLM_PORT", "VLLM_NEW"]
+    assert list(registry_of(data).entries) == cold  # type: ignore[union-attr]
     assert registry_of(b"def broken(:\n") is None
     assert registry_of(b"def broken(:\n") is None
     source = USER + b'\n\ndef g():\n    return os.environ["VLLM_A"]\n'

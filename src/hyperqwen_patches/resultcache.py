@@ -77,7 +77,9 @@ def store(name: str, digest: str, value: Any) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(json.dumps({"key": digest, "value": value}, sort_keys=True).encode())
+                # Not sort_keys: a dict's order is part of the result (the registry's entries are in
+                # line order, and findings follow it).
+                fh.write(json.dumps({"key": digest, "value": value}).encode())
             os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -96,6 +98,8 @@ def cached(
     digest = key(name, version, parts)
     value = load(name, digest)
     if value is None:
-        value = compute()
+        # What a later run reads back, returned now as well: a cold run and a warm one see the same
+        # value (lists, not tuples; the same key order).
+        value = json.loads(json.dumps(compute()))
         store(name, digest, value)
     return value
