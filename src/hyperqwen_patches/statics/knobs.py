@@ -85,7 +85,7 @@ def parse_registry(tree: ast.Module) -> Registry:
 
 
 # Bump when what parse_registry computes changes (its cached entries are then never read again).
-RESULT_VERSION = "1"
+RESULT_VERSION = "2"  # 2: entries written before this kept sorted keys, not line order
 
 
 def registry_of(data: bytes) -> Registry | None:
