@@ -217,37 +217,28 @@ class KnobUse:
     row: str
 
 
-def _is_environ(node: ast.expr, a: _Aliases) -> bool:
+def _is_member(node: ast.expr, bare: set[str], attr: str, modules: set[str]) -> bool:
+    """``node`` names ``attr`` of a module: bare (``from os import environ``) or ``<module>.<attr>``."""
     if isinstance(node, ast.Name):
-        return node.id in a.environ
+        return node.id in bare
     return (
         isinstance(node, ast.Attribute)
-        and node.attr == "environ"
+        and node.attr == attr
         and isinstance(node.value, ast.Name)
-        and node.value.id in a.os
+        and node.value.id in modules
     )
+
+
+def _is_environ(node: ast.expr, a: _Aliases) -> bool:
+    return _is_member(node, a.environ, "environ", a.os)
 
 
 def _is_getenv(node: ast.expr, a: _Aliases) -> bool:
-    if isinstance(node, ast.Name):
-        return node.id in a.getenv
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr == "getenv"
-        and isinstance(node.value, ast.Name)
-        and node.value.id in a.os
-    )
+    return _is_member(node, a.getenv, "getenv", a.os)
 
 
 def _is_envs_module(node: ast.expr, a: _Aliases) -> bool:
-    if isinstance(node, ast.Name):
-        return node.id in a.envs
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr == "envs"
-        and isinstance(node.value, ast.Name)
-        and node.value.id in a.vllm
-    )
+    return _is_member(node, a.envs, "envs", a.vllm)
 
 
 def _string(node: ast.expr | None, a: _Aliases) -> str | None:
