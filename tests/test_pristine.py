@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.server
+import json
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from hyperqwen_patches.pristine import (
     PypiCache,
     SourceSpec,
     SourceSpecError,
+    WheelTree,
     _Quiet,
     cache_dir,
     open_pristine,
@@ -201,6 +203,51 @@ def test_silently_corrupted_member_is_detected_on_read_and_refetched(
         )  # intact member: no refetch
         assert pip_runs(caplog) == 1
         assert tree.read(b"hqpfake/stored.txt") == MARKER * 4
+    assert pip_runs(caplog) == 2
+    assert any("is corrupt" in r.getMessage() for r in caplog.records)
+
+
+def test_an_entry_indexed_without_offsets_gains_them_without_a_download(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Entries written before the index kept member offsets stay usable offline: the offsets are
+    added once from the wheel's central directory, and the reads are the same bytes."""
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        before = {p: tree.read(p) for p in tree.paths()}
+    index_file = tmp_path / "cache/pypi/hqpfake-1.0-wheel/index.json"
+    index = json.loads(index_file.read_bytes())
+    offsets = index.pop("at")
+    index_file.write_text(json.dumps(index))
+    for wheel in local_index.iterdir():  # offline: a download would fail
+        wheel.unlink()
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        assert {p: tree.read(p) for p in tree.paths()} == before
+    assert pip_runs(caplog) == 1
+    assert json.loads(index_file.read_bytes())["at"] == offsets
+
+
+@pytest.mark.parametrize("where", ["another member", "past the end", "inside a member"])
+def test_a_wrong_offset_in_the_index_is_caught_and_refetched(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    """The index is trusted for where a member lies, never for what it holds: a read that lands on
+    another member, past the end or on no header at all is a corrupt entry, fetched again."""
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
+    entry = tmp_path / "cache/pypi/hqpfake-1.0-wheel"
+    index = json.loads((entry / "index.json").read_bytes())
+    size = (entry / index["file"]).stat().st_size
+    at = index["at"]
+    target = "hqpfake/stored.txt"
+    at[target][0] = {
+        "another member": at["hqpfake/__init__.py"][0],
+        "past the end": size + 10,
+        "inside a member": at[target][0] + 7,
+    }[where]
+    (entry / "index.json").write_text(json.dumps(index))
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        assert tree.read(target.encode()) == MARKER * 4
     assert pip_runs(caplog) == 2
     assert any("is corrupt" in r.getMessage() for r in caplog.records)
 
@@ -386,6 +433,19 @@ def test_real_vllm_wheel() -> None:
         b"vllm/model_executor/layers/fused_moe/configs/E=1,N=14336,device_name=NVIDIA_A100-SXM4-80GB,dtype=int8_w8a16.json"
         in paths
     )
+
+
+@pytest.mark.network
+def test_offset_reads_agree_with_zipfile_on_the_real_wheel() -> None:
+    """Differential: every text member of the real 0.29.0 wheel, read at its indexed offset, is the
+    bytes Python's zipfile reads through the central directory."""
+    with open_pristine("pypi:vllm==0.29.0", version="0.29.0") as tree:
+        assert isinstance(tree, WheelTree)
+        with zipfile.ZipFile(tree.entry / tree.index["file"]) as zf:
+            paths = tree.paths()
+            assert len(paths) == 4885
+            for path in paths:
+                assert tree.read(path) == zf.read(path.decode()), path
 
 
 @pytest.mark.network
