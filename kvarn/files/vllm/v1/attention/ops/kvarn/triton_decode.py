@@ -35,13 +35,19 @@ from .config import KVarNConfig
 from .layout import RecordLayout
 
 LOG2E = 1.4426950408889634
+# Warps per program of the word path (DEQ 3/4, the default) per head size on CUDA. Each tl.dot is
+# spread over all warps of a program, and the word path's dots are small (N = 8 query heads, M =
+# 32 tokens or 16-32 channel words), so more warps only replicate work: one warp does a D=128 block
+# in 1,632 SASS instructions, four warps in 4 x 1,155 (sm_90, offline compile); D=256 fits two
+# warps without spills (2 x 1,498) where one warp spills. The byte path (DEQ 0-2) keeps 4 warps.
+WARPS: dict[int, int] = {128: 1, 256: 2}
 # Register cap (ptxas maxnreg) of the decode kernel per head size on CUDA; None: the compiler's
-# choice (it takes all 255 and fits two 4-warp programs per SM). A cap trades spills for resident
-# programs, which hide the latency of each program's serial block loop. Fixed per deployment (it is a
-# compile option, so it never changes between steps); gpu/kvarn/bench_speedpath.py times the options.
-# D=128 at 168 (three programs per SM): 1.1-1.4x faster than uncapped from batch 8 on, H200, run 6;
-# 128 spills too much. D=256 stays uncapped: its 76 KiB of shared memory allows two programs anyway.
-MAXNREG: dict[int, int | None] = {128: 168, 256: None}
+# choice. A cap trades spills for resident programs, which hide the latency of each program's
+# serial block loop. Fixed per deployment (it is a compile option, so it never changes between
+# steps); gpu/kvarn/bench_speedpath.py times the options.
+MAXNREG: dict[int, int | None] = {128: None, 256: None}
+# The byte path's caps (run 6/7: D=128 at 168, three 4-warp programs per SM, 1.1-1.4x uncapped).
+MAXNREG_BYTES: dict[int, int | None] = {128: 168, 256: None}
 
 
 @triton.jit
@@ -301,6 +307,501 @@ def _attend_pool(
     return m_new, l_i, acc0, acc1, acc2, acc3
 
 
+# ----------------------------------------------------------------------------------------------
+# The word path (DEQ 3, and DEQ 4 = DEQ 3 with PTX unpack on CUDA): codes are read as int16 words.
+# Why: the record packs codes along the MMA's non-reduction axis (K along tokens, V along channels),
+# while an MMA fragment pairs elements along the reduction axis, so byte tiles reach the fragments
+# one byte at a time (LDS.U8 + byte assembly: ~60% of the byte path's hot loop). A 16-bit element
+# is what ldmatrix moves: the word tile goes from shared memory to the fragments transposed in one
+# instruction per 16 bytes, each 32-bit register holding the words of two reduction-adjacent rows.
+# A shift and a mask then give one fp16x2 operand per code plane (both halves at once). Plane p of
+# the K words holds tokens 4w + p (a word is 4 tokens of one channel); plane c of the V words holds
+# channels NPL·w + c (a word is 8 two-bit or 4 four-bit channels of one token), so the scores come
+# in four token planes and the output in NPL channel planes, written back through the same map.
+# Both zero-point terms are dots against the zero points broadcast along the other axis, which
+# lands them in the accumulators' layout without a cross-warp sum.
+# ----------------------------------------------------------------------------------------------
+# fp16 mantissa bits are 0-9, so a code masked in place at bits 0-9 is still an exact subnormal,
+# worth code·2^(shift-24): the plane's dot is scaled back by its own power of two
+# instead of shifting every code down. Only the codes above bit 9 take one shift by 8 per word.
+_NIB16_ASM = tl.constexpr(
+    "{.reg .b32 t, u;\n"
+    "mov.b32 t, $4;\n"
+    "shr.u32 u, t, 8;\n"
+    "and.b32 $0, t, 0x000F000F;\n"
+    "and.b32 $1, t, 0x00F000F0;\n"
+    "and.b32 $2, u, 0x000F000F;\n"
+    "and.b32 $3, u, 0x00F000F0;}"
+)
+_CRUMB16_ASM = tl.constexpr(
+    "{.reg .b32 t, u;\n"
+    "mov.b32 t, $8;\n"
+    "shr.u32 u, t, 8;\n"
+    "and.b32 $0, t, 0x00030003;\n"
+    "and.b32 $1, t, 0x000C000C;\n"
+    "and.b32 $2, t, 0x00300030;\n"
+    "and.b32 $3, t, 0x00C000C0;\n"
+    "and.b32 $4, t, 0x03000300;\n"
+    "and.b32 $5, u, 0x000C000C;\n"
+    "and.b32 $6, u, 0x00300030;\n"
+    "and.b32 $7, u, 0x00C000C0;}"
+)
+
+
+@triton.jit
+def _sub16(x):
+    return x.to(tl.int16).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def _nib16(w, DEQ: tl.constexpr):
+    """int16 words -> their four 4-bit codes (bits 0-3 first) as fp16 subnormals, each masked in
+    place: c·2^-24, c·2^-20, then the high byte's two likewise."""
+    if DEQ == 4:
+        a, b, c, d = tl.inline_asm_elementwise(
+            _NIB16_ASM,
+            "=r,=r,=r,=r,r",
+            [w],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+            is_pure=True,
+            pack=2,
+        )
+        return a, b, c, d
+    else:
+        u = w >> 8
+        return _sub16(w & 0xF), _sub16(w & 0xF0), _sub16(u & 0xF), _sub16(u & 0xF0)
+
+
+@triton.jit
+def _crumb16(w, DEQ: tl.constexpr):
+    """int16 words -> their eight 2-bit codes (bits 0-1 first) as fp16 subnormals masked in place:
+    code i is worth c·2^(2i-24) for i < 5 and c·2^(2i-32) for i >= 5 (taken from the word >> 8)."""
+    if DEQ == 4:
+        c0, c1, c2, c3, c4, c5, c6, c7 = tl.inline_asm_elementwise(
+            _CRUMB16_ASM,
+            "=r,=r,=r,=r,=r,=r,=r,=r,r",
+            [w],
+            dtype=(
+                tl.float16,
+                tl.float16,
+                tl.float16,
+                tl.float16,
+                tl.float16,
+                tl.float16,
+                tl.float16,
+                tl.float16,
+            ),
+            is_pure=True,
+            pack=2,
+        )
+        return c0, c1, c2, c3, c4, c5, c6, c7
+    else:
+        u = w >> 8
+        return (
+            _sub16(w & 0x3),
+            _sub16(w & 0xC),
+            _sub16(w & 0x30),
+            _sub16(w & 0xC0),
+            _sub16(w & 0x300),
+            _sub16(u & 0xC),
+            _sub16(u & 0x30),
+            _sub16(u & 0xC0),
+        )
+
+
+@triton.jit
+def _bcast(ptr, has, R: tl.constexpr, C: tl.constexpr, ALONG_ROWS: tl.constexpr):
+    """fp16 vector at ptr (a gather) broadcast to [R, C]: along the rows (value per column) or
+    along the columns (value per row)."""
+    v = tl.load(ptr, mask=has, other=0.0)
+    if ALONG_ROWS:
+        return tl.broadcast_to(v[None, :], (R, C))
+    else:
+        return tl.broadcast_to(v[:, None], (R, C))
+
+
+@triton.jit
+def _v_plane(acc, al, ps0, ps1, ps2, ps3, e0, e1, e2, e3, pz, vc, has, F: tl.constexpr):
+    """One channel plane's online update, transposed ([channels, heads]): Σ over the four token
+    planes of codes·P, scaled by F (2^24 over the plane's place value), plus the zero-point term,
+    times s_colV."""
+    t = tl.dot(e0, ps0)
+    t = tl.dot(e1, ps1, t)
+    t = tl.dot(e2, ps2, t)
+    t = tl.dot(e3, ps3, t)
+    vsc = tl.load(vc, mask=has, other=0.0).to(tl.float32)[:, None]
+    return acc * al + (t * F + pz) * vsc
+
+
+@triton.jit
+def _v_words(f16, w4, wv, p, has, VW: tl.constexpr, V_CODES: tl.constexpr):
+    """V code words of the tokens 4·w4 + p, transposed: int16 [VW, G/4]."""
+    x = tl.load(f16 + V_CODES // 2 + (4 * w4 + p)[None, :] * VW + wv[:, None], mask=has, other=0.0)
+    return x.to(tl.int16, bitcast=True)
+
+
+@triton.jit
+def _attend_words(
+    qT,
+    q16T,
+    m_i,
+    l_i,
+    acc0,
+    acc1,
+    acc2,
+    acc3,
+    acc4,
+    acc5,
+    acc6,
+    acc7,
+    cache_f16,
+    rec,
+    has,
+    dd,
+    w4,
+    wv,
+    QH: tl.constexpr,
+    D: tl.constexpr,
+    G: tl.constexpr,
+    VB: tl.constexpr,
+    K_CODES: tl.constexpr,
+    K_SCOL: tl.constexpr,
+    K_ZP: tl.constexpr,
+    K_SROW: tl.constexpr,
+    V_CODES: tl.constexpr,
+    V_SCOL: tl.constexpr,
+    V_SROW: tl.constexpr,
+    V_ZP: tl.constexpr,
+    DEQ: tl.constexpr,
+):
+    """Online-softmax update with one compressed block, word path (see the section comment). All
+    tiles are transposed: scores [G/4 tokens, QH], accumulators [channels, QH], so the codes are
+    the MMA's M side and the few query heads its N side (n = 8 is native: nothing padded)."""
+    G4: tl.constexpr = G // 4
+    VW: tl.constexpr = D * VB // 16
+    NPL: tl.constexpr = 16 // VB
+    f16 = cache_f16 + rec // 2
+    # [G/4, D]: read transposed (no tl.trans: the tile must reach the MMA as words, not planes)
+    kw = tl.load(f16 + K_CODES // 2 + dd[None, :] * G4 + w4[:, None], mask=has, other=0.0)
+    kscol = tl.load(f16 + K_SCOL // 2 + dd, mask=has, other=0.0)
+    ks = K_SROW // 2 + 4 * w4
+    ks0 = tl.load(f16 + ks, mask=has, other=0.0).to(tl.float32)[:, None]
+    ks1 = tl.load(f16 + ks + 1, mask=has, other=0.0).to(tl.float32)[:, None]
+    ks2 = tl.load(f16 + ks + 2, mask=has, other=0.0).to(tl.float32)[:, None]
+    ks3 = tl.load(f16 + ks + 3, mask=has, other=0.0).to(tl.float32)[:, None]
+
+    qsT = (qT * kscol.to(tl.float32)[:, None]).to(tl.float16)  # [D, QH]
+    kzp = tl.load(f16 + K_ZP // 2 + dd, mask=has, other=0.0).to(tl.float32)
+    qz = tl.sum(qT * kzp[:, None], axis=0)[None, :]  # Σ_d q·zpK[d] per head
+    k0, k1, k2, k3 = _nib16(kw.to(tl.int16, bitcast=True), DEQ)
+    s0 = (tl.dot(k0, qsT) * 16777216.0 + qz) * ks0
+    s1 = (tl.dot(k1, qsT) * 1048576.0 + qz) * ks1  # codes at bits 4-7: c·2^-20
+    s2 = (tl.dot(k2, qsT) * 16777216.0 + qz) * ks2
+    s3 = (tl.dot(k3, qsT) * 1048576.0 + qz) * ks3
+    m_new = tl.maximum(m_i, tl.max(tl.maximum(tl.maximum(s0, s1), tl.maximum(s2, s3)), axis=0))
+    alpha = tl.exp2(m_i - m_new)[None, :]  # m_new is finite: a compressed block has G tokens
+    p0 = tl.exp2(s0 - m_new[None, :])
+    p1 = tl.exp2(s1 - m_new[None, :])
+    p2 = tl.exp2(s2 - m_new[None, :])
+    p3 = tl.exp2(s3 - m_new[None, :])
+    l_i = l_i * alpha + ((p0 + p1) + (p2 + p3))  # [G/4, QH]: reduced after the loop
+
+    vr = V_SROW // 2 + 4 * w4
+    vz = V_ZP // 2 + 4 * w4
+    # Σ_g p·zpV[g] per head: a reduction along the tokens, inside the score tile's own layout
+    pz = p0 * tl.load(f16 + vz, mask=has, other=0.0).to(tl.float32)[:, None]
+    pz += p1 * tl.load(f16 + vz + 1, mask=has, other=0.0).to(tl.float32)[:, None]
+    pz += p2 * tl.load(f16 + vz + 2, mask=has, other=0.0).to(tl.float32)[:, None]
+    pz += p3 * tl.load(f16 + vz + 3, mask=has, other=0.0).to(tl.float32)[:, None]
+    pz = tl.sum(pz, axis=0)[None, :]
+    ps0 = (p0 * tl.load(f16 + vr, mask=has, other=0.0).to(tl.float32)[:, None]).to(tl.float16)
+    ps1 = (p1 * tl.load(f16 + vr + 1, mask=has, other=0.0).to(tl.float32)[:, None]).to(tl.float16)
+    ps2 = (p2 * tl.load(f16 + vr + 2, mask=has, other=0.0).to(tl.float32)[:, None]).to(tl.float16)
+    ps3 = (p3 * tl.load(f16 + vr + 3, mask=has, other=0.0).to(tl.float32)[:, None]).to(tl.float16)
+    vw0 = _v_words(f16, w4, wv, 0, has, VW, V_CODES)
+    vw1 = _v_words(f16, w4, wv, 1, has, VW, V_CODES)
+    vw2 = _v_words(f16, w4, wv, 2, has, VW, V_CODES)
+    vw3 = _v_words(f16, w4, wv, 3, has, VW, V_CODES)
+    vc = f16 + V_SCOL // 2 + NPL * wv
+    if VB == 2:
+        a0, a1, a2, a3, a4, a5, a6, a7 = _crumb16(vw0, DEQ)
+        b0, b1, b2, b3, b4, b5, b6, b7 = _crumb16(vw1, DEQ)
+        c0, c1, c2, c3, c4, c5, c6, c7 = _crumb16(vw2, DEQ)
+        d0, d1, d2, d3, d4, d5, d6, d7 = _crumb16(vw3, DEQ)
+        acc0 = _v_plane(acc0, alpha, ps0, ps1, ps2, ps3, a0, b0, c0, d0, pz, vc, has, 16777216.0)
+        acc1 = _v_plane(acc1, alpha, ps0, ps1, ps2, ps3, a1, b1, c1, d1, pz, vc + 1, has, 4194304.0)
+        acc2 = _v_plane(acc2, alpha, ps0, ps1, ps2, ps3, a2, b2, c2, d2, pz, vc + 2, has, 1048576.0)
+        acc3 = _v_plane(acc3, alpha, ps0, ps1, ps2, ps3, a3, b3, c3, d3, pz, vc + 3, has, 262144.0)
+        acc4 = _v_plane(acc4, alpha, ps0, ps1, ps2, ps3, a4, b4, c4, d4, pz, vc + 4, has, 65536.0)
+        acc5 = _v_plane(acc5, alpha, ps0, ps1, ps2, ps3, a5, b5, c5, d5, pz, vc + 5, has, 4194304.0)
+        acc6 = _v_plane(acc6, alpha, ps0, ps1, ps2, ps3, a6, b6, c6, d6, pz, vc + 6, has, 1048576.0)
+        acc7 = _v_plane(acc7, alpha, ps0, ps1, ps2, ps3, a7, b7, c7, d7, pz, vc + 7, has, 262144.0)
+    else:
+        a0, a1, a2, a3 = _nib16(vw0, DEQ)
+        b0, b1, b2, b3 = _nib16(vw1, DEQ)
+        c0, c1, c2, c3 = _nib16(vw2, DEQ)
+        d0, d1, d2, d3 = _nib16(vw3, DEQ)
+        acc0 = _v_plane(acc0, alpha, ps0, ps1, ps2, ps3, a0, b0, c0, d0, pz, vc, has, 16777216.0)
+        acc1 = _v_plane(acc1, alpha, ps0, ps1, ps2, ps3, a1, b1, c1, d1, pz, vc + 1, has, 1048576.0)
+        acc2 = _v_plane(
+            acc2, alpha, ps0, ps1, ps2, ps3, a2, b2, c2, d2, pz, vc + 2, has, 16777216.0
+        )
+        acc3 = _v_plane(acc3, alpha, ps0, ps1, ps2, ps3, a3, b3, c3, d3, pz, vc + 3, has, 1048576.0)
+    return m_new, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7
+
+
+@triton.jit
+def _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, C: tl.constexpr, NPL: tl.constexpr):
+    # [channels, tokens] tiles of the pool's V. Rows past seq_len may hold stale or uninitialized
+    # fp16 (NaN): p is 0 there, but 0·NaN is not.
+    ch = (NPL * wv + C)[:, None]
+    t = tl.dot(tl.load(pv + ch + (4 * w4)[None, :] * s_pg, mask=v0[None, :], other=0.0), p0)
+    t = tl.dot(tl.load(pv + ch + (4 * w4 + 1)[None, :] * s_pg, mask=v1[None, :], other=0.0), p1, t)
+    t = tl.dot(tl.load(pv + ch + (4 * w4 + 2)[None, :] * s_pg, mask=v2[None, :], other=0.0), p2, t)
+    t = tl.dot(tl.load(pv + ch + (4 * w4 + 3)[None, :] * s_pg, mask=v3[None, :], other=0.0), p3, t)
+    return t
+
+
+@triton.jit
+def _pool_s(q16T, pk, s_pg, dd, w4, p, valid):
+    k = tl.load(pk + (4 * w4 + p)[:, None] * s_pg + dd[None, :], mask=valid[:, None], other=0.0)
+    return tl.where(valid[:, None], tl.dot(k, q16T), float("-inf"))
+
+
+@triton.jit
+def _attend_pool_words(
+    q16T,
+    m_i,
+    l_i,
+    acc0,
+    acc1,
+    acc2,
+    acc3,
+    acc4,
+    acc5,
+    acc6,
+    acc7,
+    pk,
+    pv,
+    s_pg,
+    first_tok,
+    seq_len,
+    dd,
+    w4,
+    wv,
+    NPL: tl.constexpr,
+):
+    """Online-softmax update with one fp16 pool block in the word path's planes (transposed);
+    rows at or past seq_len are masked."""
+    v0 = first_tok + 4 * w4 < seq_len
+    v1 = first_tok + 4 * w4 + 1 < seq_len
+    v2 = first_tok + 4 * w4 + 2 < seq_len
+    v3 = first_tok + 4 * w4 + 3 < seq_len
+    s0 = _pool_s(q16T, pk, s_pg, dd, w4, 0, v0)
+    s1 = _pool_s(q16T, pk, s_pg, dd, w4, 1, v1)
+    s2 = _pool_s(q16T, pk, s_pg, dd, w4, 2, v2)
+    s3 = _pool_s(q16T, pk, s_pg, dd, w4, 3, v3)
+    m_new = tl.maximum(m_i, tl.max(tl.maximum(tl.maximum(s0, s1), tl.maximum(s2, s3)), axis=0))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked row: no NaN
+    al = tl.exp2(m_i - m_safe)[None, :]
+    p0 = tl.exp2(s0 - m_safe[None, :])
+    p1 = tl.exp2(s1 - m_safe[None, :])
+    p2 = tl.exp2(s2 - m_safe[None, :])
+    p3 = tl.exp2(s3 - m_safe[None, :])
+    l_i = l_i * al + ((p0 + p1) + (p2 + p3))
+    p0 = p0.to(tl.float16)
+    p1 = p1.to(tl.float16)
+    p2 = p2.to(tl.float16)
+    p3 = p3.to(tl.float16)
+    acc0 = acc0 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 0, NPL)
+    acc1 = acc1 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 1, NPL)
+    acc2 = acc2 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 2, NPL)
+    acc3 = acc3 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 3, NPL)
+    if NPL == 8:
+        acc4 = acc4 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 4, NPL)
+        acc5 = acc5 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 5, NPL)
+        acc6 = acc6 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 6, NPL)
+        acc7 = acc7 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 7, NPL)
+    return m_new, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7
+
+
+@triton.jit
+def _decode_words(
+    q,
+    cache_f16,
+    head_off,
+    s_cb,
+    pool_k,
+    pool_v,
+    s_ps,
+    s_pg,
+    s_ph,
+    block_slot,
+    bt,
+    seq_len,
+    nblk,
+    c_end,
+    start,
+    end,
+    is_last,
+    kvh,
+    out_heads,
+    lse_base,
+    rmask,
+    IS_SPLIT: tl.constexpr,
+    QH: tl.constexpr,
+    D: tl.constexpr,
+    G: tl.constexpr,
+    VB: tl.constexpr,
+    K_CODES: tl.constexpr,
+    K_SCOL: tl.constexpr,
+    K_ZP: tl.constexpr,
+    K_SROW: tl.constexpr,
+    V_CODES: tl.constexpr,
+    V_SCOL: tl.constexpr,
+    V_SROW: tl.constexpr,
+    V_ZP: tl.constexpr,
+    DEQ: tl.constexpr,
+):
+    """The whole decode of one program in the word path; writes O (and the log2-sum-exp).
+    ``out_heads`` [QH] points at channel 0 of each query head's output row."""
+    G4: tl.constexpr = G // 4
+    VW: tl.constexpr = D * VB // 16
+    NPL: tl.constexpr = 16 // VB
+    dd = tl.arange(0, D)
+    w4 = tl.arange(0, G4)
+    wv = tl.arange(0, VW)
+    qT = tl.trans(q)  # [D, QH]
+    q16T = qT.to(tl.float16)
+    m_i = tl.full([QH], float("-inf"), tl.float32)
+    l_i = tl.zeros([G4, QH], tl.float32)  # per-token partial sums of p
+    acc0 = tl.zeros([VW, QH], tl.float32)
+    acc1 = tl.zeros([VW, QH], tl.float32)
+    acc2 = tl.zeros([VW, QH], tl.float32)
+    acc3 = tl.zeros([VW, QH], tl.float32)
+    acc4 = tl.zeros([VW, QH], tl.float32)  # acc4-7: VB == 2 only (eight channel planes)
+    acc5 = tl.zeros([VW, QH], tl.float32)
+    acc6 = tl.zeros([VW, QH], tl.float32)
+    acc7 = tl.zeros([VW, QH], tl.float32)
+
+    n_pool = tl.where(is_last & (nblk > 0), 1 + nblk - tl.maximum(c_end, 1), 0)
+    for i in range(0, n_pool):
+        blk = tl.where(i == 0, 0, c_end + i - 1)
+        phys = tl.load(bt + blk).to(tl.int64)
+        slot = tl.load(block_slot + phys).to(tl.int64)
+        if slot >= 0:
+            base = slot * s_ps + kvh * s_ph
+            m_i, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _attend_pool_words(
+                q16T,
+                m_i,
+                l_i,
+                acc0,
+                acc1,
+                acc2,
+                acc3,
+                acc4,
+                acc5,
+                acc6,
+                acc7,
+                pool_k + base,
+                pool_v + base,
+                s_pg,
+                blk * G,
+                seq_len,
+                dd,
+                w4,
+                wv,
+                NPL,
+            )
+        else:
+            m_i, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _attend_words(
+                qT,
+                q16T,
+                m_i,
+                l_i,
+                acc0,
+                acc1,
+                acc2,
+                acc3,
+                acc4,
+                acc5,
+                acc6,
+                acc7,
+                cache_f16,
+                phys * s_cb + head_off,
+                blk < nblk,
+                dd,
+                w4,
+                wv,
+                QH,
+                D,
+                G,
+                VB,
+                K_CODES,
+                K_SCOL,
+                K_ZP,
+                K_SROW,
+                V_CODES,
+                V_SCOL,
+                V_SROW,
+                V_ZP,
+                DEQ,
+            )
+    for blk in range(start, end):
+        phys = tl.load(bt + blk).to(tl.int64)
+        m_i, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _attend_words(
+            qT,
+            q16T,
+            m_i,
+            l_i,
+            acc0,
+            acc1,
+            acc2,
+            acc3,
+            acc4,
+            acc5,
+            acc6,
+            acc7,
+            cache_f16,
+            phys * s_cb + head_off,
+            blk < end,
+            dd,
+            w4,
+            wv,
+            QH,
+            D,
+            G,
+            VB,
+            K_CODES,
+            K_SCOL,
+            K_ZP,
+            K_SROW,
+            V_CODES,
+            V_SCOL,
+            V_SROW,
+            V_ZP,
+            DEQ,
+        )
+
+    l_i = tl.sum(l_i, axis=0)
+    # empty row or empty split: 0, never NaN
+    inv = tl.where(l_i > 0.0, 1.0 / tl.where(l_i > 0.0, l_i, 1.0), 0.0)[None, :]
+    m2 = rmask[None, :]
+    o = out_heads[None, :] + NPL * wv[:, None]  # [VW, QH]: channel NPL·w of each head
+    tl.store(o, acc0 * inv, mask=m2)
+    tl.store(o + 1, acc1 * inv, mask=m2)
+    tl.store(o + 2, acc2 * inv, mask=m2)
+    tl.store(o + 3, acc3 * inv, mask=m2)
+    if NPL == 8:
+        tl.store(o + 4, acc4 * inv, mask=m2)
+        tl.store(o + 5, acc5 * inv, mask=m2)
+        tl.store(o + 6, acc6 * inv, mask=m2)
+        tl.store(o + 7, acc7 * inv, mask=m2)
+    if IS_SPLIT:
+        lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
+        tl.store(lse_base, lse, mask=rmask)
+
+
 @triton.jit(do_not_specialize=["num_splits", "s_bt"])
 def _kvarn_decode_kernel(
     q_ptr,
@@ -379,139 +880,33 @@ def _kvarn_decode_kernel(
     bt = block_table + b.to(tl.int64) * s_bt
     head_off = kvh * s_ch
 
-    m_i = tl.full([QH], float("-inf"), tl.float32)
-    l_i = tl.zeros([QH, G2], tl.float32)  # per-token partial sums of p
-    acc0 = tl.zeros([QH, D4], tl.float32)
-    acc1 = tl.zeros([QH, D4], tl.float32)
-    acc2 = tl.zeros([QH, D4], tl.float32)
-    acc3 = tl.zeros([QH, D4], tl.float32)
-
-    # The sink and every block from comp_end on: normally all pool-resident (the unflushed tail), but
-    # the slot map decides, so a compressed block past comp_end is still read correctly. This loop
-    # is short and cold; the branch lives here, not in the compressed loop below.
     is_last = split == num_splits - 1
-    n_pool = tl.where(is_last & (nblk > 0), 1 + nblk - tl.maximum(c_end, 1), 0)
-    for i in range(0, n_pool):
-        blk = tl.where(i == 0, 0, c_end + i - 1)
-        phys = tl.load(bt + blk).to(tl.int64)
-        slot = tl.load(block_slot + phys).to(tl.int64)
-        if slot >= 0:
-            base = slot * s_ps + kvh * s_ph
-            m_i, l_i, acc0, acc1, acc2, acc3 = _attend_pool(
-                q16,
-                m_i,
-                l_i,
-                acc0,
-                acc1,
-                acc2,
-                acc3,
-                pool_k + base,
-                pool_v + base,
-                s_pg,
-                blk * G,
-                seq_len,
-                dd,
-                tok,
-                jq,
-            )
-        else:
-            (
-                kb,
-                kscol,
-                kzp,
-                ksr0,
-                ksr1,
-                ve,
-                vo,
-                ve2,
-                vo2,
-                vsr0,
-                vsr1,
-                vzp0,
-                vzp1,
-                vsc0,
-                vsc1,
-                vsc2,
-                vsc3,
-            ) = _load_record(
-                cache_u8,
-                cache_f16,
-                phys * s_cb + head_off,
-                blk < nblk,
-                dd,
-                tok,
-                jq,
-                D,
-                G,
-                VB,
-                K_CODES,
-                K_SCOL,
-                K_ZP,
-                K_SROW,
-                V_CODES,
-                V_SCOL,
-                V_SROW,
-                V_ZP,
-            )
-            m_i, l_i, acc0, acc1, acc2, acc3 = _attend_record(
-                q,
-                m_i,
-                l_i,
-                acc0,
-                acc1,
-                acc2,
-                acc3,
-                kb,
-                kscol,
-                kzp,
-                ksr0,
-                ksr1,
-                ve,
-                vo,
-                ve2,
-                vo2,
-                vsr0,
-                vsr1,
-                vzp0,
-                vzp1,
-                vsc0,
-                vsc1,
-                vsc2,
-                vsc3,
-                VB,
-                DEQ,
-            )
-
-    if PREFETCH:
-        has0 = start < end
-        phys_a = tl.load(bt + start, mask=has0, other=0).to(tl.int64)
-        phys_b = tl.load(bt + start + 1, mask=start + 1 < end, other=0).to(tl.int64)
-        (
-            kb,
-            kscol,
-            kzp,
-            ksr0,
-            ksr1,
-            ve,
-            vo,
-            ve2,
-            vo2,
-            vsr0,
-            vsr1,
-            vzp0,
-            vzp1,
-            vsc0,
-            vsc1,
-            vsc2,
-            vsc3,
-        ) = _load_record(
-            cache_u8,
+    o_base = out_ptr + b * s_ob + (kvh * QPK + r)[:, None] * s_oh + split * s_os
+    if DEQ >= 3:
+        _decode_words(
+            q,
             cache_f16,
-            phys_a * s_cb + head_off,
-            has0,
-            dd,
-            tok,
-            jq,
+            head_off,
+            s_cb,
+            pool_k,
+            pool_v,
+            s_ps,
+            s_pg,
+            s_ph,
+            block_slot,
+            bt,
+            seq_len,
+            nblk,
+            c_end,
+            start,
+            end,
+            is_last,
+            kvh,
+            out_ptr + b * s_ob + (kvh * QPK + r) * s_oh + split * s_os,
+            lse_ptr + b * s_lb + (kvh * QPK + r) * s_lh + split,
+            rmask,
+            IS_SPLIT,
+            QH,
             D,
             G,
             VB,
@@ -523,95 +918,115 @@ def _kvarn_decode_kernel(
             V_SCOL,
             V_SROW,
             V_ZP,
+            DEQ,
         )
-        for blk in range(start, end):
-            (
-                nkb,
-                nkscol,
-                nkzp,
-                nksr0,
-                nksr1,
-                nve,
-                nvo,
-                nve2,
-                nvo2,
-                nvsr0,
-                nvsr1,
-                nvzp0,
-                nvzp1,
-                nvsc0,
-                nvsc1,
-                nvsc2,
-                nvsc3,
-            ) = _load_record(
-                cache_u8,
-                cache_f16,
-                phys_b * s_cb + head_off,
-                blk + 1 < end,
-                dd,
-                tok,
-                jq,
-                D,
-                G,
-                VB,
-                K_CODES,
-                K_SCOL,
-                K_ZP,
-                K_SROW,
-                V_CODES,
-                V_SCOL,
-                V_SROW,
-                V_ZP,
-            )
-            phys_b = tl.load(bt + blk + 2, mask=blk + 2 < end, other=0).to(tl.int64)
-            m_i, l_i, acc0, acc1, acc2, acc3 = _attend_record(
-                q,
-                m_i,
-                l_i,
-                acc0,
-                acc1,
-                acc2,
-                acc3,
-                kb,
-                kscol,
-                kzp,
-                ksr0,
-                ksr1,
-                ve,
-                vo,
-                ve2,
-                vo2,
-                vsr0,
-                vsr1,
-                vzp0,
-                vzp1,
-                vsc0,
-                vsc1,
-                vsc2,
-                vsc3,
-                VB,
-                DEQ,
-            )
-            kb = nkb
-            kscol = nkscol
-            kzp = nkzp
-            ksr0 = nksr0
-            ksr1 = nksr1
-            ve = nve
-            vo = nvo
-            ve2 = nve2
-            vo2 = nvo2
-            vsr0 = nvsr0
-            vsr1 = nvsr1
-            vzp0 = nvzp0
-            vzp1 = nvzp1
-            vsc0 = nvsc0
-            vsc1 = nvsc1
-            vsc2 = nvsc2
-            vsc3 = nvsc3
     else:
-        for blk in range(start, end):
+        m_i = tl.full([QH], float("-inf"), tl.float32)
+        l_i = tl.zeros([QH, G2], tl.float32)  # per-token partial sums of p
+        acc0 = tl.zeros([QH, D4], tl.float32)
+        acc1 = tl.zeros([QH, D4], tl.float32)
+        acc2 = tl.zeros([QH, D4], tl.float32)
+        acc3 = tl.zeros([QH, D4], tl.float32)
+
+        # The sink and every block from comp_end on: normally all pool-resident (the unflushed tail), but
+        # the slot map decides, so a compressed block past comp_end is still read correctly. This loop
+        # is short and cold; the branch lives here, not in the compressed loop below.
+        n_pool = tl.where(is_last & (nblk > 0), 1 + nblk - tl.maximum(c_end, 1), 0)
+        for i in range(0, n_pool):
+            blk = tl.where(i == 0, 0, c_end + i - 1)
             phys = tl.load(bt + blk).to(tl.int64)
+            slot = tl.load(block_slot + phys).to(tl.int64)
+            if slot >= 0:
+                base = slot * s_ps + kvh * s_ph
+                m_i, l_i, acc0, acc1, acc2, acc3 = _attend_pool(
+                    q16,
+                    m_i,
+                    l_i,
+                    acc0,
+                    acc1,
+                    acc2,
+                    acc3,
+                    pool_k + base,
+                    pool_v + base,
+                    s_pg,
+                    blk * G,
+                    seq_len,
+                    dd,
+                    tok,
+                    jq,
+                )
+            else:
+                (
+                    kb,
+                    kscol,
+                    kzp,
+                    ksr0,
+                    ksr1,
+                    ve,
+                    vo,
+                    ve2,
+                    vo2,
+                    vsr0,
+                    vsr1,
+                    vzp0,
+                    vzp1,
+                    vsc0,
+                    vsc1,
+                    vsc2,
+                    vsc3,
+                ) = _load_record(
+                    cache_u8,
+                    cache_f16,
+                    phys * s_cb + head_off,
+                    blk < nblk,
+                    dd,
+                    tok,
+                    jq,
+                    D,
+                    G,
+                    VB,
+                    K_CODES,
+                    K_SCOL,
+                    K_ZP,
+                    K_SROW,
+                    V_CODES,
+                    V_SCOL,
+                    V_SROW,
+                    V_ZP,
+                )
+                m_i, l_i, acc0, acc1, acc2, acc3 = _attend_record(
+                    q,
+                    m_i,
+                    l_i,
+                    acc0,
+                    acc1,
+                    acc2,
+                    acc3,
+                    kb,
+                    kscol,
+                    kzp,
+                    ksr0,
+                    ksr1,
+                    ve,
+                    vo,
+                    ve2,
+                    vo2,
+                    vsr0,
+                    vsr1,
+                    vzp0,
+                    vzp1,
+                    vsc0,
+                    vsc1,
+                    vsc2,
+                    vsc3,
+                    VB,
+                    DEQ,
+                )
+
+        if PREFETCH:
+            has0 = start < end
+            phys_a = tl.load(bt + start, mask=has0, other=0).to(tl.int64)
+            phys_b = tl.load(bt + start + 1, mask=start + 1 < end, other=0).to(tl.int64)
             (
                 kb,
                 kscol,
@@ -633,8 +1048,8 @@ def _kvarn_decode_kernel(
             ) = _load_record(
                 cache_u8,
                 cache_f16,
-                phys * s_cb + head_off,
-                blk < end,
+                phys_a * s_cb + head_off,
+                has0,
                 dd,
                 tok,
                 jq,
@@ -650,47 +1065,172 @@ def _kvarn_decode_kernel(
                 V_SROW,
                 V_ZP,
             )
-            m_i, l_i, acc0, acc1, acc2, acc3 = _attend_record(
-                q,
-                m_i,
-                l_i,
-                acc0,
-                acc1,
-                acc2,
-                acc3,
-                kb,
-                kscol,
-                kzp,
-                ksr0,
-                ksr1,
-                ve,
-                vo,
-                ve2,
-                vo2,
-                vsr0,
-                vsr1,
-                vzp0,
-                vzp1,
-                vsc0,
-                vsc1,
-                vsc2,
-                vsc3,
-                VB,
-                DEQ,
-            )
+            for blk in range(start, end):
+                (
+                    nkb,
+                    nkscol,
+                    nkzp,
+                    nksr0,
+                    nksr1,
+                    nve,
+                    nvo,
+                    nve2,
+                    nvo2,
+                    nvsr0,
+                    nvsr1,
+                    nvzp0,
+                    nvzp1,
+                    nvsc0,
+                    nvsc1,
+                    nvsc2,
+                    nvsc3,
+                ) = _load_record(
+                    cache_u8,
+                    cache_f16,
+                    phys_b * s_cb + head_off,
+                    blk + 1 < end,
+                    dd,
+                    tok,
+                    jq,
+                    D,
+                    G,
+                    VB,
+                    K_CODES,
+                    K_SCOL,
+                    K_ZP,
+                    K_SROW,
+                    V_CODES,
+                    V_SCOL,
+                    V_SROW,
+                    V_ZP,
+                )
+                phys_b = tl.load(bt + blk + 2, mask=blk + 2 < end, other=0).to(tl.int64)
+                m_i, l_i, acc0, acc1, acc2, acc3 = _attend_record(
+                    q,
+                    m_i,
+                    l_i,
+                    acc0,
+                    acc1,
+                    acc2,
+                    acc3,
+                    kb,
+                    kscol,
+                    kzp,
+                    ksr0,
+                    ksr1,
+                    ve,
+                    vo,
+                    ve2,
+                    vo2,
+                    vsr0,
+                    vsr1,
+                    vzp0,
+                    vzp1,
+                    vsc0,
+                    vsc1,
+                    vsc2,
+                    vsc3,
+                    VB,
+                    DEQ,
+                )
+                kb = nkb
+                kscol = nkscol
+                kzp = nkzp
+                ksr0 = nksr0
+                ksr1 = nksr1
+                ve = nve
+                vo = nvo
+                ve2 = nve2
+                vo2 = nvo2
+                vsr0 = nvsr0
+                vsr1 = nvsr1
+                vzp0 = nvzp0
+                vzp1 = nvzp1
+                vsc0 = nvsc0
+                vsc1 = nvsc1
+                vsc2 = nvsc2
+                vsc3 = nvsc3
+        else:
+            for blk in range(start, end):
+                phys = tl.load(bt + blk).to(tl.int64)
+                (
+                    kb,
+                    kscol,
+                    kzp,
+                    ksr0,
+                    ksr1,
+                    ve,
+                    vo,
+                    ve2,
+                    vo2,
+                    vsr0,
+                    vsr1,
+                    vzp0,
+                    vzp1,
+                    vsc0,
+                    vsc1,
+                    vsc2,
+                    vsc3,
+                ) = _load_record(
+                    cache_u8,
+                    cache_f16,
+                    phys * s_cb + head_off,
+                    blk < end,
+                    dd,
+                    tok,
+                    jq,
+                    D,
+                    G,
+                    VB,
+                    K_CODES,
+                    K_SCOL,
+                    K_ZP,
+                    K_SROW,
+                    V_CODES,
+                    V_SCOL,
+                    V_SROW,
+                    V_ZP,
+                )
+                m_i, l_i, acc0, acc1, acc2, acc3 = _attend_record(
+                    q,
+                    m_i,
+                    l_i,
+                    acc0,
+                    acc1,
+                    acc2,
+                    acc3,
+                    kb,
+                    kscol,
+                    kzp,
+                    ksr0,
+                    ksr1,
+                    ve,
+                    vo,
+                    ve2,
+                    vo2,
+                    vsr0,
+                    vsr1,
+                    vzp0,
+                    vzp1,
+                    vsc0,
+                    vsc1,
+                    vsc2,
+                    vsc3,
+                    VB,
+                    DEQ,
+                )
 
-    l_i = tl.sum(l_i, axis=1)
-    # empty row or empty split: 0, never NaN
-    inv = tl.where(l_i > 0.0, 1.0 / tl.where(l_i > 0.0, l_i, 1.0), 0.0)
-    o_base = out_ptr + b * s_ob + (kvh * QPK + r)[:, None] * s_oh + split * s_os
-    m2 = rmask[:, None]
-    tl.store(o_base + (4 * jq)[None, :], acc0 * inv[:, None], mask=m2)
-    tl.store(o_base + (4 * jq + 1)[None, :], acc1 * inv[:, None], mask=m2)
-    tl.store(o_base + (4 * jq + 2)[None, :], acc2 * inv[:, None], mask=m2)
-    tl.store(o_base + (4 * jq + 3)[None, :], acc3 * inv[:, None], mask=m2)
-    if IS_SPLIT:
-        lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
-        tl.store(lse_ptr + b * s_lb + (kvh * QPK + r) * s_lh + split, lse, mask=rmask)
+        l_i = tl.sum(l_i, axis=1)
+        # empty row or empty split: 0, never NaN
+        inv = tl.where(l_i > 0.0, 1.0 / tl.where(l_i > 0.0, l_i, 1.0), 0.0)
+        m2 = rmask[:, None]
+        tl.store(o_base + (4 * jq)[None, :], acc0 * inv[:, None], mask=m2)
+        tl.store(o_base + (4 * jq + 1)[None, :], acc1 * inv[:, None], mask=m2)
+        tl.store(o_base + (4 * jq + 2)[None, :], acc2 * inv[:, None], mask=m2)
+        tl.store(o_base + (4 * jq + 3)[None, :], acc3 * inv[:, None], mask=m2)
+        if IS_SPLIT:
+            lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
+            tl.store(lse_ptr + b * s_lb + (kvh * QPK + r) * s_lh + split, lse, mask=rmask)
 
 
 @triton.jit(do_not_specialize=["num_splits"])
@@ -800,8 +1340,8 @@ def kvarn_decode(
     max_seq_len: int | None = None,
     num_splits: int | None = None,
     workspace: DecodeWorkspace | None = None,
-    num_warps: int = 4,
-    deq: int = 1,
+    num_warps: int | None = None,
+    deq: int = 3,
     prefetch: bool = False,
 ) -> torch.Tensor:
     """Decode attention over the two-tier cache; q [B, Hq, D] un-rotated; returns [B, Hq, D] in
@@ -839,6 +1379,9 @@ def kvarn_decode(
     if b == 0:
         return out.to(q.dtype)
     lo = layout
+    words = deq == 3
+    if num_warps is None:
+        num_warps = WARPS.get(d, 2) if words and q.is_cuda else 4
     common = dict(
         QPK=qpk,
         QH=max(8, triton.next_power_of_2(qpk)),  # the MMA's M side; 8 pads less than 16
@@ -853,12 +1396,14 @@ def kvarn_decode(
         V_SCOL=lo.v_scol,
         V_SROW=lo.v_srow,
         V_ZP=lo.v_zp,
-        DEQ=2 if deq == 1 and q.is_cuda else deq,  # 2: DEQ 1's codes, unpacked 4 bytes at a time
+        # on CUDA the same codes through PTX: 1 -> 2 (4 bytes at a time), 3 -> 4 (two words at a time)
+        DEQ={1: 2, 3: 4}.get(deq, deq) if q.is_cuda else deq,
         PREFETCH=prefetch,
         num_warps=num_warps,
     )
-    if q.is_cuda and MAXNREG.get(d):
-        common["maxnreg"] = MAXNREG[d]
+    cap = (MAXNREG if words else MAXNREG_BYTES).get(d)
+    if q.is_cuda and cap:
+        common["maxnreg"] = cap
     args = (
         q_rot,
         q_rot.stride(0),
