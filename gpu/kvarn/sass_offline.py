@@ -24,7 +24,7 @@ os.environ["TRITON_INTERPRET"] = "0"  # compile for real, even without a GPU
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import _load  # noqa: E402,F401
+import _load  # noqa: E402
 import triton  # noqa: E402
 from kvarn_ops import layout  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -121,7 +121,7 @@ def loops(sass: str):
     for m in LINE.finditer(sass):
         instrs.append((int(m.group(1), 16), m.group(3), m.group(4)))
     out = []
-    for i, (addr, op, args) in enumerate(instrs):
+    for addr, op, args in instrs:
         if op.startswith("BRA"):
             t = re.search(r"0x([0-9a-f]+)", args)
             if t and int(t.group(1), 16) <= addr:
