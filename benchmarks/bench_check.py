@@ -18,15 +18,20 @@ Workloads:
 - ``shipped``: the series of this repository on vLLM 0.29.0 from PyPI (warm cache). When the manifest
   names no export point or there is no ``patches/fork.bundle``, a copy of the repository gets one
   export point, ``import`` builds the fork and ``export --bundle`` records it (what a maintainer does).
-- ``synth-P-F``: P synthetic patches over a synthetic F-file tree (``synth.py``, seeded), given to check
-  as a ``dir:`` source, with a manifest, a fork (``import``) and its bundle (``export --bundle``) made
-  by the benchmark in the same way.
+- ``synth-P-F``: P synthetic patches over a synthetic F-file tree (``synth.py``, seeded), packed as a
+  wheel on a local find-links index and given to check as ``pypi:vllm==1.0.0``, as the shipped series
+  names its release (the wheel is fetched into the benchmark's own cache once, untimed), with a
+  manifest, a fork (``import``) and its bundle (``export --bundle``) made by the benchmark in the same
+  way. ``synth-P-F-dir``: the same, with the tree given as ``dir:PATH`` (a mutable source: every run
+  stats its files to know whether the cached base commit still holds).
 
 Each process runs under GNU ``/usr/bin/time``: wall time is measured around it, peak memory is time's
 ``%M`` (the largest resident set of any process of the tree: the process itself or any child it waited
 for, from wait4's ``ru_maxrss``). Before the timed
 runs each command runs once untimed (warm caches, base commit built). Runs are interleaved (ours,
-baseline, ours, ...; the first of each pair alternates) so machine load hits both sides alike.
+baseline, ours, ...; the first of each pair alternates) so machine load hits both sides alike, and the
+workloads take turns (round i of every workload, then round i + 1), so the 3,000- and 30,000-file
+figures of the same series, compared in the closing table, see the same load.
 
 Run:  .venv/bin/python benchmarks/bench_check.py [--runs 5] [--seed 1] [--workloads shipped,synth-50-3000,...]
 Not a timed test: the figures go into docs/performance.md ("## check and export").
@@ -140,6 +145,7 @@ class Workload:
     tip: str
     steps: list[tuple[str, Path]]  # ("patch", file) | ("copy", directory), in series order
     description: str
+    env: dict[str, str] = field(default_factory=dict)  # added to every command's environment
     results: dict[str, list[Sample]] = field(default_factory=dict)
 
 
@@ -147,15 +153,24 @@ def tool(*args: str) -> list[str]:
     return [str(TOOL), *args]
 
 
-def finish_fork(repo: Path, work: Path, *, bundle: bool = True) -> tuple[Path, str, str]:
+def finish_fork(
+    repo: Path, work: Path, *, bundle: bool = True, env: dict[str, str] | None = None
+) -> tuple[Path, str, str]:
     """import (the fork) and, with ``bundle``, export --bundle (manifest SHAs, canonical files, the
     bundle); return (fork, base, tip) of the manifest's first export point."""
     from hyperqwen_patches.manifest import load_manifest
 
     fork = work / "fork"
-    run(tool("import", "--repo", str(repo), "--into", str(fork), "--create"), cwd=work)
+    tool_env = {**git_env(), **(env or {})}
+    run(
+        tool("import", "--repo", str(repo), "--into", str(fork), "--create"), cwd=work, env=tool_env
+    )
     if bundle:
-        run(tool("export", "--repo", str(repo), "--fork", str(fork), "--bundle"), cwd=work)
+        run(
+            tool("export", "--repo", str(repo), "--fork", str(fork), "--bundle"),
+            cwd=work,
+            env=tool_env,
+        )
     branch = load_manifest(repo).export_points[0].branch
     tip = run(["git", "rev-parse", f"refs/heads/{branch}"], cwd=fork).decode().strip()
     base = run(["git", "rev-list", "--max-parents=0", tip], cwd=fork).decode().split()[0]
@@ -216,13 +231,30 @@ def setup_shipped(work: Path) -> Workload:
     )
 
 
-def setup_synth(work: Path, patches: int, files: int, seed: int) -> Workload:
+def setup_synth(work: Path, patches: int, files: int, seed: int, *, source: str) -> Workload:
+    """P patches over an F-file tree. ``source`` ``wheel``: the tree packed as a wheel on a local
+    find-links index, named ``pypi:vllm==1.0.0`` (immutable, verified once: the shipped series' kind);
+    ``dir``: the directory itself (``dir:``, which a run must stat in full to trust its cached base)."""
     # The tree depends on (files, seed) only: workloads of the same size share it (and its cached base).
     tree = work.parent / f"tree-{files}-{seed}"
     if tree.exists():
         contents = synth.read_tree(tree, files=files)
     else:
         contents = synth.write_tree(tree, files=files, seed=seed)
+    if source == "wheel":
+        links = work.parent / f"index-{files}-{seed}"
+        if not links.exists():
+            synth.write_wheel(links, contents, version="1.0.0")
+        # One cache per tree: the release's cache entry and base commit are keyed by name and version.
+        env = {
+            "HQP_CACHE": str(work.parent / f"cache-wheel-{files}-{seed}"),
+            "PIP_FIND_LINKS": str(links),
+            "PIP_NO_INDEX": "1",
+        }
+        spec = "pypi:vllm==1.0.0"
+    else:
+        env = {"HQP_CACHE": str(work.parent / "cache")}
+        spec = f"dir:{tree}"
     series = synth.make_series(contents, patches=patches, seed=seed)
     repo = work / "repo"
     (repo / "patches").mkdir(parents=True)
@@ -232,19 +264,20 @@ def setup_synth(work: Path, patches: int, files: int, seed: int) -> Workload:
     for name, data in zip(names, series.patches, strict=True):
         (repo / f"patches/{name}.patch").write_bytes(data)
     (repo / "patches/manifest.yaml").write_text(
-        synth.manifest_text(pin="1.0.0", source=f"dir:{tree}", rows=names, branch=BRANCH)
+        synth.manifest_text(pin="1.0.0", source=spec, rows=names, branch=BRANCH)
     )
-    run(tool("render", "--repo", str(repo)), cwd=work)
-    fork, base, tip = finish_fork(repo, work)
+    run(tool("render", "--repo", str(repo)), cwd=work, env={**git_env(), **env})
+    fork, base, tip = finish_fork(repo, work, env=env)
     return Workload(
-        f"synth-{patches}-{files}",
+        f"synth-{patches}-{files}" + ("-dir" if source == "dir" else ""),
         repo,
         fork,
         base,
         tip,
         series_steps(repo),
         f"{patches} patches ({series.hunks} hunks, {series.touched} files touched) over {files} files "
-        f"(seed {seed})",
+        f"(seed {seed}), as {'a wheel (pypi:vllm==1.0.0 from a local index)' if source == 'wheel' else 'dir:'}",
+        env=env,
     )
 
 
@@ -295,11 +328,9 @@ Command = tuple[list[str], Path, dict[str, str]]  # argv, cwd, environment
 def commands(w: Workload, scratch: Path, before: Path | None) -> dict[str, Command]:
     (scratch / "check.sh").write_text(baseline_check_script(w, scratch))
     (scratch / "export.sh").write_text(baseline_export_script(w, scratch))
-    env = git_env()
-    if w.name != "shipped":
-        # The synthetic trees' cached base commits live and die with the benchmark's directory (the
-        # shipped series uses the user's warm cache: its wheel and base commit).
-        env["HQP_CACHE"] = str(w.repo.parent.parent / "cache")
+    # The synthetic trees' caches live and die with the benchmark's directory (the shipped series
+    # uses the user's warm cache: its wheel and base commit).
+    env = {**git_env(), **w.env}
     cmds: dict[str, Command] = {
         "check": (tool("check"), w.repo, env),
         "baseline check": (["bash", str(scratch / "check.sh")], scratch, env),
@@ -326,9 +357,10 @@ GROUPS = (
 )
 
 
-def bench(w: Workload, runs: int, scratch: Path, before: Path | None) -> None:
+def warm_up(w: Workload, scratch: Path, before: Path | None) -> dict[str, Command]:
+    """Run each command once, untimed (caches filled, base commit built); each one must pass."""
     cmds = commands(w, scratch, before)
-    for name, (argv, cwd, env) in cmds.items():  # warm-up, untimed; also proves each one passes
+    for name, (argv, cwd, env) in cmds.items():
         sample = measure(argv, cwd=cwd, env=env)
         if sample.code != 0:
             raise SystemExit(
@@ -337,17 +369,20 @@ def bench(w: Workload, runs: int, scratch: Path, before: Path | None) -> None:
             )
         shutil.rmtree(scratch / "export", ignore_errors=True)
     w.results = {name: [] for name in cmds}
-    for i in range(runs):
-        for group in GROUPS:
-            names = [n for n in group if n in cmds]
-            # The first of each group rotates, so a warmer or quieter moment favours no side.
-            for name in names[i % len(names) :] + names[: i % len(names)]:
-                argv, cwd, env = cmds[name]
-                sample = measure(argv, cwd=cwd, env=env)
-                if sample.code != 0:
-                    raise SystemExit(f"{w.name}: {name} exited {sample.code} in run {i + 1}")
-                w.results[name].append(sample)
-                shutil.rmtree(scratch / "export", ignore_errors=True)
+    return cmds
+
+
+def timed_round(w: Workload, cmds: dict[str, Command], i: int, scratch: Path) -> None:
+    for group in GROUPS:
+        names = [n for n in group if n in cmds]
+        # The first of each group rotates, so a warmer or quieter moment favours no side.
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            argv, cwd, env = cmds[name]
+            sample = measure(argv, cwd=cwd, env=env)
+            if sample.code != 0:
+                raise SystemExit(f"{w.name}: {name} exited {sample.code} in run {i + 1}")
+            w.results[name].append(sample)
+            shutil.rmtree(scratch / "export", ignore_errors=True)
 
 
 def fmt(samples: list[Sample]) -> tuple[str, str, str, float]:
@@ -418,6 +453,7 @@ def main() -> int:
         before = top / "before" / "src"
     load_before = os.getloadavg()
     done: list[Workload] = []
+    ready: list[tuple[Workload, dict[str, Command], Path]] = []
     try:
         for name in args.workloads.split(","):
             work = top / name
@@ -428,22 +464,26 @@ def main() -> int:
             if name == "shipped":
                 w = setup_shipped(work)
             else:
-                m = re.fullmatch(r"synth-(\d+)-(\d+)", name)
+                m = re.fullmatch(r"synth-(\d+)-(\d+)(-dir)?", name)
                 if m is None:
                     print(f"unknown workload {name!r}", file=sys.stderr)
                     return 2
-                w = setup_synth(work, int(m[1]), int(m[2]), args.seed)
-            print(
-                f"{w.name}: {w.description}; set up in {time.perf_counter() - t0:.0f} s", flush=True
-            )
+                source = "dir" if m[3] else "wheel"
+                w = setup_synth(work, int(m[1]), int(m[2]), args.seed, source=source)
             scratch = work / "scratch"
             scratch.mkdir()
-            bench(w, args.runs, scratch, before)
-            done.append(w)
-            print(table([w]).splitlines()[-2], flush=True)
-            print(table([w]).splitlines()[-1], flush=True)
-            if args.keep is None:
-                shutil.rmtree(work, ignore_errors=True)
+            ready.append((w, warm_up(w, scratch, before), scratch))
+            print(
+                f"{w.name}: {w.description}; set up and warmed in {time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
+        # Round-robin over the workloads as well as within them: a change of load during the run
+        # hits every workload alike, so the 3,000- and 30,000-file figures compare fairly.
+        for i in range(args.runs):
+            for w, cmds, scratch in ready:
+                timed_round(w, cmds, i, scratch)
+            print(f"round {i + 1} of {args.runs} done", flush=True)
+        done = [w for w, _, _ in ready]
     finally:
         if args.keep is None:
             shutil.rmtree(top, ignore_errors=True)
@@ -457,7 +497,33 @@ def main() -> int:
         print(f"- {w.name}: {w.description}")
     print()
     print(table(done))
+    scaling = scaling_table(done)
+    if scaling:
+        print(scaling)
     return 0
+
+
+def scaling_table(workloads: list[Workload]) -> str:
+    """``check`` at 3,000 against 30,000 files for each series measured at both sizes."""
+    by = {w.name: w for w in workloads}
+    rows = []
+    for w in workloads:
+        m = re.fullmatch(r"synth-(\d+)-3000(-dir)?", w.name)
+        big = by.get(f"synth-{m[1]}-30000{m[2] or ''}") if m else None
+        if m is None or big is None:
+            continue
+        small_med = statistics.median(s.wall for s in w.results["check"])
+        big_med = statistics.median(s.wall for s in big.results["check"])
+        rows.append(
+            f"| {m[1]} | {'dir' if m[2] else 'wheel'} | {small_med:.2f} | {big_med:.2f} "
+            f"| {100 * (big_med / small_med - 1):+.0f}% |"
+        )
+    if not rows:
+        return ""
+    return (
+        "| patches | source | `check` at 3,000 files (s) | at 30,000 files (s) | change |\n"
+        "| ---: | --- | ---: | ---: | ---: |\n" + "\n".join(rows) + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 The tree is ``vllm/pkg<k>/mod<i>.py`` files of 40 to 160 lines. Every line is unique within its file
 (``value_<file>_<line> = ...``, ``def f_<file>_<line>():``) apart from blank lines, so no hunk's context
 can match in two places: ``check`` fails an ambiguous placement, and the benchmark measures passing runs.
+The tree is written to a directory (a ``dir:`` source) and, for the benchmark's default, packed as a
+wheel served from a local find-links index (a ``pypi:`` source, the kind the shipped series uses).
 The series is made on the evolving tree (each patch is a diff of the state the previous patches left), so
 it applies in order at fuzz 0; each patch touches 1 to 3 files with 1 to 3 hunks each, so the patches'
 size does not depend on the tree's size and the 3,000- and 30,000-file workloads carry series of the
@@ -11,8 +13,11 @@ same shape.
 
 from __future__ import annotations
 
+import base64
 import difflib
+import hashlib
 import random
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +65,37 @@ def write_tree(root: Path, *, files: int, seed: int) -> dict[int, bytes]:
 def read_tree(root: Path, *, files: int) -> dict[int, bytes]:
     """What :func:`write_tree` returned, read back from ``root``."""
     return {index: (root / tree_path(index)).read_bytes() for index in range(files)}
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def write_wheel(directory: Path, contents: dict[int, bytes], *, version: str) -> Path:
+    """The tree as a pure-Python wheel ``vllm-<version>-py3-none-any.whl`` in ``directory`` (a
+    find-links package index), with a RECORD, so ``check`` can take it as ``pypi:vllm==<version>``
+    the way it takes the real release. Byte-identical for the same contents (fixed member times)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    dist = f"vllm-{version}.dist-info"
+    members = [(tree_path(index), contents[index]) for index in sorted(contents)]
+    members += [
+        (f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode()),
+        (
+            f"{dist}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: synth\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        ),
+    ]
+    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in members)
+    members.append((f"{dist}/RECORD", (record + f"{dist}/RECORD,,\n").encode()))
+    wheel = directory / f"vllm-{version}-py3-none-any.whl"
+    staged = wheel.with_suffix(".partial")
+    with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for name, data in members:
+            info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=1)
+    staged.rename(wheel)
+    return wheel
 
 
 def _edit(rng: random.Random, content: bytes, hunks: int, tag: int) -> bytes:

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -131,7 +132,11 @@ def test_cold_then_warm_and_offline(
         assert tree.read(b"hqpfake/missing.py") is None
     assert pip_runs(caplog) == 1
     entry = tmp_path / "cache/pypi/hqpfake-1.0-wheel"
-    assert sorted(p.name for p in entry.iterdir()) == ["hqpfake-1.0-py3-none-any.whl", "index.json"]
+    assert sorted(p.name for p in entry.iterdir()) == [
+        "hqpfake-1.0-py3-none-any.whl",
+        "index.json",
+        "members.sqlite",
+    ]
     assert not list((tmp_path / "cache/pypi").glob(".tmp-*"))
     # Offline: the index is gone; the warm cache needs no registry at all.
     for wheel in local_index.iterdir():
@@ -207,49 +212,75 @@ def test_silently_corrupted_member_is_detected_on_read_and_refetched(
     assert any("is corrupt" in r.getMessage() for r in caplog.records)
 
 
-def test_an_entry_indexed_without_offsets_gains_them_without_a_download(
+def test_a_format_1_entry_is_upgraded_in_place_without_a_download(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Entries written before the index kept member offsets stay usable offline: the offsets are
-    added once from the wheel's central directory, and the reads are the same bytes."""
+    """Entries written before the member table (every hash in index.json, format 1) stay usable
+    offline: the table is built once from the index and the wheel's central directory, and the
+    reads are the same bytes."""
     caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
         before = {p: tree.read(p) for p in tree.paths()}
-    index_file = tmp_path / "cache/pypi/hqpfake-1.0-wheel/index.json"
-    index = json.loads(index_file.read_bytes())
-    offsets = index.pop("at")
-    index_file.write_text(json.dumps(index))
+    entry = tmp_path / "cache/pypi/hqpfake-1.0-wheel"
+    index = json.loads((entry / "index.json").read_bytes())
+    assert index["format"] == 2 and "text" not in index  # per-member data is in the table only
+    old = {
+        **index,
+        "format": 1,
+        "text": {p.decode(): record_hash(data) for p, data in before.items() if data is not None},
+    }
+    (entry / "index.json").write_text(json.dumps(old))
+    (entry / "members.sqlite").unlink()
     for wheel in local_index.iterdir():  # offline: a download would fail
         wheel.unlink()
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        assert tree.paths() == sorted(before)
         assert {p: tree.read(p) for p in tree.paths()} == before
     assert pip_runs(caplog) == 1
-    assert json.loads(index_file.read_bytes())["at"] == offsets
+    assert json.loads((entry / "index.json").read_bytes()) == index
+    assert sorted(p.name for p in entry.iterdir()) == [
+        "hqpfake-1.0-py3-none-any.whl",
+        "index.json",
+        "members.sqlite",
+    ]
 
 
 @pytest.mark.parametrize("where", ["another member", "past the end", "inside a member"])
-def test_a_wrong_offset_in_the_index_is_caught_and_refetched(
+def test_a_wrong_offset_in_the_member_table_is_caught_and_refetched(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str
 ) -> None:
-    """The index is trusted for where a member lies, never for what it holds: a read that lands on
+    """The table is trusted for where a member lies, never for what it holds: a read that lands on
     another member, past the end or on no header at all is a corrupt entry, fetched again."""
     caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     entry = tmp_path / "cache/pypi/hqpfake-1.0-wheel"
-    index = json.loads((entry / "index.json").read_bytes())
-    size = (entry / index["file"]).stat().st_size
-    at = index["at"]
-    target = "hqpfake/stored.txt"
-    at[target][0] = {
-        "another member": at["hqpfake/__init__.py"][0],
-        "past the end": size + 10,
-        "inside a member": at[target][0] + 7,
-    }[where]
-    (entry / "index.json").write_text(json.dumps(index))
+    size = next(entry.glob("*.whl")).stat().st_size
+    con = sqlite3.connect(entry / "members.sqlite")
+    (other,) = con.execute(
+        "SELECT header FROM members WHERE path = ?", (b"hqpfake/__init__.py",)
+    ).fetchone()
+    (mine,) = con.execute(
+        "SELECT header FROM members WHERE path = ?", (b"hqpfake/stored.txt",)
+    ).fetchone()
+    wrong = {"another member": other, "past the end": size + 10, "inside a member": mine + 7}[where]
+    con.execute("UPDATE members SET header = ? WHERE path = ?", (wrong, b"hqpfake/stored.txt"))
+    con.commit()
+    con.close()
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
-        assert tree.read(target.encode()) == MARKER * 4
+        assert tree.read(b"hqpfake/stored.txt") == MARKER * 4
     assert pip_runs(caplog) == 2
     assert any("is corrupt" in r.getMessage() for r in caplog.records)
+
+
+def test_a_missing_member_table_means_a_fresh_fetch(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
+    (tmp_path / "cache/pypi/hqpfake-1.0-wheel/members.sqlite").unlink()
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        assert tree.read(b"hqpfake/__init__.py") == b"VERSION = '1.0'\n"
+    assert pip_runs(caplog) == 2
 
 
 def test_a_wheel_failing_its_record_is_never_cached(

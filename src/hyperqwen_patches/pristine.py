@@ -45,7 +45,7 @@ import time
 import uuid
 import zlib
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,9 +56,14 @@ from hyperqwen_patches.errors import EnvironmentProblem, UsageError
 if TYPE_CHECKING:
     import zipfile
 
+    from hyperqwen_patches.wheelmembers import Member
+
 log = logging.getLogger(__name__)
 
-INDEX_FORMAT = 1
+# 2: the members' hashes and offsets in the member table (wheelmembers.py); 1: every member's hash in
+# index.json (upgraded in place on first use, no download).
+INDEX_FORMAT = 2
+_READABLE_FORMATS = (1, 2)
 SNIFF_BYTES = 8000  # git's buffer for its binary heuristic (a NUL byte in the first 8,000 bytes)
 
 
@@ -340,59 +345,67 @@ _LOCAL_HEADER_SIZE = 30
 
 
 class WheelTree(PristineTree):
-    """A cached wheel read in place: each member found by its indexed offset, checked against RECORD."""
+    """A cached wheel read in place: each member found through the member table, checked against RECORD."""
 
     def __init__(
         self, entry: Path, index: dict, *, on_corrupt: Callable[[], WheelTree] | None
     ) -> None:
+        from hyperqwen_patches import wheelmembers
+
         self.entry = entry
         self.index = index
         self.label = index["label"]
-        self._text: dict[str, str] = index["text"]  # path → RECORD hash
-        # path → [local header offset, compressed size, method]; from the index (see _member_offsets)
-        self._at: dict[str, list[int]] = index["at"]
+        self._members = wheelmembers.Members(entry / wheelmembers.FILE)
         self._on_corrupt = on_corrupt
         self._replacement: WheelTree | None = None
-        self._fd: int | None = os.open(entry / index["file"], os.O_RDONLY)
+        try:
+            self._fd: int | None = os.open(entry / index["file"], os.O_RDONLY)
+        except OSError:
+            self._members.close()
+            raise
 
-    def _member(self, name: str) -> bytes:
+    def _member(self, path: bytes) -> bytes | None:
+        member = self._members.get(path)
+        if member is None:
+            return None
         assert self._fd is not None
-        offset, size, method = self._at[name]
-        head = os.pread(self._fd, _LOCAL_HEADER_SIZE, offset)
+        head = os.pread(self._fd, _LOCAL_HEADER_SIZE, member.header)
         if len(head) != _LOCAL_HEADER_SIZE or not head.startswith(_LOCAL_HEADER):
-            raise _BadMember(f"{name}: no local file header at offset {offset}")
+            raise _BadMember(f"{_show_path(path)}: no local file header at offset {member.header}")
         name_len, extra_len = struct.unpack_from("<HH", head, 26)
-        raw = os.pread(self._fd, size, offset + _LOCAL_HEADER_SIZE + name_len + extra_len)
-        if len(raw) != size:
-            raise _BadMember(f"{name}: truncated ({len(raw)} of {size} bytes)")
-        if method == 0:  # stored
-            return raw
-        if method == 8:  # deflated, raw stream
-            return zlib.decompress(raw, -15)
-        raise _BadMember(f"{name}: compression method {method} is not supported")
+        start = member.header + _LOCAL_HEADER_SIZE + name_len + extra_len
+        raw = os.pread(self._fd, member.size, start)
+        if len(raw) != member.size:
+            raise _BadMember(f"{_show_path(path)}: truncated ({len(raw)} of {member.size} bytes)")
+        if member.method == 0:  # stored
+            data = raw
+        elif member.method == 8:  # deflated, a raw stream
+            data = zlib.decompress(raw, -15)
+        else:
+            raise _BadMember(f"{_show_path(path)}: compression method {member.method}")
+        if _record_hash(data) != member.hash:
+            raise _BadMember(f"{_show_path(path)}: hash differs from the wheel's RECORD")
+        return data
 
     def read(self, path: bytes) -> bytes | None:
         if self._replacement is not None:
             return self._replacement.read(path)
-        name = path.decode("utf-8", errors="surrogateescape")
-        expected = self._text.get(name)
-        if expected is None:
-            return None
+        import sqlite3  # loaded already by the member table; imported here to keep dir: runs lean
+
         try:
-            data = self._member(name)
-            if _record_hash(data) != expected:
-                raise _BadMember(f"{name}: hash differs from the wheel's RECORD")
-        except (_BadMember, OSError, zlib.error, KeyError, ValueError) as exc:
+            return self._member(path)
+        except (_BadMember, OSError, zlib.error, sqlite3.Error) as exc:
             log.warning("cached wheel %s is corrupt (%s); fetching it again", self.entry, exc)
             if self._on_corrupt is None:
                 raise CorruptCacheError(f"cached wheel {self.entry} is corrupt: {exc}") from None
             self.close()
             self._replacement = self._on_corrupt()
             return self._replacement.read(path)
-        return data
 
     def paths(self) -> list[bytes]:
-        return sorted(p.encode("utf-8", errors="surrogateescape") for p in self._text)
+        if self._replacement is not None:
+            return self._replacement.paths()
+        return self._members.paths()
 
     def binaries(self) -> list[bytes]:
         return sorted(p.encode("utf-8", errors="surrogateescape") for p in self.index["binaries"])
@@ -401,18 +414,26 @@ class WheelTree(PristineTree):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._members.close()
         if self._replacement is not None:
             self._replacement.close()
 
 
-def _member_offsets(zf: zipfile.ZipFile, names: Iterable[str]) -> dict[str, list[int]]:
-    """Where each named member lies in the zip: what lets a read skip the central directory."""
-    wanted = set(names)
-    return {
-        info.filename: [info.header_offset, info.compress_size, info.compress_type]
-        for info in zf.infolist()
-        if info.filename in wanted
-    }
+def _show_path(path: bytes) -> str:
+    return path.decode("utf-8", errors="backslashreplace")
+
+
+def _member_table(zf: zipfile.ZipFile, text: dict[str, str]) -> Iterator[tuple[bytes, Member]]:
+    """The member table's rows for the text members ``text`` (name → RECORD hash) of the open zip."""
+    from hyperqwen_patches.wheelmembers import Member
+
+    for info in zf.infolist():
+        expected = text.get(info.filename)
+        if expected is not None:
+            yield (
+                info.filename.encode("utf-8", errors="surrogateescape"),
+                Member(expected, info.header_offset, info.compress_size, info.compress_type),
+            )
 
 
 @contextlib.contextmanager
@@ -477,24 +498,30 @@ class PypiCache:
             return WheelTree(entry, fresh, on_corrupt=None)
 
         try:
-            if "at" not in index:
-                index = self._with_offsets(entry, index)
+            if index["format"] != INDEX_FORMAT:
+                with _locked(self.root / "locks" / f"{entry.name}.lock", self.progress, label):
+                    index = self._upgrade(entry, index)
             return WheelTree(entry, index, on_corrupt=refetch)
         except Exception as exc:  # a truncated zip fails here, at its central directory
             log.warning("cached wheel %s does not open (%s); fetching it again", entry, exc)
             return refetch()
 
     @staticmethod
-    def _with_offsets(entry: Path, index: dict) -> dict:
-        """An entry indexed before the index kept member offsets: add them, once, from the central
-        directory (no download; the members are still checked against RECORD on every read)."""
+    def _upgrade(entry: Path, index: dict) -> dict:
+        """An entry of format 1 (every member's hash in index.json) gets its member table, once,
+        from the index and the wheel's central directory: no download, and the members are still
+        checked against RECORD on every read."""
         import zipfile
 
+        from hyperqwen_patches import wheelmembers
+
+        if index["format"] == INDEX_FORMAT:  # another process upgraded it while we waited
+            return index
         with zipfile.ZipFile(entry / index["file"]) as zf:
-            index = {**index, "at": _member_offsets(zf, index["text"])}
-        staged = entry / f".index.json.{uuid.uuid4().hex}"
-        staged.write_text(json.dumps(index, sort_keys=True) + "\n")
-        os.replace(staged, entry / "index.json")  # a concurrent upgrade writes the same bytes
+            wheelmembers.write(entry / wheelmembers.FILE, _member_table(zf, index["text"]))
+        index = {k: v for k, v in index.items() if k not in ("text", "at")}
+        index["format"] = INDEX_FORMAT
+        _write_index(entry, index)
         return index
 
     @staticmethod
@@ -505,7 +532,7 @@ class PypiCache:
             st = (entry / index["file"]).stat()
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if index.get("format") != INDEX_FORMAT:
+        if index.get("format") not in _READABLE_FORMATS:
             return None
         if st.st_size != index.get("size") or st.st_mtime_ns != index.get("mtime_ns"):
             log.warning(
@@ -588,15 +615,15 @@ class PypiCache:
         work = _work_dir(entry)
         try:
             wheel = self._pip_download(work, package, version, label)
-            with self.progress.waiting(f"verifying {wheel.name}"):
-                index = _index_wheel(wheel, package, label)
             staged = work / "entry"
             staged.mkdir()
+            with self.progress.waiting(f"verifying {wheel.name}"):
+                index = _index_wheel(wheel, package, label, staged)
             final = staged / wheel.name
             wheel.rename(final)
             st = final.stat()
             index.update(size=st.st_size, mtime_ns=st.st_mtime_ns, file=wheel.name)
-            (staged / "index.json").write_text(json.dumps(index, sort_keys=True) + "\n")
+            _write_index(staged, index)
             _replace_dir(staged, entry)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -717,8 +744,9 @@ def _replace_dir(staged: Path, entry: Path) -> None:
     staged.rename(entry)
 
 
-def _index_wheel(wheel: Path, package: str, label: str) -> dict:
-    """Verify every member against RECORD (and its CRC) and classify the package's files."""
+def _index_wheel(wheel: Path, package: str, label: str, staged: Path) -> dict:
+    """Verify every member against RECORD (and its CRC), classify the package's files, and write the
+    text members' table into ``staged``; return the index (without the members)."""
     import zipfile
 
     try:
@@ -750,11 +778,13 @@ def _index_wheel(wheel: Path, package: str, label: str) -> dict:
                     binaries.append(info.filename)
                 else:
                     text[info.filename] = expected or _record_hash(data)
-        at = _member_offsets(zf, text)
-    return {
-        "format": INDEX_FORMAT,
-        "label": label,
-        "text": text,
-        "binaries": sorted(binaries),
-        "at": at,
-    }
+        from hyperqwen_patches import wheelmembers
+
+        wheelmembers.write(staged / wheelmembers.FILE, _member_table(zf, text))
+    return {"format": INDEX_FORMAT, "label": label, "binaries": sorted(binaries)}
+
+
+def _write_index(entry: Path, index: dict) -> None:
+    staged = entry / f".index.json.{uuid.uuid4().hex}"
+    staged.write_text(json.dumps(index, sort_keys=True) + "\n")
+    os.replace(staged, entry / "index.json")
