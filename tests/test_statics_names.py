@@ -242,3 +242,30 @@ def test_super_calls_bind_against_the_base_class(tmp_path: Path) -> None:
             f"super().helper(...) no longer binds on dir:{target}: missing required c",
         )
     ]
+
+
+def test_port_shows_static_findings_in_its_table_and_markdown(tmp_path: Path) -> None:
+    """`port` prints what the static checks found on the target release, on the terminal and in
+    --markdown, next to the hunk statuses (the rows themselves still apply: only names moved)."""
+    import subprocess
+    import sys
+
+    new_lib = LIB.replace(b"CONST = 3\n", b"")
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/user.py": USER}
+    root = make_repo(tmp_path, pristine, [("use", {"vllm/user.py": ADDED})])
+    target = tmp_path / "target"
+    (target / "vllm").mkdir(parents=True)
+    (target / "vllm/__init__.py").write_bytes(b"")
+    (target / "vllm/lib.py").write_bytes(new_lib)
+    (target / "vllm/user.py").write_bytes(USER)
+    md = tmp_path / "port.md"
+    argv = [sys.executable, "-m", "hyperqwen_patches", "port", "--repo", str(root)]
+    argv += ["--to", "0.30.0", "--source", f"dir:{target}", "--markdown", str(md)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "static checks against 0.30.0: 2 finding(s)" in proc.stdout
+    assert "[names] row use: vllm/user.py:1: from vllm.lib import CONST" in proc.stdout
+    text = md.read_text()
+    assert "## Static checks against 0.30.0" in text
+    assert "] row use: vllm/user.py:8: CONST" in text
+    assert "- names: " in text  # the counts line comes along

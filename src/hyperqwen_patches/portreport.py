@@ -157,6 +157,18 @@ def render_markdown(
         ]
         lines += fence("".join(c.to_yaml() for c in candidates), "yaml").splitlines()
         lines.append("")
+    if report.statics is not None:
+        from hyperqwen_patches.statics.report import report_lines
+
+        lines += [
+            f"{h}# Static checks against {report.to_version}",
+            "",
+            "Names the series' added lines use that the release no longer has, and calls whose "
+            "signature changed (docs/static-checks.md):",
+            "",
+            *report_lines(report.statics),
+            "",
+        ]
     if rebased is not None:
         lines += [
             f"Rebased: branch `{rebased.branch}` on base `{rebased.base}`, "

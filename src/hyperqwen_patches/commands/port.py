@@ -219,6 +219,22 @@ def render_terminal(report: object, *, details: bool) -> None:
     out.print(
         ", ".join(f"{n} {s}" for s, n in report.counts.items() if n) or "the series has no rows"
     )
+    statics = report.statics
+    if statics is not None and statics.findings:
+        out.print()
+        out.print(
+            Text(
+                f"static checks against {report.to_version}: {len(statics.findings)} finding(s)",
+                style="bold",
+            )
+        )
+        for f in statics.findings:
+            out.print(
+                Text(
+                    f"{f.severity} [{f.check}] {f.subject}: {f.message}",
+                    style={"error": "red", "warning": "yellow"}.get(f.severity, ""),
+                )
+            )
     candidates = report.retirement_candidates
     if candidates:
         out.print()

@@ -134,18 +134,19 @@ def run_statics(
     return reports
 
 
+def report_lines(r: StaticsReport) -> list[str]:
+    """One report as markdown list items: each check's counts, then each finding."""
+    lines = [f"- {check}: {text}" for check, text in r.counts.items()]
+    if not r.findings:
+        lines.append("- findings: none")
+    lines += [f"- **{f.severity}** [{f.check}] {f.subject}: {f.message}" for f in r.findings]
+    return lines
+
+
 def render_markdown(reports: list[StaticsReport]) -> str:
     """The static-check section of docs/port-matrix.md: one block per release."""
     lines: list[str] = []
     for r in reports:
         title = f"{r.pin} (the pin)" if r.target is None else f"{r.pin} -> {r.target}"
-        lines.append(f"### {title}")
-        lines.append("")
-        for check, text in r.counts.items():
-            lines.append(f"- {check}: {text}")
-        if not r.findings:
-            lines.append("- findings: none")
-        for f in r.findings:
-            lines.append(f"- **{f.severity}** [{f.check}] {f.subject}: {f.message}")
-        lines.append("")
+        lines += [f"### {title}", "", *report_lines(r), ""]
     return "\n".join(lines)
