@@ -1,13 +1,16 @@
-"""Before/after for the decode kernel's speed path, in one device run: the run-5 kernel (kept verbatim
-in baseline/triton_decode_run5.py) and the current one on the same synthetic caches, against torch
-SDPA on fp16 and the copy-bandwidth floor (the setup of bench_decode.py, whose case builder and timer
-this reuses).
+"""Before/after for the decode kernel's speed path, in one device run: the run-7 kernel (kept verbatim
+in baseline/triton_decode_run7.py; run 5 too, baseline/triton_decode_run5.py) and the current one on
+the same synthetic caches, against an fp8 (e4m3) KV-cache Triton decode (fp8_decode.py, the fastest
+of a few tile orientations / warp / stage counts per row), torch SDPA on fp16, and the copy-bandwidth
+floors of the compressed and the fp8 bytes (the setup of bench_decode.py, whose case builder and
+timer this reuses).
 
     python3 gpu/kvarn/bench_speedpath.py --out DIR [--batches 1,8,32,128] [--contexts 8192,32768,131072]
-                                         [--warps 4] [--smoke]
+                                         [--variants D:warps:maxnreg:splitx,...] [--smoke]
 
-Writes DIR/speedpath.json and DIR/speedpath.md. Each row also records the cosine between the two
-kernels' outputs (same inputs), so a fast but wrong kernel shows up in the table itself.
+Writes DIR/speedpath.json and DIR/speedpath.md. Each row also records the cosine between the new and
+the run-7 kernel's outputs (same inputs), so a fast but wrong kernel shows up in the table itself;
+the fp8 kernel is checked against SDPA on its dequantized cache once at the start.
 """
 
 from __future__ import annotations
@@ -20,16 +23,19 @@ import time
 from pathlib import Path
 
 import bench_decode as bd  # also loads kvarn_ops (through _load)
+import fp8_decode
 import torch
 import triton
 from kvarn_ops import config
 
 HERE = Path(__file__).resolve().parent
+# fp8 opponent configurations: (tokens on the MMA's M side, num_warps, num_stages)
+FP8_CONFIGS = [(True, 4, 2), (False, 4, 2), (True, 8, 3)]
 
 
-def _load_baseline():
+def _load_baseline(run: str):
     spec = importlib.util.spec_from_file_location(
-        "kvarn_ops.triton_decode_run5", HERE / "baseline/triton_decode_run5.py"
+        f"kvarn_ops.triton_decode_{run}", HERE / f"baseline/triton_decode_{run}.py"
     )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
@@ -37,7 +43,7 @@ def _load_baseline():
     return mod
 
 
-def _runner(mod, case: bd.KVarNCase, cfg, warps: int):
+def _runner(mod, case: bd.KVarNCase, cfg, warps: int | None, splits: int | None = None):
     ws = mod.DecodeWorkspace()
 
     def run():
@@ -55,6 +61,7 @@ def _runner(mod, case: bd.KVarNCase, cfg, warps: int):
             cfg,
             comp_end=case.comp_end,
             max_seq_len=case.ctx,
+            num_splits=splits,
             workspace=ws,
             num_warps=warps,
         )
@@ -62,17 +69,49 @@ def _runner(mod, case: bd.KVarNCase, cfg, warps: int):
     return run
 
 
+def _free() -> None:
+    if bd.DEV != "cpu":
+        torch.cuda.empty_cache()
+
+
+def fp8_check(d: int, hq: int, hkv: int) -> dict:
+    """The fp8 kernel against SDPA on its dequantized cache: 2 requests, a partial last block."""
+    case = fp8_decode.FP8Case(2, 4133, d, hq, hkv, bd.DEV)
+    ref = case.reference()
+    res = {}
+    for trans, w, st in FP8_CONFIGS:
+        for splits in (1, 5):
+            out = case.runner(splits, w, st, trans)()
+            res[f"trans{int(trans)}_w{w}_s{st}_splits{splits}"] = bd._cos(out, ref)
+    return res
+
+
+def fp8_time(b: int, ctx: int, d: int, hq: int, hkv: int, splits: int):
+    case = fp8_decode.FP8Case(b, ctx, d, hq, hkv, bd.DEV)
+    best = None
+    for trans, w, st in FP8_CONFIGS:
+        t = bd.bench(case.runner(splits, w, st, trans))
+        if best is None or t < best[0]:
+            best = (t, f"{'T' if trans else 'N'}/w{w}/s{st}")
+    del case
+    _free()
+    assert best is not None
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--contexts", default="8192,32768,131072")
-    ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--no-sdpa", action="store_true")
+    ap.add_argument("--no-fp8", action="store_true")
+    ap.add_argument("--no-run5", action="store_true")
     ap.add_argument(
-        "--maxnreg",
-        default="128:168,128:128",
-        help="register caps to time after the table, D:cap,... (new kernel, split-K cases)",
+        "--variants",
+        default="",
+        help="new-kernel variants to time after the table, D:warps:maxnreg:splitx,... (maxnreg 0 ="
+        " uncapped; splitx multiplies the automatic split count)",
     )
     ap.add_argument("--variant-batches", default="1,8,32,128")
     ap.add_argument("--variant-contexts", default="32768,131072")
@@ -82,7 +121,8 @@ def main() -> None:
         bd.DEV = "cpu"
     from kvarn_ops import triton_decode as new
 
-    old = _load_baseline()
+    r7 = _load_baseline("run7")
+    r5 = None if args.no_run5 else _load_baseline("run5")
     cfg = config.KVarNConfig.from_env(os.environ)
     if bd.DEV == "cpu":
         name, sms, bw = "cpu (interpreter smoke run)", 4, 1e10
@@ -98,8 +138,12 @@ def main() -> None:
         "copy_bw_TBps": round(bw / 1e12, 3),
         "config": cfg.__dict__,
         "preset": bd.PRESET,
-        "num_warps": args.warps,
+        "new_warps": dict(new.WARPS),
+        "new_maxnreg": dict(new.MAXNREG),
+        "fp8_configs": [list(c) for c in FP8_CONFIGS],
     }
+    if not args.no_fp8 and bd.DEV != "cpu":
+        meta["fp8_check_cos"] = {d: fp8_check(d, hq, hkv) for d, hq, hkv in bd.SHAPES}
     print(json.dumps(meta), flush=True)
     rows = []
     for d, hq, hkv in bd.SHAPES:
@@ -107,18 +151,21 @@ def main() -> None:
             for ctx in map(int, args.contexts.split(",")):
                 t0 = time.time()
                 case = bd.KVarNCase(b, ctx, d, hq, hkv)
-                f_old = _runner(old, case, cfg, 4)
-                f_new = _runner(new, case, cfg, args.warps)
-                cos = bd._cos(f_new(), f_old())
-                t_old = bd.bench(f_old)
+                f_r7 = _runner(r7, case, cfg, 4)
+                f_new = _runner(new, case, cfg, None)
+                cos = bd._cos(f_new(), f_r7())
+                t_r7 = bd.bench(f_r7)
                 t_new = bd.bench(f_new)
+                t_r5 = None if r5 is None else bd.bench(_runner(r5, case, cfg, 4))
                 nbytes, splits = case.nbytes, case.splits(cfg)
-                del case, f_old, f_new
-                if bd.DEV != "cpu":
-                    torch.cuda.empty_cache()
+                del case, f_r7, f_new
+                _free()
+                t8 = c8 = None
+                if not args.no_fp8:
+                    t8, c8 = fp8_time(b, ctx, d, hq, hkv, splits)
                 ts = None if args.no_sdpa else bd.sdpa_time(b, ctx, d, hq, hkv)
-                if bd.DEV != "cpu":
-                    torch.cuda.empty_cache()
+                _free()
+                fp8_bytes = 2 * b * hkv * ctx * d
                 row = {
                     "D": d,
                     "Hq": hq,
@@ -126,80 +173,102 @@ def main() -> None:
                     "batch": b,
                     "ctx": ctx,
                     "splits": splits,
-                    "old_us": t_old * 1e6,
+                    "run5_us": None if t_r5 is None else t_r5 * 1e6,
+                    "run7_us": t_r7 * 1e6,
                     "new_us": t_new * 1e6,
-                    "new_vs_old": t_old / t_new,
+                    "new_vs_run7": t_r7 / t_new,
+                    "fp8_us": None if t8 is None else t8 * 1e6,
+                    "fp8_config": c8,
+                    "new_vs_fp8": None if t8 is None else t8 / t_new,
+                    "floor_fp8_us": fp8_bytes / bw * 1e6,
+                    "new_vs_fp8_floor": fp8_bytes / bw / t_new,
+                    "fp8_frac_copy_bw": None if t8 is None else fp8_bytes / t8 / bw,
                     "sdpa_fp16_us": None if ts is None else ts * 1e6,
                     "new_vs_fp16": None if ts is None else ts / t_new,
-                    "old_vs_fp16": None if ts is None else ts / t_old,
                     "kvarn_MB": nbytes / 1e6,
                     "new_TBps": nbytes / t_new / 1e12,
                     "new_frac_copy_bw": nbytes / t_new / bw,
-                    "old_frac_copy_bw": nbytes / t_old / bw,
+                    "run7_frac_copy_bw": nbytes / t_r7 / bw,
                     "floor_kvarn_us": nbytes / bw * 1e6,
-                    "cos_new_old": cos,
+                    "cos_new_run7": cos,
                     "wall_s": round(time.time() - t0, 1),
                 }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     variants = []
-    for spec in filter(None, args.maxnreg.split(",")):
-        d_s, cap_s = spec.split(":")
-        d, cap = int(d_s), int(cap_s)
+    for spec in filter(None, args.variants.split(",")):
+        d_s, w_s, cap_s, sx_s = spec.split(":")
+        d, warps, cap, sx = int(d_s), int(w_s), int(cap_s), int(sx_s)
         hq, hkv = next((h, k) for dd, h, k in bd.SHAPES if dd == d)
         saved = new.MAXNREG.get(d)
-        new.MAXNREG[d] = cap
+        new.MAXNREG[d] = cap or None
         for b in map(int, args.variant_batches.split(",")):
             for ctx in map(int, args.variant_contexts.split(",")):
                 case = bd.KVarNCase(b, ctx, d, hq, hkv)
-                f_old = _runner(old, case, cfg, 4)
-                f_cap = _runner(new, case, cfg, args.warps)
-                cos = bd._cos(f_cap(), f_old())
-                t_cap = bd.bench(f_cap)
+                splits = min(cfg.max_splits, case.splits(cfg) * sx)
+                f_ref = _runner(r7, case, cfg, 4)
+                f_var = _runner(new, case, cfg, warps, splits)
+                cos = bd._cos(f_var(), f_ref())
+                t = bd.bench(f_var)
                 row = {
                     "D": d,
                     "batch": b,
                     "ctx": ctx,
+                    "warps": warps,
                     "maxnreg": cap,
-                    "us": t_cap * 1e6,
-                    "frac_copy_bw": case.nbytes / t_cap / bw,
-                    "cos_vs_old": cos,
+                    "splits": splits,
+                    "us": t * 1e6,
+                    "frac_copy_bw": case.nbytes / t / bw,
+                    "cos_vs_run7": cos,
                 }
-                del case, f_old, f_cap
-                if bd.DEV != "cpu":
-                    torch.cuda.empty_cache()
+                del case, f_ref, f_var
+                _free()
                 variants.append(row)
                 print(json.dumps(row), flush=True)
         new.MAXNREG[d] = saved
     with open(os.path.join(args.out, "speedpath.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows, "maxnreg_variants": variants}, f, indent=1)
+        json.dump({"meta": meta, "rows": rows, "variants": variants}, f, indent=1)
+    write_md(os.path.join(args.out, "speedpath.md"), meta, rows, variants)
+
+
+def _f(x, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def write_md(path: str, meta: dict, rows: list[dict], variants: list[dict]) -> None:
     lines = [
         f"{meta['device']}, {meta['sms']} SMs, torch {meta['torch']}, Triton {meta['triton']}; "
-        f"measured copy bandwidth {meta['copy_bw_TBps']} TB/s (read + write); preset {bd.PRESET}; "
-        f"new kernel num_warps={args.warps}",
+        f"measured copy bandwidth {meta['copy_bw_TBps']} TB/s (read + write); preset "
+        f"{meta['preset']}; new kernel warps {meta['new_warps']}, maxnreg {meta['new_maxnreg']}",
         "",
-        "| D | Hq/Hkv | batch | ctx | splits | run-5 µs | new µs | new/run-5 | SDPA fp16 µs | "
-        "new vs fp16 | new TB/s | of copy BW (run 5) | cos(new, run 5) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| D | Hq/Hkv | batch | ctx | splits | run-7 µs | new µs | new / run 7 | fp8 µs (cfg) | "
+        "new vs fp8 | fp8 floor µs | new vs fp8 floor | SDPA fp16 µs | new vs fp16 | new TB/s | "
+        "of copy BW: new (run 7) | KVarN floor µs | cos(new, run 7) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        sd = "-" if r["sdpa_fp16_us"] is None else f"{r['sdpa_fp16_us']:.1f}"
-        sp = "-" if r["new_vs_fp16"] is None else f"{r['new_vs_fp16']:.2f}×"
         lines.append(
             f"| {r['D']} | {r['Hq']}/{r['Hkv']} | {r['batch']} | {r['ctx'] // 1024}K | "
-            f"{r['splits']} | {r['old_us']:.1f} | {r['new_us']:.1f} | {r['new_vs_old']:.2f}× | "
-            f"{sd} | {sp} | {r['new_TBps']:.2f} | {r['new_frac_copy_bw']:.0%} "
-            f"({r['old_frac_copy_bw']:.0%}) | {r['cos_new_old']:.6f} |"
+            f"{r['splits']} | {r['run7_us']:.1f} | {r['new_us']:.1f} | {r['new_vs_run7']:.2f}× | "
+            f"{_f(r['fp8_us'], '.1f')} ({r['fp8_config'] or '-'}) | {_f(r['new_vs_fp8'], '.2f')}× | "
+            f"{r['floor_fp8_us']:.1f} | {r['new_vs_fp8_floor']:.2f}× | "
+            f"{_f(r['sdpa_fp16_us'], '.1f')} | {_f(r['new_vs_fp16'], '.2f')}× | "
+            f"{r['new_TBps']:.2f} | {r['new_frac_copy_bw']:.0%} ({r['run7_frac_copy_bw']:.0%}) | "
+            f"{r['floor_kvarn_us']:.1f} | {r['cos_new_run7']:.6f} |"
         )
     if variants:
-        lines += ["", "| D | batch | ctx | maxnreg | new µs | of copy BW | cos(new, run 5) |"]
-        lines.append("|---|---|---|---|---|---|---|")
+        lines += [
+            "",
+            "| D | batch | ctx | warps | maxnreg | splits | µs | of copy BW | cos(variant, run 7) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for v in variants:
             lines.append(
-                f"| {v['D']} | {v['batch']} | {v['ctx'] // 1024}K | {v['maxnreg']} | "
-                f"{v['us']:.1f} | {v['frac_copy_bw']:.0%} | {v['cos_vs_old']:.6f} |"
+                f"| {v['D']} | {v['batch']} | {v['ctx'] // 1024}K | {v['warps']} | "
+                f"{v['maxnreg'] or '-'} | {v['splits']} | {v['us']:.1f} | "
+                f"{v['frac_copy_bw']:.0%} | {v['cos_vs_run7']:.6f} |"
             )
-    with open(os.path.join(args.out, "speedpath.md"), "w") as f:
+    with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 

@@ -41,8 +41,10 @@ def load(path: str):
     return mod
 
 
-def compile_kernel(mod, d: int, qpk: int, warps: int, maxnreg, split: bool, extra: dict):
-    lay = layout.record_layout("kvarn_k4v2_g128", d)
+def compile_kernel(
+    mod, d: int, qpk: int, warps: int, maxnreg, split: bool, extra: dict, preset: str
+):
+    lay = layout.record_layout(preset, d)
     fn = mod._kvarn_decode_kernel
     consts = dict(
         QPK=qpk,
@@ -171,6 +173,7 @@ def main() -> None:
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--maxnreg", type=int, default=0)
     ap.add_argument("--split", action="store_true")
+    ap.add_argument("--preset", default="kvarn_k4v2_g128")
     ap.add_argument("--dump", default="")
     ap.add_argument("--set", action="append", default=[])
     a = ap.parse_args()
@@ -179,7 +182,7 @@ def main() -> None:
         k, v = s.split("=")
         extra[k] = int(v)
     mod = load(a.module)
-    k = compile_kernel(mod, a.d, a.qpk, a.warps, a.maxnreg or None, a.split, extra)
+    k = compile_kernel(mod, a.d, a.qpk, a.warps, a.maxnreg or None, a.split, extra, a.preset)
     md = k.metadata
     sass, res = sass_of(k)
     usage = re.search(r"REG:\d+.*", res)

@@ -1,7 +1,9 @@
 """The decode kernel's speed path: the 32-bit code unpack (DEQ=2, inline PTX, CUDA only) against the
-per-byte unpack it replaces, over every byte value, and the register caps against the uncapped
-kernel. Without CUDA the interpreter runs the per-byte forms (DEQ 0 and 1) against plain integer
-arithmetic, so the contract the PTX must meet is pinned on the CPU too."""
+per-byte unpack it replaces, over every byte value; the word path's plane unpack (DEQ=4, inline PTX)
+against its portable form (DEQ=3) over every 16-bit word; the word path against the byte path and
+the register caps / warp counts against the defaults. Without CUDA the interpreter runs the portable
+forms (DEQ 0, 1, 3) against plain integer arithmetic, so the contract the PTX must meet is pinned on
+the CPU too."""
 
 from __future__ import annotations
 
@@ -64,6 +66,114 @@ def test_ptx_unpack_is_bit_identical_to_the_per_byte_one() -> None:
     x = _bytes()
     assert torch.equal(_unpack(x, 2).view(torch.int16), _unpack(x, 1).view(torch.int16))
     assert torch.equal(_unpack(x, 2).view(torch.int16), _expected_codes(x))
+
+
+@triton.jit
+def _unpack16_kernel(x_ptr, out_ptr, DEQ: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
+    offs = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
+    x = tl.load(x_ptr + offs)
+    n0, n1, n2, n3 = triton_decode._nib16(x, DEQ)
+    c0, c1, c2, c3, c4, c5, c6, c7 = triton_decode._crumb16(x, DEQ)
+    n = R * C
+    tl.store(out_ptr + offs, n0)
+    tl.store(out_ptr + n + offs, n1)
+    tl.store(out_ptr + 2 * n + offs, n2)
+    tl.store(out_ptr + 3 * n + offs, n3)
+    tl.store(out_ptr + 4 * n + offs, c0)
+    tl.store(out_ptr + 5 * n + offs, c1)
+    tl.store(out_ptr + 6 * n + offs, c2)
+    tl.store(out_ptr + 7 * n + offs, c3)
+    tl.store(out_ptr + 8 * n + offs, c4)
+    tl.store(out_ptr + 9 * n + offs, c5)
+    tl.store(out_ptr + 10 * n + offs, c6)
+    tl.store(out_ptr + 11 * n + offs, c7)
+
+
+# (shift of the code in the word, shift of the plane's bits as stored: the place value is 2^this)
+NIB_PLANES = [(0, 0), (4, 4), (8, 0), (12, 4)]
+CRUMB_PLANES = [(0, 0), (2, 2), (4, 4), (6, 6), (8, 8), (10, 2), (12, 4), (14, 6)]
+
+
+def _unpack16(x: torch.Tensor, deq: int) -> torch.Tensor:
+    out = torch.empty(12, *x.shape, dtype=torch.float16, device=x.device)
+    _unpack16_kernel[(1,)](x, out, DEQ=deq, R=x.shape[0], C=x.shape[1])
+    return out
+
+
+def test_word_planes_are_codes_masked_in_place() -> None:
+    """Every int16 word: plane i holds code i's bits where the fp16 mantissa can take them, so its
+    value is code·2^(place-24) exactly (the kernel scales each plane's dot back by 2^(24-place))."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.arange(-32768, 32768, dtype=torch.int32)[torch.randperm(65536, generator=g)]
+    x = x.to(torch.int16).view(256, 256)
+    planes = _unpack16(x.to(DEVICE), 3).cpu()
+    xi = x.to(torch.int32) & 0xFFFF
+    for i, (shift, place) in enumerate(NIB_PLANES + CRUMB_PLANES):
+        mask = 15 if i < 4 else 3
+        code = (xi >> shift) & mask
+        assert torch.equal(planes[i].view(torch.int16).to(torch.int32), code << place), i
+        assert torch.equal(planes[i].double() * 2.0 ** (24 - place), code.double()), i
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="DEQ=4 is inline PTX: CUDA only")
+def test_ptx_word_planes_are_bit_identical_to_the_portable_ones() -> None:
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(256, 256).to(DEVICE)
+    assert torch.equal(_unpack16(x, 4).view(torch.int16), _unpack16(x, 3).view(torch.int16))
+
+
+@pytest.mark.parametrize(
+    ("preset", "d"), [("kvarn_k4v2_g128", 128), ("kvarn_k4v4_g64", 256), ("kvarn_k4v2_g64", 256)]
+)
+def test_word_path_matches_byte_path(preset: str, d: int) -> None:
+    """Same record, two code paths (different planes, tile orientation, zero-point sums): the same
+    attention, single stage and split."""
+    sc = ks.build(preset, d, 2, [700, 131, 0], device=DEVICE, iters=2, store="triton")
+    q = ks.queries(sc, 6 if d == 256 else 4)
+    args = (
+        q,
+        sc.cache,
+        sc.pool_k,
+        sc.pool_v,
+        sc.block_slot,
+        sc.block_table,
+        sc.seq_lens,
+        sc.layout,
+        sc.h16,
+        d**-0.5,
+        CFG,
+    )
+    for splits in (1, 3):
+        words = triton_decode.kvarn_decode(*args, comp_end=sc.comp_end, num_splits=splits, deq=3)
+        byts = triton_decode.kvarn_decode(*args, comp_end=sc.comp_end, num_splits=splits, deq=1)
+        assert ks.cosine(words, byts).min().item() >= 0.9999
+        assert words[-1].abs().max().item() == 0.0  # the padded row
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="warp counts are a CUDA launch option")
+@pytest.mark.parametrize("d", [128, 256])
+def test_warp_counts_change_nothing_but_speed(d: int) -> None:
+    sc = ks.build("kvarn_k4v2_g128", d, 2, [4133, 300], device=DEVICE, iters=8, store="triton")
+    q = ks.queries(sc, 6 if d == 256 else 4)
+    args = (
+        q,
+        sc.cache,
+        sc.pool_k,
+        sc.pool_v,
+        sc.block_slot,
+        sc.block_table,
+        sc.seq_lens,
+        sc.layout,
+        sc.h16,
+        d**-0.5,
+        CFG,
+    )
+    outs = [
+        triton_decode.kvarn_decode(*args, comp_end=sc.comp_end, num_splits=4, num_warps=w)
+        for w in (1, 2, 4)
+    ]
+    for o in outs[1:]:
+        assert torch.allclose(o.float(), outs[0].float(), rtol=1e-3, atol=1e-4)
+    assert ks.cosine(outs[0], ks.ref_decode(sc, q)).min().item() >= 0.999
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="register caps are a CUDA compile option")
