@@ -96,9 +96,9 @@ class KVarNCase:
         n_pool = 2 if nb > 1 else 1
         self.nbytes = b * hkv * ((nb - n_pool) * lay.size + n_pool * 2 * g * d * 2)
 
-    def splits(self, cfg: config.KVarNConfig) -> int:
+    def splits(self, cfg: config.KVarNConfig, warps: int = 4) -> int:
         return triton_decode.choose_splits(
-            self.b, self.hkv, self.nb, triton_decode._num_sms(self.q.device), cfg
+            self.b, self.hkv, self.nb, triton_decode._num_sms(self.q.device), cfg, warps
         )
 
     def fn(self, cfg: config.KVarNConfig, deq: int, prefetch: bool, warps: int):

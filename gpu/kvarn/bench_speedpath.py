@@ -157,7 +157,8 @@ def main() -> None:
                 t_r7 = bd.bench(f_r7)
                 t_new = bd.bench(f_new)
                 t_r5 = None if r5 is None else bd.bench(_runner(r5, case, cfg, 4))
-                nbytes, splits = case.nbytes, case.splits(cfg)
+                nbytes, splits = case.nbytes, case.splits(cfg)  # 4-warp programs: run 7, fp8
+                splits_new = case.splits(cfg, new.WARPS.get(d, 2) if bd.DEV != "cpu" else 4)
                 del case, f_r7, f_new
                 _free()
                 t8 = c8 = None
@@ -173,6 +174,7 @@ def main() -> None:
                     "batch": b,
                     "ctx": ctx,
                     "splits": splits,
+                    "splits_new": splits_new,
                     "run5_us": None if t_r5 is None else t_r5 * 1e6,
                     "run7_us": t_r7 * 1e6,
                     "new_us": t_new * 1e6,
@@ -205,7 +207,7 @@ def main() -> None:
         for b in map(int, args.variant_batches.split(",")):
             for ctx in map(int, args.variant_contexts.split(",")):
                 case = bd.KVarNCase(b, ctx, d, hq, hkv)
-                splits = min(cfg.max_splits, case.splits(cfg) * sx)
+                splits = min(cfg.max_splits, case.splits(cfg, warps) * sx)
                 f_ref = _runner(r7, case, cfg, 4)
                 f_var = _runner(new, case, cfg, warps, splits)
                 cos = bd._cos(f_var(), f_ref())
@@ -241,7 +243,7 @@ def write_md(path: str, meta: dict, rows: list[dict], variants: list[dict]) -> N
         f"measured copy bandwidth {meta['copy_bw_TBps']} TB/s (read + write); preset "
         f"{meta['preset']}; new kernel warps {meta['new_warps']}, maxnreg {meta['new_maxnreg']}",
         "",
-        "| D | Hq/Hkv | batch | ctx | splits | run-7 µs | new µs | new / run 7 | fp8 µs (cfg) | "
+        "| D | Hq/Hkv | batch | ctx | splits new (run 7, fp8) | run-7 µs | new µs | new / run 7 | fp8 µs (cfg) | "
         "new vs fp8 | fp8 floor µs | new vs fp8 floor | SDPA fp16 µs | new vs fp16 | new TB/s | "
         "of copy BW: new (run 7) | KVarN floor µs | cos(new, run 7) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -249,7 +251,7 @@ def write_md(path: str, meta: dict, rows: list[dict], variants: list[dict]) -> N
     for r in rows:
         lines.append(
             f"| {r['D']} | {r['Hq']}/{r['Hkv']} | {r['batch']} | {r['ctx'] // 1024}K | "
-            f"{r['splits']} | {r['run7_us']:.1f} | {r['new_us']:.1f} | {r['new_vs_run7']:.2f}× | "
+            f"{r['splits_new']} ({r['splits']}) | {r['run7_us']:.1f} | {r['new_us']:.1f} | {r['new_vs_run7']:.2f}× | "
             f"{_f(r['fp8_us'], '.1f')} ({r['fp8_config'] or '-'}) | {_f(r['new_vs_fp8'], '.2f')}× | "
             f"{r['floor_fp8_us']:.1f} | {r['new_vs_fp8_floor']:.2f}× | "
             f"{_f(r['sdpa_fp16_us'], '.1f')} | {_f(r['new_vs_fp16'], '.2f')}× | "

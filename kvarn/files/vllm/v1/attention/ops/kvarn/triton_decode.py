@@ -421,14 +421,20 @@ def _bcast(ptr, has, R: tl.constexpr, C: tl.constexpr, ALONG_ROWS: tl.constexpr)
 
 
 @triton.jit
+def _pv_sum(ps0, ps1, ps2, ps3, e0, e1, e2, e3):
+    """Σ over the four token planes of (channel plane tile)·P: [channels, heads]."""
+    t = tl.dot(e0, ps0)
+    t = tl.dot(e1, ps1, t)
+    t = tl.dot(e2, ps2, t)
+    return tl.dot(e3, ps3, t)
+
+
+@triton.jit
 def _v_plane(acc, al, ps0, ps1, ps2, ps3, e0, e1, e2, e3, pz, vc, has, F: tl.constexpr):
     """One channel plane's online update, transposed ([channels, heads]): Σ over the four token
     planes of codes·P, scaled by F (2^24 over the plane's place value), plus the zero-point term,
     times s_colV."""
-    t = tl.dot(e0, ps0)
-    t = tl.dot(e1, ps1, t)
-    t = tl.dot(e2, ps2, t)
-    t = tl.dot(e3, ps3, t)
+    t = _pv_sum(ps0, ps1, ps2, ps3, e0, e1, e2, e3)
     vsc = tl.load(vc, mask=has, other=0.0).to(tl.float32)[:, None]
     return acc * al + (t * F + pz) * vsc
 
@@ -551,15 +557,69 @@ def _attend_words(
 
 
 @triton.jit
-def _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, C: tl.constexpr, NPL: tl.constexpr):
-    # [channels, tokens] tiles of the pool's V. Rows past seq_len may hold stale or uninitialized
-    # fp16 (NaN): p is 0 there, but 0·NaN is not.
-    ch = (NPL * wv + C)[:, None]
-    t = tl.dot(tl.load(pv + ch + (4 * w4)[None, :] * s_pg, mask=v0[None, :], other=0.0), p0)
-    t = tl.dot(tl.load(pv + ch + (4 * w4 + 1)[None, :] * s_pg, mask=v1[None, :], other=0.0), p1, t)
-    t = tl.dot(tl.load(pv + ch + (4 * w4 + 2)[None, :] * s_pg, mask=v2[None, :], other=0.0), p2, t)
-    t = tl.dot(tl.load(pv + ch + (4 * w4 + 3)[None, :] * s_pg, mask=v3[None, :], other=0.0), p3, t)
-    return t
+def _halves(x):
+    """[R, C, 2k] -> the even and the odd entries of the last axis, [R, C, k] each."""
+    return tl.split(tl.reshape(x, (x.shape[0], x.shape[1], x.shape[2] // 2, 2)))
+
+
+@triton.jit
+def _pool_planes(pv, s_pg, w4, wv, p, valid, NPL: tl.constexpr):
+    """The pool's V rows 4·w4 + p as NPL channel planes [VW, G/4] (plane c: channels NPL·w + c),
+    read with the NPL channels of a word contiguous (one vector load) and split in registers.
+    Rows past seq_len may hold stale or uninitialized fp16 (NaN): p is 0 there, but 0·NaN is not."""
+    c = tl.arange(0, NPL)
+    x = tl.load(
+        pv + (4 * w4 + p)[None, :, None] * s_pg + (NPL * wv)[:, None, None] + c[None, None, :],
+        mask=valid[None, :, None],
+        other=0.0,
+    )
+    if NPL == 8:
+        e, o = _halves(x)  # c = 2a + k
+        ee, eo = _halves(e)
+        oe, oo = _halves(o)
+        x0, x4 = tl.split(ee)
+        x2, x6 = tl.split(eo)
+        x1, x5 = tl.split(oe)
+        x3, x7 = tl.split(oo)
+        return x0, x1, x2, x3, x4, x5, x6, x7
+    else:
+        e, o = _halves(x)
+        x0, x2 = tl.split(e)
+        x1, x3 = tl.split(o)
+        return x0, x1, x2, x3, x0, x1, x2, x3
+
+
+@triton.jit
+def _pool_pv_plane(
+    acc0,
+    acc1,
+    acc2,
+    acc3,
+    acc4,
+    acc5,
+    acc6,
+    acc7,
+    pv,
+    s_pg,
+    w4,
+    wv,
+    p,
+    valid,
+    pp,
+    NPL: tl.constexpr,
+):
+    """Adds the pool's token plane p (probabilities pp [G/4, QH]) to the channel planes."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = _pool_planes(pv, s_pg, w4, wv, p, valid, NPL)
+    acc0 = tl.dot(x0, pp, acc0)
+    acc1 = tl.dot(x1, pp, acc1)
+    acc2 = tl.dot(x2, pp, acc2)
+    acc3 = tl.dot(x3, pp, acc3)
+    if NPL == 8:
+        acc4 = tl.dot(x4, pp, acc4)
+        acc5 = tl.dot(x5, pp, acc5)
+        acc6 = tl.dot(x6, pp, acc6)
+        acc7 = tl.dot(x7, pp, acc7)
+    return acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7
 
 
 @triton.jit
@@ -613,15 +673,26 @@ def _attend_pool_words(
     p1 = p1.to(tl.float16)
     p2 = p2.to(tl.float16)
     p3 = p3.to(tl.float16)
-    acc0 = acc0 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 0, NPL)
-    acc1 = acc1 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 1, NPL)
-    acc2 = acc2 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 2, NPL)
-    acc3 = acc3 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 3, NPL)
+    # one token plane at a time, so only its NPL channel tiles are live
+    x0, x1, x2, x3, x4, x5, x6, x7 = _pool_planes(pv, s_pg, w4, wv, 0, v0, NPL)
+    acc0 = tl.dot(x0, p0, acc0 * al)
+    acc1 = tl.dot(x1, p0, acc1 * al)
+    acc2 = tl.dot(x2, p0, acc2 * al)
+    acc3 = tl.dot(x3, p0, acc3 * al)
     if NPL == 8:
-        acc4 = acc4 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 4, NPL)
-        acc5 = acc5 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 5, NPL)
-        acc6 = acc6 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 6, NPL)
-        acc7 = acc7 * al + _pool_pv(p0, p1, p2, p3, pv, s_pg, w4, wv, v0, v1, v2, v3, 7, NPL)
+        acc4 = tl.dot(x4, p0, acc4 * al)
+        acc5 = tl.dot(x5, p0, acc5 * al)
+        acc6 = tl.dot(x6, p0, acc6 * al)
+        acc7 = tl.dot(x7, p0, acc7 * al)
+    acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _pool_pv_plane(
+        acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, pv, s_pg, w4, wv, 1, v1, p1, NPL
+    )
+    acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _pool_pv_plane(
+        acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, pv, s_pg, w4, wv, 2, v2, p2, NPL
+    )
+    acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _pool_pv_plane(
+        acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, pv, s_pg, w4, wv, 3, v3, p3, NPL
+    )
     return m_new, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7
 
 
@@ -1275,16 +1346,22 @@ def _num_sms(device: torch.device) -> int:
 
 
 def choose_splits(
-    batch: int, num_kv_heads: int, max_blocks: int, num_sms: int, config: KVarNConfig
+    batch: int,
+    num_kv_heads: int,
+    max_blocks: int,
+    num_sms: int,
+    config: KVarNConfig,
+    warps: int = 4,
 ) -> int:
-    """Split count for a step: enough programs to fill the GPU about eight times over (short
-    programs balance well), each split keeping at least 16 blocks; 1 (single stage) when split-K
-    is off or there is nothing to split."""
+    """Split count for a step: enough programs to fill the GPU about eight times over in 4-warp
+    equivalents (a program of ``warps`` warps counts warps/4; short programs balance well), each
+    split keeping at least 4 blocks; 1 (single stage) when split-K is off or there is nothing to
+    split."""
     if not config.split_k or max_blocks <= 1:
         return 1
     if config.num_splits:
         return min(config.num_splits, config.max_splits)
-    want = -(-8 * num_sms // max(1, batch * num_kv_heads))
+    want = -(-8 * num_sms * 4 // max(1, batch * num_kv_heads * warps))
     by_len = max(1, max_blocks // 4)
     return max(1, min(want, by_len, config.max_splits))
 
@@ -1370,18 +1447,20 @@ def kvarn_decode(
         comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, g)
     h32 = h16.float()
     q_rot = ((q.float() @ h32) * (scale * LOG2E)).contiguous()
+    words = deq == 3
+    if num_warps is None:
+        num_warps = WARPS.get(d, 2) if words and q.is_cuda else 4
     if num_splits is None:
         if max_seq_len is None:
             max_seq_len = int(seq_lens.max()) if b else 0
-        num_splits = choose_splits(b, hkv, -(-max_seq_len // g), _num_sms(q.device), config)
+        num_splits = choose_splits(
+            b, hkv, -(-max_seq_len // g), _num_sms(q.device), config, num_warps
+        )
     num_splits = max(1, min(num_splits, config.max_splits))
     out = torch.empty(b, hq, d, dtype=torch.float32, device=q.device)
     if b == 0:
         return out.to(q.dtype)
     lo = layout
-    words = deq == 3
-    if num_warps is None:
-        num_warps = WARPS.get(d, 2) if words and q.is_cuda else 4
     common = dict(
         QPK=qpk,
         QH=max(8, triton.next_power_of_2(qpk)),  # the MMA's M side; 8 pads less than 16
