@@ -16,6 +16,7 @@ the fp8 kernel is checked against SDPA on its dequantized cache once at the star
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -110,8 +111,9 @@ def main() -> None:
     ap.add_argument(
         "--variants",
         default="",
-        help="new-kernel variants to time after the table, D:warps:maxnreg:splitx,... (maxnreg 0 ="
-        " uncapped; splitx multiplies the automatic split count)",
+        help="new-kernel variants to time after the table, D:warps:maxnreg:splitx[:maxsplits],..."
+        " (maxnreg 0 = uncapped; splitx multiplies the automatic split count; maxsplits replaces"
+        " KVARN_MAX_SPLITS)",
     )
     ap.add_argument("--variant-batches", default="1,8,32,128")
     ap.add_argument("--variant-contexts", default="32768,131072")
@@ -199,17 +201,18 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
     variants = []
     for spec in filter(None, args.variants.split(",")):
-        d_s, w_s, cap_s, sx_s = spec.split(":")
+        d_s, w_s, cap_s, sx_s, *ms = spec.split(":")
         d, warps, cap, sx = int(d_s), int(w_s), int(cap_s), int(sx_s)
+        vcfg = dataclasses.replace(cfg, max_splits=int(ms[0])) if ms else cfg
         hq, hkv = next((h, k) for dd, h, k in bd.SHAPES if dd == d)
         saved = new.MAXNREG.get(d)
         new.MAXNREG[d] = cap or None
         for b in map(int, args.variant_batches.split(",")):
             for ctx in map(int, args.variant_contexts.split(",")):
                 case = bd.KVarNCase(b, ctx, d, hq, hkv)
-                splits = min(cfg.max_splits, case.splits(cfg, warps) * sx)
+                splits = min(vcfg.max_splits, case.splits(vcfg, warps) * sx)
                 f_ref = _runner(r7, case, cfg, 4)
-                f_var = _runner(new, case, cfg, warps, splits)
+                f_var = _runner(new, case, vcfg, warps, splits)
                 cos = bd._cos(f_var(), f_ref())
                 t = bd.bench(f_var)
                 row = {

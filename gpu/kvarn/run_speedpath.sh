@@ -4,6 +4,7 @@
 #    floor, register-cap variants), 2) the GPU-side tests of tests_vllm/kvarn, in three processes at
 #    once so their Triton compiles overlap. Each step has a time cap (BENCH_S, TEST_S seconds) so a
 #    single device call stays within its limit; a capped step shows as rc 124 in its log's last line.
+# With TEST_N set, the tests run as one pytest with TEST_N xdist workers instead (pytest_all.log).
 # Results in $OUT: device.txt, bench.log, speedpath.json/.md, pytest_*.log, gpu_cases.jsonl.
 set -uo pipefail
 OUT="${OUT:-/tmp/kvarn-out}"
@@ -19,6 +20,13 @@ timeout "${BENCH_S:-130}" python3 gpu/kvarn/bench_speedpath.py --out "$OUT" ${BE
 r=$?; echo "rc $r" >>"$OUT/bench.log"; [ $r = 0 ] || rc=1
 T="${TEST_S:-170}"
 P=(python3 -m pytest -q -p no:cacheprovider -rs --durations=8)
+if [ -n "${TEST_N:-}" ]; then
+  # one pytest over the whole directory, TEST_N xdist workers (their Triton compiles overlap)
+  timeout "$T" "${P[@]}" -n "$TEST_N" tests_vllm/kvarn >"$OUT/pytest_all.log" 2>&1 || rc=1
+  tail -n 12 "$OUT/pytest_all.log"
+  cat "$OUT/speedpath.md" 2>/dev/null || tail -n 5 "$OUT/bench.log"
+  exit $rc
+fi
 timeout "$T" "${P[@]}" tests_vllm/kvarn/test_gpu.py >"$OUT/pytest_gpu.log" 2>&1 &
 p1=$!
 timeout "$T" "${P[@]}" tests_vllm/kvarn/test_triton_kernels.py tests_vllm/kvarn/test_decode_speedpath.py \
