@@ -35,6 +35,8 @@ from .config import KVarNConfig
 from .layout import RecordLayout
 
 LOG2E = 1.4426950408889634
+# What a pool block (fp16, 4G·D bytes for K and V) costs against a record when splits are balanced.
+POOL_COST = tl.constexpr(4)
 # Warps per program of the word path (DEQ 3/4, the default) per head size on CUDA. Each tl.dot is
 # spread over all warps of a program, and the word path's dots are small (N = 8 query heads, M =
 # 32 tokens or 16-32 channel words), so more warps only replicate work: one warp does a D=128 block
@@ -919,8 +921,9 @@ def _kvarn_decode_kernel(
 ):
     """Blocks [1, comp_end) of a request are compressed (the caller guarantees it); block 0 (the
     sink) and [comp_end, nblk) are read as the slot map says, normally from the pool. Split s takes
-    a contiguous share of [1, comp_end); the last split, whose share (the remainder) is the smallest,
-    also takes the rest, so the pool blocks do not lengthen the longest split. The compressed loop
+    a contiguous share of [1, comp_end); the last split also takes the rest (the pool blocks), and
+    the shares are cut as if each pool block were POOL_COST records, so the last split's share is
+    that much smaller and the pool blocks do not lengthen the longest split. The compressed loop
     has no branch and, with PREFETCH, loads block i+1's record (and block i+2's id) while computing
     block i."""
     b = tl.program_id(0)
@@ -933,7 +936,11 @@ def _kvarn_decode_kernel(
     nblk = tl.cdiv(seq_len, G)
     c_end = tl.minimum(tl.load(comp_end + b), nblk)
     n_comp = tl.maximum(c_end - 1, 0)
-    per_split = tl.cdiv(n_comp, num_splits)
+    # The last split also reads the pool blocks (sink and tail), each ~4.6x a record's bytes in
+    # fp16: count them as POOL_COST blocks so the shares even out (the last split's compressed
+    # share shrinks by as much, to nothing at short contexts).
+    n_pool_est = tl.where(nblk > 0, 1 + nblk - tl.maximum(c_end, 1), 0)
+    per_split = tl.cdiv(n_comp + POOL_COST * n_pool_est, num_splits)
     start = 1 + split * per_split
     end = tl.minimum(start + per_split, 1 + n_comp)
 
