@@ -133,6 +133,10 @@ def test_split_heuristic() -> None:
     assert triton_decode.choose_splits(1, 8, 3, 132, cfg) == 1
     assert triton_decode.choose_splits(1, 8, 1024, 132, config.KVarNConfig(split_k=False)) == 1
     assert triton_decode.choose_splits(1, 8, 1024, 132, config.KVarNConfig(num_splits=5)) == 5
+    # programs of fewer warps: as many more splits (same warps in flight), 1 warp -> 4x
+    assert triton_decode.choose_splits(32, 8, 256, 132, cfg) == 5
+    assert triton_decode.choose_splits(32, 8, 256, 132, cfg, warps=1) == 17
+    assert triton_decode.choose_splits(32, 4, 256, 132, cfg, warps=2) == 17
 
 
 @pytest.mark.parametrize(("deq", "prefetch"), [(0, False), (1, True), (0, True)])
@@ -229,7 +233,7 @@ NOT_SPECIALIZED = {
 }
 # The only constexprs: sizes fixed for a model (G, D, bits, heads per KV head, record offsets),
 # the kernel variant (DEQ, PREFETCH: fixed per deployment), plus IS_SPLIT (single stage or split-K:
-# two variants in all).
+# two variants in all) and the combine's ROT (un-rotate in the kernel: always on in kvarn_decode).
 ALLOWED_CONSTEXPR = {
     "QPK",
     "QH",
@@ -239,6 +243,7 @@ ALLOWED_CONSTEXPR = {
     "VB",
     "SPAD",
     "IS_SPLIT",
+    "ROT",
     "DEQ",
     "PREFETCH",
     "K_CODES",

@@ -1323,10 +1323,14 @@ def _kvarn_combine_kernel(
     out_ptr,
     s_ob,
     s_oh,
+    h_ptr,
     num_splits,
     D: tl.constexpr,
     SPAD: tl.constexpr,
+    ROT: tl.constexpr,
 ):
+    """Merges the splits of one (request, query head); with ROT, also un-rotates (o·H, H fp16 [D, D]
+    at h_ptr) and writes in out's dtype, which saves the caller two launches per step."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.arange(0, SPAD)
@@ -1343,7 +1347,15 @@ def _kvarn_combine_kernel(
         other=0.0,
     )
     res = tl.sum(o * w[:, None], axis=0) / tl.where(tot > 0.0, tot, 1.0)
-    tl.store(out_ptr + b * s_ob + h * s_oh + dd, res)
+    if ROT:
+        # 32 output channels at a time: a [D, 32] slice of H stays within the registers
+        jj = tl.arange(0, 32)
+        for j0 in tl.static_range(0, D, 32):
+            hc = tl.load(h_ptr + dd[:, None] * D + (j0 + jj)[None, :]).to(tl.float32)
+            rot = tl.sum(res[:, None] * hc, axis=0)
+            tl.store(out_ptr + b * s_ob + h * s_oh + j0 + jj, rot)
+    else:
+        tl.store(out_ptr + b * s_ob + h * s_oh + dd, res)
 
 
 def _num_sms(device: torch.device) -> int:
@@ -1453,7 +1465,9 @@ def kvarn_decode(
     if comp_end is None:
         comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, g)
     h32 = h16.float()
-    q_rot = ((q.float() @ h32) * (scale * LOG2E)).contiguous()
+    # one GEMM with the scale as its alpha (the product, then a scaling kernel, cost a launch more)
+    q2 = q.reshape(b * hq, d).float()
+    q_rot = torch.addmm(q2, q2, h32, beta=0.0, alpha=scale * LOG2E).view(b, hq, d)
     words = deq == 3
     if num_warps is None:
         num_warps = WARPS.get(d, 2) if words and q.is_cuda else 4
@@ -1529,6 +1543,7 @@ def kvarn_decode(
             IS_SPLIT=True,
             **common,
         )
+        res = torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
         _kvarn_combine_kernel[(b, hq)](
             part,
             part.stride(0),
@@ -1537,12 +1552,15 @@ def kvarn_decode(
             lse,
             lse.stride(0),
             lse.stride(1),
-            out,
-            out.stride(0),
-            out.stride(1),
+            res,
+            res.stride(0),
+            res.stride(1),
+            h16.contiguous(),
             num_splits,
             D=d,
             SPAD=triton.next_power_of_2(config.max_splits),
+            ROT=True,
             num_warps=4,
         )
+        return res
     return (out @ h32).to(q.dtype)
