@@ -139,3 +139,37 @@ def test_base_entries_from_the_pristine_tree_equal_the_listed_base(tmp_path: Pat
     assert dict(lazy) == expected and len(lazy) == len(expected)
     with pytest.raises(KeyError):
         del lazy[b"vllm/nonl.py"]
+
+
+def test_export_results_in_a_scratch_view_come_from_the_result_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a scratch view (no config or attributes of its own) format-patch's bytes and the binary
+    paths are pure in the commits: a warm run gets them without starting git. In any other repository
+    they are always computed (its attributes can change them: see the test above)."""
+    monkeypatch.setenv("HQP_CACHE", str(tmp_path / "cache"))
+    git_dir, base, tip = _fork(tmp_path)
+    commits = forkgit.list_commits(git_dir, base, tip)
+    expected = {c.sha: exporting.format_commit(git_dir, c.sha) for c in commits}
+    binaries = {c.sha: exporting.binary_paths(git_dir, c) for c in commits}
+    with forkgit.scratch_repo(borrow=git_dir) as view:
+        assert exporting.format_commits(view, commits, scratch=True) == expected
+        assert exporting.binary_paths_of(view, commits, scratch=True) == binaries
+    assert sorted(p.name for p in (tmp_path / "cache/results").iterdir()) == [
+        "binary-paths",
+        "format-patch",
+    ]
+    # Warm: a repository git cannot read would fail any git command; the cache answers instead.
+    nowhere = tmp_path / "nowhere.git"
+    nowhere.mkdir()
+    assert exporting.format_commits(nowhere, commits, scratch=True) == expected
+    assert exporting.binary_paths_of(nowhere, commits, scratch=True) == binaries
+    with pytest.raises(GitError):
+        exporting.format_commits(nowhere, commits)
+    # Another chain (one commit fewer) is another key: computed, not confused with the cached one.
+    with pytest.raises(GitError):
+        exporting.format_commits(nowhere, commits[:-1], scratch=True)
+    # Off: nothing is read from the cache.
+    monkeypatch.setenv("HQP_RESULT_CACHE", "0")
+    with pytest.raises(GitError):
+        exporting.binary_paths_of(nowhere, commits, scratch=True)

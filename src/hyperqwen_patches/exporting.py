@@ -18,6 +18,7 @@ and ``@@`` numbers (positional drift).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hyperqwen_patches import basecommit, forkgit, gitrun
+from hyperqwen_patches import basecommit, forkgit, gitrun, resultcache
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.manifest import Manifest
 
@@ -214,6 +215,9 @@ def refusals(
     return problems
 
 
+# Bump when what a cached export result (format-patch output, binary paths) means changes.
+RESULT_VERSION = "1"
+_NUMSTAT_CONFIG = (("core.attributesFile", "/dev/null"),)
 NUMSTAT_ARGS = (
     "diff-tree",
     "-r",
@@ -230,48 +234,72 @@ def binary_paths(git_dir: Path, commit: forkgit.ForkCommit) -> list[bytes]:
     out = gitrun.check(
         [*NUMSTAT_ARGS, commit.parents[0], commit.sha],
         git_dir=git_dir,
-        config=(("core.attributesFile", "/dev/null"),),
+        config=_NUMSTAT_CONFIG,
         what=f"checking {commit.sha[:12]} for binary changes",
     )
     return [r[4:] for r in out.split(b"\0") if r.startswith(b"-\t-\t")]
 
 
-def binary_paths_of(git_dir: Path, commits: Sequence[forkgit.ForkCommit]) -> dict[str, list[bytes]]:
+def binary_paths_of(
+    git_dir: Path, commits: Sequence[forkgit.ForkCommit], *, scratch: bool = False
+) -> dict[str, list[bytes]]:
     """:func:`binary_paths` of every single-parent commit, from one ``diff-tree --stdin`` (one git
-    process per export point instead of one per commit)."""
+    process per export point instead of one per commit).
+
+    With ``scratch`` (``git_dir`` is a :func:`forkgit.scratch_repo`: no config, no attributes of its
+    own) the answer is pure in the commits (a SHA names a commit's whole content and its parent),
+    git's version and the pinned arguments, and comes from the result cache when seen before. A
+    user's repository can change it (``info/attributes``), so there it is always computed.
+    """
     shas = [c.sha for c in commits if len(c.parents) == 1]
     if not shas:
         return {}
-    out = gitrun.check(
-        [*NUMSTAT_ARGS, "--stdin", "--always"],
-        git_dir=git_dir,
-        config=(("core.attributesFile", "/dev/null"),),
-        input="".join(f"{sha}\n" for sha in shas).encode(),
-        what=f"checking {len(shas)} commits for binary changes",
-    )
-    found: dict[str, list[bytes]] = {}
-    current: list[bytes] = []
-    # Each commit's output is its SHA (a record without a tab), then "added\tdeleted\tpath" records.
-    for record in out.split(b"\0"):
-        if not record:
-            continue
-        if b"\t" not in record:
-            current = found.setdefault(record.decode(), [])
-        elif record.startswith(b"-\t-\t"):
-            current.append(record[4:])
-    missing = set(shas) - set(found)
-    if missing:
-        raise GitError(f"git diff-tree --stdin did not report {sorted(missing)[0][:12]}")
-    return found
+
+    def compute() -> dict[str, list[str]]:
+        out = gitrun.check(
+            [*NUMSTAT_ARGS, "--stdin", "--always"],
+            git_dir=git_dir,
+            config=_NUMSTAT_CONFIG,
+            input="".join(f"{sha}\n" for sha in shas).encode(),
+            what=f"checking {len(shas)} commits for binary changes",
+        )
+        found: dict[str, list[str]] = {}
+        current: list[str] = []
+        # Each commit's output is its SHA (a record without a tab), then "added\tdeleted\tpath" records.
+        for record in out.split(b"\0"):
+            if not record:
+                continue
+            if b"\t" not in record:
+                current = found.setdefault(record.decode(), [])
+            elif record.startswith(b"-\t-\t"):
+                current.append(_b64(record[4:]))
+        missing = set(shas) - set(found)
+        if missing:
+            raise GitError(f"git diff-tree --stdin did not report {sorted(missing)[0][:12]}")
+        return found
+
+    if scratch:
+        parts = [gitrun.version(), " ".join(NUMSTAT_ARGS), repr(_NUMSTAT_CONFIG), *shas]
+        found = resultcache.cached("binary-paths", RESULT_VERSION, parts, compute)
+    else:
+        found = compute()
+    return {sha: [base64.b64decode(p) for p in paths] for sha, paths in found.items()}
 
 
-def format_commits(view: Path, commits: Sequence[forkgit.ForkCommit]) -> dict[str, bytes]:
+def format_commits(
+    view: Path, commits: Sequence[forkgit.ForkCommit], *, scratch: bool = False
+) -> dict[str, bytes]:
     """:func:`format_commit` of each commit of a linear chain, from one ``git format-patch``.
 
     The same pinned options, written one file per commit (``-o`` with ``--numbered-files`` instead of
     ``--stdout``: files need no splitting, and a message cannot fake a boundary), so each file is byte
     for byte what ``format_commit`` prints (tests/test_export_pinned.py compares them). One process
-    per export point instead of one per commit. Anything but a linear chain falls back to one call each.
+    per export point instead of one per commit. With ``scratch`` (``view`` is a
+    :func:`forkgit.scratch_repo`, with no config or attributes of its own) the output is pure in the
+    chain's SHAs, git's version and the pinned options and config, which make the key of the result
+    cache, so a warm run starts no git at all; in a user's repository its attributes can change the
+    bytes (tests/test_batched_git.py), so there it is always computed. Anything but a linear chain
+    falls back to one call each.
     """
     chain = [c.sha for c in commits]
     linear = all(len(c.parents) == 1 for c in commits) and all(
@@ -280,27 +308,34 @@ def format_commits(view: Path, commits: Sequence[forkgit.ForkCommit]) -> dict[st
     if len(commits) < 2 or not linear:
         return {c.sha: format_commit(view, c.sha) for c in commits}
     args = [a for a in format_patch_argv(chain[-1]) if a != "--stdout"][:-2]
-    with tempfile.TemporaryDirectory(prefix="hqp-format-patch-") as tmp:
-        gitrun.check(
-            [
-                *args,
-                "-o",
-                tmp,
-                "--numbered-files",
-                "--start-number=1",
-                f"{commits[0].parents[0]}..{chain[-1]}",
-            ],
-            git_dir=view,
-            config=format_patch_config(),
-            what=f"exporting {len(chain)} commits",
-        )
-        files = sorted(Path(tmp).iterdir(), key=lambda p: int(p.name))
-        if len(files) != len(chain):
-            raise GitError(
-                f"git format-patch wrote {len(files)} files for {len(chain)} commits",
-                hint="rerun with -v to see the git command",
+    span = f"{commits[0].parents[0]}..{chain[-1]}"
+
+    def compute() -> list[str]:
+        with tempfile.TemporaryDirectory(prefix="hqp-format-patch-") as tmp:
+            gitrun.check(
+                [*args, "-o", tmp, "--numbered-files", "--start-number=1", span],
+                git_dir=view,
+                config=format_patch_config(),
+                what=f"exporting {len(chain)} commits",
             )
-        return {sha: f.read_bytes() for sha, f in zip(chain, files, strict=True)}
+            files = sorted(Path(tmp).iterdir(), key=lambda p: int(p.name))
+            if len(files) != len(chain):
+                raise GitError(
+                    f"git format-patch wrote {len(files)} files for {len(chain)} commits",
+                    hint="rerun with -v to see the git command",
+                )
+            return [_b64(f.read_bytes()) for f in files]
+
+    if scratch:
+        parts = [gitrun.version(), " ".join(args), repr(format_patch_config()), span, *chain]
+        texts = resultcache.cached("format-patch", RESULT_VERSION, parts, compute)
+    else:
+        texts = compute()
+    return {sha: base64.b64decode(t) for sha, t in zip(chain, texts, strict=True)}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def export_commits(
@@ -318,7 +353,7 @@ def export_commits(
     # change binary detection or the bytes written.
     with forkgit.scratch_repo(borrow=git_dir) as view:
         problems: list[str] = []
-        binary = binary_paths_of(view, commits)
+        binary = binary_paths_of(view, commits, scratch=True)
         for commit in commits:
             refused = refusals(
                 view, commit, module=commit.row in module_rows, binary=binary.get(commit.sha, [])
@@ -344,7 +379,7 @@ def export_commits(
             ),
             kind="blob",
         )
-        formatted = format_commits(view, commits)
+        formatted = format_commits(view, commits, scratch=True)
         for commit in commits:
             if commit.row in module_rows:
                 result[commit.sha] = {

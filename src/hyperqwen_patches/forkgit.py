@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 import shutil
 import tempfile
@@ -65,6 +66,14 @@ def scratch_repo(borrow: Path | None = None, *, also: Sequence[Path] = ()) -> It
         yield git_dir
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def lend(git_dir: Path, objects: Path) -> None:
+    """Let ``git_dir`` (a scratch repository) read the objects in ``objects`` (a bare repository's
+    ``objects`` directory) too."""
+    alternates = git_dir / "objects" / "info" / "alternates"
+    existing = alternates.read_bytes() if alternates.exists() else b""
+    alternates.write_bytes(existing + os.fsencode(objects.resolve()) + b"\n")
 
 
 def common_objects_dir(git_dir: Path) -> Path:

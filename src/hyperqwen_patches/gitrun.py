@@ -191,6 +191,18 @@ def run(
     return GitResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+_VERSION: list[str] = []
+
+
+def version() -> str:
+    """``git --version``, once per process: part of the key of every cached git result, so another
+    git never reuses this one's output."""
+    if not _VERSION:
+        result = run(["--version"], git_dir=None)
+        _VERSION.append(result.stdout.decode("utf-8", errors="backslashreplace").strip())
+    return _VERSION[0]
+
+
 def check(
     args: Sequence[str | bytes],
     *,

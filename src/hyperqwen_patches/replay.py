@@ -715,7 +715,19 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
             ).commit
         tips: dict[str, str] = {}
         missing: dict[str, str] = {}
+        heads: dict[str, str] = {}
+        if borrow is None and path.is_file():
+            # A bundle is fetched once per machine (bundlecache.py); its objects are lent from there.
+            from hyperqwen_patches import bundlecache
+
+            fetched = bundlecache.cached_heads(cache_dir(), path, base=base, prerequisites=scratch)
+            if fetched is not None:
+                heads = fetched[1]
+                forkgit.lend(scratch, fetched[0] / "objects")
         for point in _points(ctx):
+            if point.branch in heads:
+                tips[point.name] = heads[point.branch]
+                continue
             if borrow is not None:
                 tip = forkgit.resolve(borrow, f"refs/heads/{point.branch}", what="fork")
                 if tip is None:

@@ -41,14 +41,6 @@ def _write(work: Path, path: bytes, data: bytes) -> None:
 RESULT_VERSION = "1"
 
 
-def _git_version() -> str:
-    """``git --version``: part of every cache key, so another git never reuses this one's verdicts."""
-    from hyperqwen_patches import gitrun
-
-    result = gitrun.run(["--version"], git_dir=None)
-    return result.stdout.decode("utf-8", errors="backslashreplace").strip()
-
-
 def gitapply_findings(
     manifest: Manifest, series: list[SeriesRow], read: Callable[[bytes], bytes | None]
 ) -> list[StaticFinding]:
@@ -87,7 +79,7 @@ def gitapply_findings(
                 patch_bytes = patch_file.read_bytes()
                 subdir = manifest.package if manifest.paths == "package" else ""
                 if version is None:
-                    version = _git_version()
+                    version = gitrun.version()
                 parts: list[bytes | str] = [version, " ".join(ARGS), subdir, s.row.patch]
                 parts.append(patch_bytes)
                 for path, data in sorted(files.items()):
