@@ -196,11 +196,9 @@ def fp8_decode(
             out,
             out.stride(0),
             out.stride(1),
-            out,  # no H: ROT off
             num_splits,
             D=d,
             SPAD=triton.next_power_of_2(part.shape[2]),
-            ROT=False,
             num_warps=4,
         )
     return (out * v_scale).to(q.dtype)

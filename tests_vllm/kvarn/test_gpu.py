@@ -134,7 +134,7 @@ def test_decode_steps_do_not_recompile() -> None:
     _decode(sc, q, 4, ws)
     torch.cuda.synchronize()
     n_dec = _n_compiled(triton_decode._kvarn_decode_kernel)
-    n_comb = _n_compiled(triton_decode._kvarn_combine_kernel)
+    n_comb = _n_compiled(triton_decode._kvarn_combine_rot_kernel)
     n_store = _n_compiled(triton_store._kvarn_store_kernel)
     # other steps: other batches, lengths, table widths, split counts (1 and 16 included)
     for lens, splits in (
@@ -149,6 +149,6 @@ def test_decode_steps_do_not_recompile() -> None:
         _decode(s2, ks.queries(s2, 4), None, ws)
     torch.cuda.synchronize()
     assert _n_compiled(triton_decode._kvarn_decode_kernel) == n_dec
-    assert _n_compiled(triton_decode._kvarn_combine_kernel) == n_comb
+    assert _n_compiled(triton_decode._kvarn_combine_rot_kernel) == n_comb
     assert _n_compiled(triton_store._kvarn_store_kernel) == n_store
     _record("compiled", decode=n_dec, combine=n_comb, store=n_store)

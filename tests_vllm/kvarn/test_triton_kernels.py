@@ -224,16 +224,18 @@ PER_STEP = {
         "block_slot",
     },
     "_kvarn_combine_kernel": {"num_splits"},
+    "_kvarn_combine_rot_kernel": {"num_splits"},
     "_kvarn_store_kernel": {"n_iters", "slots", "blocks"},
 }
 NOT_SPECIALIZED = {
     "_kvarn_decode_kernel": {"num_splits", "s_bt"},
     "_kvarn_combine_kernel": {"num_splits"},
+    "_kvarn_combine_rot_kernel": {"num_splits"},
     "_kvarn_store_kernel": {"n_iters"},
 }
 # The only constexprs: sizes fixed for a model (G, D, bits, heads per KV head, record offsets),
 # the kernel variant (DEQ, PREFETCH: fixed per deployment), plus IS_SPLIT (single stage or split-K:
-# two variants in all) and the combine's ROT (un-rotate in the kernel: always on in kvarn_decode).
+# two variants in all) and the rotating combine's heads per program (HB, fixed).
 ALLOWED_CONSTEXPR = {
     "QPK",
     "QH",
@@ -243,7 +245,7 @@ ALLOWED_CONSTEXPR = {
     "VB",
     "SPAD",
     "IS_SPLIT",
-    "ROT",
+    "HB",
     "DEQ",
     "PREFETCH",
     "K_CODES",
@@ -275,9 +277,10 @@ def _signature(kernel) -> tuple[str, set[str], set[str]]:
     [
         triton_decode._kvarn_decode_kernel,
         triton_decode._kvarn_combine_kernel,
+        triton_decode._kvarn_combine_rot_kernel,
         triton_store._kvarn_store_kernel,
     ],
-    ids=["decode", "combine", "store"],
+    ids=["decode", "combine", "combine_rot", "store"],
 )
 def test_nothing_per_step_is_a_constexpr(kernel) -> None:
     name, consts, dns = _signature(kernel)
