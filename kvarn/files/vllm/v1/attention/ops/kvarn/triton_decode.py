@@ -7,16 +7,22 @@ never materializes K̂ or V̂: the scales fold into the small operands instead,
     O[h,d] = s_colV[d]·(Σ_g (p[h,g]·s_rowV[g])·code[g,d] + Σ_g p[h,g]·zpV[g])
 
 so the only per-element work on the codes is unpack + convert, and both products are tensor-core
-dots on fp16 codes. The convert is integer-only by default (DEQ=1): a code's bits reinterpreted as an
-fp16 subnormal are exactly c·2^-24, and the dot is scaled back by 2^24 (measured on the H200: ~1.4×
-faster than int->fp16 conversion, which runs on the slow conversion unit). Packed bytes are never
-interleaved back: K nibbles split the tile into even and odd tokens (two score halves), V codes split
-channels into four residue classes d = 4j + i (four accumulators), and the output is written back
-through the same permutation. On CUDA, DEQ=1 runs as DEQ=2: the same subnormal codes, unpacked four
-bytes at a time by a few 32-bit PTX instructions instead of per-byte extract/shift/mask. The query
-heads of a KV head are the MMA's M side, padded to 8 rows (not 16: half the score and softmax work);
-per block there is one cross-warp max and one cross-warp sum (the zero-point term); the softmax
-denominator is kept per token and reduced once after the loop.
+dots on fp16 codes. The convert is integer-only: a code's bits reinterpreted as an fp16 subnormal
+are exactly c·2^-24 (or c·2^(k-24) for a code left at bit k), and the dot is scaled back.
+
+Two code paths read the same record (``deq``):
+
+- the word path (DEQ 3; DEQ 4 on CUDA, with PTX unpack), the default: codes are read as int16
+  words, which shared memory hands to the MMA fragments with ldmatrix (the record packs codes
+  along the MMA's non-reduction axis, so byte tiles would reach the fragments one byte at a time);
+  planes are masked in place (no shifts below bit 10); every tile is transposed so tokens or
+  channel words are the MMA's M side and the query heads its N side (n = 8: nothing padded);
+  one warp per program at D=128, two at D=256 (small dots only replicate work over more warps);
+  the zero-point sums are reductions inside the score tile's own layout; split-K's combine also
+  un-rotates and casts. See the section comment above ``_NIB16_ASM``.
+- the byte path (DEQ 0/1; DEQ 2 on CUDA): run 7's kernel, kept for comparison and tests. K nibbles
+  split the tile into even and odd tokens, V crumbs split channels into four residue classes; the
+  query heads are the M side, padded to 8 rows.
 
 Blocks [1, comp_end) (compressed) go through a branch-free hot loop; the sink and the tail go through
 a short loop that follows the slot map. Split-K: stage 1 writes each split's normalized O and
@@ -40,13 +46,16 @@ POOL_COST = tl.constexpr(4)
 # Warps per program of the word path (DEQ 3/4, the default) per head size on CUDA. Each tl.dot is
 # spread over all warps of a program, and the word path's dots are small (N = 8 query heads, M =
 # 32 tokens or 16-32 channel words), so more warps only replicate work: one warp does a D=128 block
-# in 1,632 SASS instructions, four warps in 4 x 1,155 (sm_90, offline compile); D=256 fits two
-# warps without spills (2 x 1,498) where one warp spills. The byte path (DEQ 0-2) keeps 4 warps.
+# in ~1,650 SASS instructions, four warps in 4 x 1,155 (sm_90, offline compile; the byte path:
+# 4 x 1,081); D=256 takes two warps (2 x ~1,510) where one spills. H200, run 8/9: at batch 128
+# and 128K, 1 warp 65% of copy bandwidth at D=128 against 52% for 2; at batch 1, 2 warps were
+# 1.3x faster (not taken: a batch-dependent warp count would compile a variant mid-serving).
 WARPS: dict[int, int] = {128: 1, 256: 2}
 # Register cap (ptxas maxnreg) of the decode kernel per head size on CUDA; None: the compiler's
 # choice. A cap trades spills for resident programs, which hide the latency of each program's
 # serial block loop. Fixed per deployment (it is a compile option, so it never changes between
-# steps); gpu/kvarn/bench_speedpath.py times the options.
+# steps); gpu/kvarn/bench_speedpath.py times the options. Word path, run 8: 168 and 128 spill in
+# the hot loop and lose (40% and 27% of copy BW at D=128 batch 128 128K, against 65% uncapped).
 MAXNREG: dict[int, int | None] = {128: None, 256: None}
 # The byte path's caps (run 6/7: D=128 at 168, three 4-warp programs per SM, 1.1-1.4x uncapped).
 MAXNREG_BYTES: dict[int, int | None] = {128: 168, 256: None}
