@@ -101,7 +101,7 @@ class KVarNCase:
             self.b, self.hkv, self.nb, triton_decode._num_sms(self.q.device), cfg, warps
         )
 
-    def fn(self, cfg: config.KVarNConfig, deq: int, prefetch: bool, warps: int):
+    def fn(self, cfg: config.KVarNConfig, deq: int, prefetch: bool, warps: int | None):
         def run():
             return triton_decode.kvarn_decode(
                 self.q,
@@ -201,7 +201,7 @@ def main() -> None:
         props = torch.cuda.get_device_properties(0)
         name, sms, mem = props.name, props.multi_processor_count, props.total_memory / 2**30
         bw = copy_bandwidth()
-    variant = (1, False, 4)  # the kvarn_decode defaults; --sweep picks the fastest instead
+    variant = (3, False, None)  # the kvarn_decode defaults (word path, WARPS); --sweep picks
     if args.sweep:
         variants = [
             (int(a), bool(int(b)), int(c))
