@@ -1392,20 +1392,14 @@ def _kvarn_combine_rot_kernel(
     tot = tl.sum(w, axis=1)
     dd = tl.arange(0, D)
     acc = tl.zeros([HB, D], tl.float32)
-    sb = tl.arange(0, 4)
-    for s0 in range(0, num_splits, 4):  # four splits a step: four loads in flight, not one
-        sp = s0 + sb
-        ws = tl.sum(tl.where(s[None, None, :] == sp[None, :, None], w[:, None, :], 0.0), axis=2)
+    for sp in range(0, num_splits):
+        ws = tl.sum(tl.where(s[None, :] == sp, w, 0.0), axis=1)
         o = tl.load(
-            part_ptr
-            + b * s_pb
-            + hh[:, None, None] * s_ph
-            + sp[None, :, None] * s_ps
-            + dd[None, None, :],
-            mask=hm[:, None, None] & (sp < num_splits)[None, :, None],
+            part_ptr + b * s_pb + hh[:, None] * s_ph + sp * s_ps + dd[None, :],
+            mask=hm[:, None],
             other=0.0,
         )
-        acc += tl.sum(ws[:, :, None] * o, axis=1)
+        acc += ws[:, None] * o
     # fp16 operands (the output is fp16 too): an fp32 [HB, D] operand does not fit the registers
     # at D = 256; the rounding adds ~2e-4 relative, against 1e-3 allowed between split and single
     res = (acc / tl.where(tot > 0.0, tot, 1.0)[:, None]).to(tl.float16)
