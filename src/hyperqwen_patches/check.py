@@ -288,7 +288,8 @@ def run_check(
     pipeline: tuple[str, ...] = PIPELINE,
 ) -> CheckReport:
     """Run every check of the pipeline; an invalid manifest raises ``ManifestError`` (exit 2) first."""
-    root = root.resolve()  # git runs in scratch directories: a relative root would name nothing there
+    # git runs in scratch directories, where a relative root would name nothing.
+    root = root.resolve()
     manifest = load_manifest(root)
     if source is not None:
         from hyperqwen_patches.pristine import parse_source
