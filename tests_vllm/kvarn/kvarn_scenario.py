@@ -117,8 +117,9 @@ def queries(sc: Scenario, qpk: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(b, hkv * qpk, d, generator=gen).to(sc.cache.device).half()
 
 
-def ref_decode(sc: Scenario, q: torch.Tensor) -> torch.Tensor:
-    return reference.reference_decode(
+def attention_args(sc: Scenario, q: torch.Tensor) -> tuple:
+    """The positional arguments the reference and the Triton decode share, up to the softmax scale."""
+    return (
         q,
         sc.cache,
         sc.pool_k,
@@ -130,6 +131,10 @@ def ref_decode(sc: Scenario, q: torch.Tensor) -> torch.Tensor:
         sc.h16,
         sc.layout.head_dim**-0.5,
     )
+
+
+def ref_decode(sc: Scenario, q: torch.Tensor) -> torch.Tensor:
+    return reference.reference_decode(*attention_args(sc, q))
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -129,19 +129,7 @@ def test_word_path_matches_byte_path(preset: str, d: int) -> None:
     attention, single stage and split."""
     sc = ks.build(preset, d, 2, [700, 131, 0], device=DEVICE, iters=2, store="triton")
     q = ks.queries(sc, 6 if d == 256 else 4)
-    args = (
-        q,
-        sc.cache,
-        sc.pool_k,
-        sc.pool_v,
-        sc.block_slot,
-        sc.block_table,
-        sc.seq_lens,
-        sc.layout,
-        sc.h16,
-        d**-0.5,
-        CFG,
-    )
+    args = (*ks.attention_args(sc, q), CFG)
     for splits in (1, 3):
         words = triton_decode.kvarn_decode(*args, comp_end=sc.comp_end, num_splits=splits, deq=3)
         byts = triton_decode.kvarn_decode(*args, comp_end=sc.comp_end, num_splits=splits, deq=1)
@@ -154,19 +142,7 @@ def test_word_path_matches_byte_path(preset: str, d: int) -> None:
 def test_warp_counts_change_nothing_but_speed(d: int) -> None:
     sc = ks.build("kvarn_k4v2_g128", d, 2, [4133, 300], device=DEVICE, iters=8, store="triton")
     q = ks.queries(sc, 6 if d == 256 else 4)
-    args = (
-        q,
-        sc.cache,
-        sc.pool_k,
-        sc.pool_v,
-        sc.block_slot,
-        sc.block_table,
-        sc.seq_lens,
-        sc.layout,
-        sc.h16,
-        d**-0.5,
-        CFG,
-    )
+    args = (*ks.attention_args(sc, q), CFG)
     outs = [
         triton_decode.kvarn_decode(*args, comp_end=sc.comp_end, num_splits=4, num_warps=w)
         for w in (1, 2, 4)
@@ -182,19 +158,7 @@ def test_warp_counts_change_nothing_but_speed(d: int) -> None:
 def test_register_caps_change_nothing_but_speed(d: int, cap: int) -> None:
     sc = ks.build("kvarn_k4v2_g128", d, 2, [4133, 300, 0], device=DEVICE, iters=8, store="triton")
     q = ks.queries(sc, 6 if d == 256 else 4)
-    args = (
-        q,
-        sc.cache,
-        sc.pool_k,
-        sc.pool_v,
-        sc.block_slot,
-        sc.block_table,
-        sc.seq_lens,
-        sc.layout,
-        sc.h16,
-        d**-0.5,
-        CFG,
-    )
+    args = (*ks.attention_args(sc, q), CFG)
     saved = triton_decode.MAXNREG[d]
     try:
         triton_decode.MAXNREG[d] = None

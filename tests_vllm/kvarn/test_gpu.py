@@ -30,16 +30,7 @@ def _record(kind: str, **fields) -> None:
 
 def _decode(sc: ks.Scenario, q: torch.Tensor, splits: int | None, ws=None) -> torch.Tensor:
     return triton_decode.kvarn_decode(
-        q,
-        sc.cache,
-        sc.pool_k,
-        sc.pool_v,
-        sc.block_slot,
-        sc.block_table,
-        sc.seq_lens,
-        sc.layout,
-        sc.h16,
-        sc.layout.head_dim**-0.5,
+        *ks.attention_args(sc, q),
         CFG,
         comp_end=sc.comp_end,
         num_splits=splits,

@@ -71,16 +71,7 @@ def test_store_kernel_matches_reference_d256_and_zero_iterations() -> None:
 
 def _decode(sc: ks.Scenario, q: torch.Tensor, splits: int | None, cfg: config.KVarNConfig = CFG):
     return triton_decode.kvarn_decode(
-        q,
-        sc.cache,
-        sc.pool_k,
-        sc.pool_v,
-        sc.block_slot,
-        sc.block_table,
-        sc.seq_lens,
-        sc.layout,
-        sc.h16,
-        sc.layout.head_dim**-0.5,
+        *ks.attention_args(sc, q),
         cfg,
         comp_end=sc.comp_end,
         num_splits=splits,
@@ -147,16 +138,7 @@ def test_decode_kernel_variants(deq: int, prefetch: bool) -> None:
     q = ks.queries(sc, 4)
     ref = ks.ref_decode(sc, q)
     out = triton_decode.kvarn_decode(
-        q,
-        sc.cache,
-        sc.pool_k,
-        sc.pool_v,
-        sc.block_slot,
-        sc.block_table,
-        sc.seq_lens,
-        sc.layout,
-        sc.h16,
-        128**-0.5,
+        *ks.attention_args(sc, q),
         CFG,
         num_splits=2,
         deq=deq,
@@ -195,16 +177,7 @@ def test_any_slot_map_state_decodes_right() -> None:
     assert derived.tolist() == [3, 5]
     for ce in (None, torch.ones_like(sc.comp_end)):
         out = triton_decode.kvarn_decode(
-            q,
-            sc.cache,
-            sc.pool_k,
-            sc.pool_v,
-            sc.block_slot,
-            sc.block_table,
-            sc.seq_lens,
-            sc.layout,
-            sc.h16,
-            128**-0.5,
+            *ks.attention_args(sc, q),
             CFG,
             comp_end=ce,
             num_splits=2,
