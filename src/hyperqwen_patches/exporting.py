@@ -23,7 +23,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -278,11 +278,12 @@ def binary_paths_of(
             raise GitError(f"git diff-tree --stdin did not report {sorted(missing)[0][:12]}")
         return found
 
-    if scratch:
-        parts = [gitrun.version(), " ".join(NUMSTAT_ARGS), repr(_NUMSTAT_CONFIG), *shas]
-        found = resultcache.cached("binary-paths", RESULT_VERSION, parts, compute)
-    else:
-        found = compute()
+    found = _cached_in_scratch(
+        scratch,
+        "binary-paths",
+        [" ".join(NUMSTAT_ARGS), repr(_NUMSTAT_CONFIG), *shas],
+        compute,
+    )
     return {sha: [base64.b64decode(p) for p in paths] for sha, paths in found.items()}
 
 
@@ -326,12 +327,23 @@ def format_commits(
                 )
             return [_b64(f.read_bytes()) for f in files]
 
-    if scratch:
-        parts = [gitrun.version(), " ".join(args), repr(format_patch_config()), span, *chain]
-        texts = resultcache.cached("format-patch", RESULT_VERSION, parts, compute)
-    else:
-        texts = compute()
+    texts = _cached_in_scratch(
+        scratch,
+        "format-patch",
+        [" ".join(args), repr(format_patch_config()), span, *chain],
+        compute,
+    )
     return {sha: base64.b64decode(t) for sha, t in zip(chain, texts, strict=True)}
+
+
+def _cached_in_scratch(
+    scratch: bool, name: str, parts: list[str], compute: Callable[[], Any]
+) -> Any:
+    """``compute()``, through the result cache when it runs in a scratch view of our own (where its
+    output is pure in ``git --version`` and ``parts``); always computed in anyone else's repository."""
+    if not scratch:
+        return compute()
+    return resultcache.cached(name, RESULT_VERSION, [gitrun.version(), *parts], compute)
 
 
 def _b64(data: bytes) -> str:
