@@ -13,13 +13,13 @@ same shape.
 
 from __future__ import annotations
 
-import base64
 import difflib
-import hashlib
 import random
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from hyperqwen_patches.pristine import _record_hash  # RECORD's form: sha256=<urlsafe base64>
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,6 @@ def write_tree(root: Path, *, files: int, seed: int) -> dict[int, bytes]:
 def read_tree(root: Path, *, files: int) -> dict[int, bytes]:
     """What :func:`write_tree` returned, read back from ``root``."""
     return {index: (root / tree_path(index)).read_bytes() for index in range(files)}
-
-
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def write_wheel(directory: Path, contents: dict[int, bytes], *, version: str) -> Path:
