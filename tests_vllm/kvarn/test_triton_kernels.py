@@ -69,12 +69,15 @@ def test_store_kernel_matches_reference_d256_and_zero_iterations() -> None:
     _compare_store(layout.record_layout("kvarn_k4v2_g64", 128), iters=0, seed=2)
 
 
-def _decode(sc: ks.Scenario, q: torch.Tensor, splits: int | None, cfg: config.KVarNConfig = CFG):
+def _decode(
+    sc: ks.Scenario,
+    q: torch.Tensor,
+    splits: int | None,
+    cfg: config.KVarNConfig = CFG,
+    **kw,
+):
     return triton_decode.kvarn_decode(
-        *ks.attention_args(sc, q),
-        cfg,
-        comp_end=sc.comp_end,
-        num_splits=splits,
+        *ks.attention_args(sc, q), cfg, comp_end=sc.comp_end, num_splits=splits, **kw
     )
 
 
@@ -113,6 +116,21 @@ def test_more_splits_than_blocks_and_the_reference_fallback() -> None:
     assert torch.isfinite(out).all() and ks.cosine(out, ref).min().item() >= 0.999
     off = config.KVarNConfig(fused_decode=False)
     assert torch.allclose(_decode(sc, q, None, off).float(), ref.half().float())
+
+
+def test_both_combines_agree_over_many_splits() -> None:
+    """The per-head combine (small batches) reads its splits SC at a time: 20 splits of which most
+    are empty cross two chunks; it and the 16-head combine give the same merge."""
+    sc = ks.build("kvarn_k4v2_g64", 128, 2, [70, 6 * 64 + 9, 0], device=DEVICE, iters=1)
+    q = ks.queries(sc, 4)
+    ref = ks.ref_decode(sc, q)
+    wide = config.KVarNConfig(max_splits=32)
+    per_head = _decode(sc, q, 20, wide, combine_heads=1)
+    grouped = _decode(sc, q, 20, wide, combine_heads=16)
+    assert torch.isfinite(per_head).all() and not per_head[-1].any()
+    assert ks.cosine(per_head, ref).min().item() >= 0.999
+    rel = ((per_head.float() - grouped.float()).norm() / grouped.float().norm()).item()
+    assert rel <= 1e-3
 
 
 def test_split_heuristic() -> None:

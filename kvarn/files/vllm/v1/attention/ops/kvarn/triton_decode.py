@@ -1412,6 +1412,56 @@ def _kvarn_combine_rot_kernel(
         )
 
 
+@triton.jit(do_not_specialize=["num_splits"])
+def _kvarn_combine_head_rot_kernel(
+    part_ptr,
+    s_pb,
+    s_ph,
+    s_ps,
+    lse_ptr,
+    s_lb,
+    s_lh,
+    out_ptr,
+    s_ob,
+    s_oh,
+    h_ptr,
+    num_splits,
+    D: tl.constexpr,
+    SPAD: tl.constexpr,
+    SC: tl.constexpr,
+):
+    """The un-rotating combine for one (request, query head): what small batches take. The
+    16-head program walks its splits one at a time, a serial chain of loads that batch 1 waits on;
+    here SC splits are read at once and each program only has one head's D x D product to do
+    (H comes from L2)."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.arange(0, SPAD)
+    lse = tl.load(lse_ptr + b * s_lb + h * s_lh + s, mask=s < num_splits, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    tot = tl.sum(tl.exp2(lse - m_safe), axis=0)  # 0 for empty splits
+    dd = tl.arange(0, D)
+    sc = tl.arange(0, SC)
+    acc = tl.zeros([D], tl.float32)
+    for s0 in range(0, num_splits, SC):
+        sm = s0 + sc < num_splits
+        ls = tl.load(lse_ptr + b * s_lb + h * s_lh + s0 + sc, mask=sm, other=float("-inf"))
+        o = tl.load(
+            part_ptr + b * s_pb + h * s_ph + (s0 + sc)[:, None] * s_ps + dd[None, :],
+            mask=sm[:, None],
+            other=0.0,
+        )
+        acc += tl.sum(o * tl.exp2(ls - m_safe)[:, None], axis=0)
+    res = acc / tl.where(tot > 0.0, tot, 1.0)
+    JC: tl.constexpr = 4096 // D  # a [D, JC] slice of H: 32 registers a thread at 4 warps
+    jj = tl.arange(0, JC)
+    for j0 in tl.static_range(0, D, JC):
+        hc = tl.load(h_ptr + dd[:, None] * D + (j0 + jj)[None, :]).to(tl.float32)
+        rot = tl.sum(res[:, None] * hc, axis=0)
+        tl.store(out_ptr + b * s_ob + h * s_oh + j0 + jj, rot)
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
@@ -1491,6 +1541,7 @@ def kvarn_decode(
     num_splits: int | None = None,
     workspace: DecodeWorkspace | None = None,
     num_warps: int | None = None,
+    combine_heads: int = 16,
     deq: int = 3,
     prefetch: bool = False,
 ) -> torch.Tensor:
@@ -1598,7 +1649,7 @@ def kvarn_decode(
             **common,
         )
         res = torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
-        _kvarn_combine_rot_kernel[(b, triton.cdiv(hq, 16))](
+        cargs = (
             part,
             part.stride(0),
             part.stride(1),
@@ -1610,12 +1661,15 @@ def kvarn_decode(
             res.stride(0),
             res.stride(1),
             h16.contiguous(),
-            hq,
-            num_splits,
-            D=d,
-            SPAD=triton.next_power_of_2(config.max_splits),
-            HB=16,
-            num_warps=4,
         )
+        spad = triton.next_power_of_2(config.max_splits)
+        if combine_heads == 1:
+            _kvarn_combine_head_rot_kernel[(b, hq)](
+                *cargs, num_splits, D=d, SPAD=spad, SC=min(spad, 16), num_warps=4
+            )
+        else:
+            _kvarn_combine_rot_kernel[(b, triton.cdiv(hq, 16))](
+                *cargs, hq, num_splits, D=d, SPAD=spad, HB=16, num_warps=4
+            )
         return res
     return (out @ h32).to(q.dtype)
