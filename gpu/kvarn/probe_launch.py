@@ -1,12 +1,14 @@
-"""Launch-shape probe for the decode: warps per program x split count x combine kind, per row, on
-the synthetic caches of bench_decode.py. It answers what the split/warps policy should pick (the
-table in kvarn/README.md is bench_speedpath.py's, not this).
+"""Launch-shape probe for the decode: what the launch policy picks (warps per program, split count,
+combine kind) against the launches around it, per row, on the synthetic caches of bench_decode.py.
+It is how the policy in triton_decode.py was set (the table in kvarn/README.md is
+bench_speedpath.py's, not this).
 
     python3 gpu/kvarn/probe_launch.py --out DIR [--quick]
 
-Writes DIR/probe.json (one row per timed call) and DIR/probe.md (the fastest launch per row and
-the time of each part alone: q rotation, stage 1, combine). Every call is graph-captured and timed
-like the benchmark (do_bench median, L2 cleared).
+Writes DIR/probe.json (one row per timed call, the parts alone, the compiled kernels' registers)
+and DIR/probe.md (per row: the policy's launch and the fastest one tried). Every call is
+graph-captured and timed like the benchmark (do_bench median, L2 cleared). --quick: a smoke run of
+this script on the CPU (Triton interpreter, tiny shapes).
 """
 
 from __future__ import annotations
@@ -22,22 +24,36 @@ import torch
 from kvarn_ops import config
 from kvarn_ops import triton_decode as td
 
-MAX_SPLITS = 256
-SMALL = {  # (batch, ctx) -> splits tried; latency-bound rows
-    (1, 32768): (16, 32, 64, 128, 256),
-    (1, 131072): (32, 64, 128, 256),
-    (8, 32768): (16, 32, 64),
-    (8, 131072): (16, 32, 64, 128),
-}
-LARGE = {  # bandwidth-bound rows: wave quantization
-    (32, 32768): (8, 12, 16, 17, 20, 24, 33),
-    (32, 131072): (8, 12, 16, 17, 24, 33),
-    (128, 32768): (2, 3, 4, 5, 8),
-}
-WARPS = {128: (1, 2, 4), 256: (2, 4)}
+ROWS = [
+    (1, 32768),
+    (1, 131072),
+    (8, 32768),
+    (8, 131072),
+    (32, 32768),
+    (32, 131072),
+    (128, 32768),
+    (128, 131072),
+]
+# The launches run at the default KVARN_MAX_SPLITS (the 16-head combine's cost grows with it); a
+# batch of one also tries 128 splits at WIDE.
+WIDE = 128
 
 
-def _run(case: bd.KVarNCase, cfg, warps: int, splits: int, heads: int, ws):
+def _alternatives(d: int, b: int, policy: tuple[int, int, int], max_splits: int):
+    """(warps, splits, heads, max_splits) tried beside the policy's own launch."""
+    w, s, h = policy
+    base = td.WARPS[d]
+    near = {max(1, s // 2), s, min(max_splits, 2 * s)}
+    if b >= 32:
+        near |= {1, 2, 4, 8} if b >= 128 else {2, 4, 6, 8}
+    out = {(ww, ss, hh, max_splits) for ww in (base, 2 * base) for ss in near for hh in (1, 16)}
+    if b == 1:
+        out |= {(ww, WIDE, 1, WIDE) for ww in (base, 2 * base)}
+    out.discard((w, s, h, max_splits))
+    return sorted(out)
+
+
+def _run(case: bd.KVarNCase, cfg, warps, splits, heads, ws):
     def run():
         return td.kvarn_decode(
             case.q,
@@ -62,9 +78,9 @@ def _run(case: bd.KVarNCase, cfg, warps: int, splits: int, heads: int, ws):
     return run
 
 
-def _combine(case: bd.KVarNCase, hq: int, splits: int, heads: int, ws):
+def _combine(case: bd.KVarNCase, hq: int, max_splits: int, splits: int, heads: int, ws):
     b, d = case.b, case.d
-    part, lse = ws.get(b, hq, MAX_SPLITS, d, case.q.device)
+    part, lse = ws.get(b, hq, max_splits, d, case.q.device)
     res = torch.empty(b, hq, d, dtype=case.q.dtype, device=case.q.device)
     cargs = (part, *part.stride()[:3], lse, *lse.stride()[:2], res, *res.stride()[:2])
     h16 = case.h16.contiguous()
@@ -72,27 +88,30 @@ def _combine(case: bd.KVarNCase, hq: int, splits: int, heads: int, ws):
     def run():
         if heads == 1:
             td._kvarn_combine_head_rot_kernel[(b, hq)](
-                *cargs, h16, splits, D=d, SPAD=MAX_SPLITS, SC=16, num_warps=4
-            )
+                *cargs, h16, splits, D=d, SPAD=max_splits, SC=min(max_splits, 8192 // d),
+                num_warps=4,
+            )  # fmt: skip
         else:
             td._kvarn_combine_rot_kernel[(b, -(-hq // 16))](
-                *cargs, h16, hq, splits, D=d, SPAD=MAX_SPLITS, HB=16, num_warps=4
+                *cargs, h16, hq, splits, D=d, SPAD=max_splits, HB=16, num_warps=4
             )
 
     return run
 
 
-def _parts(case: bd.KVarNCase, hq: int, split_list, heads_list, ws, emit) -> None:
-    """The parts alone: the rotation GEMM and each combine."""
+def _parts(case: bd.KVarNCase, hq: int, max_splits: int, splits: int, ws, emit) -> None:
+    """The parts alone: an empty graph's replay (the timing floor), the rotation GEMM, each
+    combine."""
     q2 = case.q.reshape(case.b * hq, case.d).float()
     h32 = case.h16.float()
-    t_rot = bd.bench(lambda: torch.addmm(q2, q2, h32, beta=0.0, alpha=0.1))
+    one = torch.zeros(1, device=case.q.device)
     key = dict(D=case.d, batch=case.b, ctx=case.ctx)
+    emit(**key, part="one tiny kernel", us=bd.bench(lambda: one.add_(1.0)) * 1e6)
+    t_rot = bd.bench(lambda: torch.addmm(q2, q2, h32, beta=0.0, alpha=0.1))
     emit(**key, part="q rotation", us=t_rot * 1e6)
-    for s in split_list:
-        for hh in heads_list:
-            t = bd.bench(_combine(case, hq, s, hh, ws))
-            emit(**key, part=f"combine heads={hh}", splits=s, us=t * 1e6)
+    for hh in (1, 16):
+        t = bd.bench(_combine(case, hq, max_splits, splits, hh, ws))
+        emit(**key, part=f"combine heads={hh}", splits=splits, us=t * 1e6)
 
 
 def main() -> None:
@@ -100,12 +119,13 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="CPU interpreter smoke run, tiny shapes")
     args = ap.parse_args()
-    cfg = dataclasses.replace(config.KVarNConfig.from_env(os.environ), max_splits=MAX_SPLITS)
-    small, large = SMALL, LARGE
+    cfg = config.KVarNConfig.from_env(os.environ)
+    rows_spec = ROWS
     if args.quick:
         bd.DEV = "cpu"
-        small, large = {(1, 512): (2, 4)}, {(2, 512): (2,)}
+        rows_spec = [(1, 512), (2, 512)]
     bw = 1e10 if bd.DEV == "cpu" else bd.copy_bandwidth()
+    sms = td._num_sms(torch.device(bd.DEV))
     rows: list[dict] = []
 
     def emit(**row) -> None:
@@ -113,33 +133,44 @@ def main() -> None:
         print(json.dumps(row), flush=True)
 
     for d, hq, hkv in bd.SHAPES:
-        for (b, ctx), split_list in {**small, **large}.items():
+        for b, ctx in rows_spec:
             t0 = time.time()
             case = bd.KVarNCase(b, ctx, d, hq, hkv)
             ws = td.DecodeWorkspace()
-            ref = _run(case, cfg, td.WARPS.get(d, 2), 1, 16, ws)().float()
-            heads_list = (1, 16) if (b, ctx) in small else (16,)
-            warps_list = WARPS[d] if (b, ctx) in small else (td.WARPS[d],)
-            if args.quick:
-                warps_list = (4,)
-            for w in warps_list:
-                for s in split_list:
-                    for hh in heads_list:
-                        f = _run(case, cfg, w, s, hh, ws)
-                        cos = bd._cos(f(), ref)
-                        t = bd.bench(f)
-                        emit(
-                            D=d,
-                            batch=b,
-                            ctx=ctx,
-                            warps=w,
-                            splits=s,
-                            heads=hh,
-                            us=t * 1e6,
-                            frac_copy_bw=case.nbytes / t / bw,
-                            cos_vs_single=cos,
-                        )
-            _parts(case, hq, split_list[-2:], heads_list, ws, emit)
+            nb = case.nb
+            w = td.choose_warps(b, hkv, nb, sms, cfg, td.WARPS[d]) if bd.DEV != "cpu" else 4
+            s = td.choose_splits(b, hkv, nb, sms, cfg, w)
+            h = 1 if b * hq <= td.COMBINE_PER_HEAD_ROWS else 16
+            ref = _run(case, cfg, None, 1, None, ws)().float()
+            tried = [(w, s, h, cfg.max_splits, "policy")]
+            if not args.quick:
+                tried += [(*a, "alt") for a in _alternatives(d, b, (w, s, h), cfg.max_splits)]
+            for ww, ss, hh, ms, kind in tried:
+                pol = kind == "policy"
+                f = _run(
+                    case,
+                    dataclasses.replace(cfg, max_splits=ms),
+                    None if pol else ww,
+                    None if pol else ss,
+                    None if pol else hh,
+                    ws,
+                )
+                cos = bd._cos(f(), ref)
+                t = bd.bench(f)
+                emit(
+                    D=d,
+                    batch=b,
+                    ctx=ctx,
+                    kind=kind,
+                    warps=ww,
+                    splits=ss,
+                    heads=hh,
+                    max_splits=ms,
+                    us=t * 1e6,
+                    frac_copy_bw=case.nbytes / t / bw,
+                    cos_vs_single=cos,
+                )
+            _parts(case, hq, cfg.max_splits, s, ws, emit)
             del case, ws
             if bd.DEV != "cpu":
                 torch.cuda.empty_cache()
@@ -161,20 +192,17 @@ def main() -> None:
     with open(os.path.join(args.out, "probe.json"), "w") as fh:
         json.dump(rows, fh, indent=1)
     lines = [
-        "| D | batch | ctx | best launch (warps/splits/heads) | µs | of copy BW | default-warps best µs |",
-        "|---|---|---|---|---|---|---|",
+        "| D | batch | ctx | policy (warps/splits/heads) | µs | of copy BW | fastest tried | µs |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    keys = sorted({(r["D"], r["batch"], r["ctx"]) for r in rows})
-    for k in keys:
-        timed = [r for r in rows if (r["D"], r["batch"], r["ctx"]) == k and "warps" in r]
+    for k in sorted({(r["D"], r["batch"], r["ctx"]) for r in rows if "kind" in r}):
+        timed = [r for r in rows if "kind" in r and (r["D"], r["batch"], r["ctx"]) == k]
+        pol = next(r for r in timed if r["kind"] == "policy")
         best = min(timed, key=lambda r: r["us"])
-        dflt = min(
-            (r for r in timed if r["warps"] == td.WARPS[k[0]]), key=lambda r: r["us"], default=best
-        )
         lines.append(
-            f"| {k[0]} | {k[1]} | {k[2] // 1024}K | {best['warps']}/{best['splits']}/"
-            f"{best['heads']} | {best['us']:.1f} | {best['frac_copy_bw']:.1%} | "
-            f"{dflt['us']:.1f} ({dflt['splits']}/{dflt['heads']}) |"
+            f"| {k[0]} | {k[1]} | {k[2] // 1024}K | {pol['warps']}/{pol['splits']}/{pol['heads']} | "
+            f"{pol['us']:.1f} | {pol['frac_copy_bw']:.1%} | {best['warps']}/{best['splits']}/"
+            f"{best['heads']} (max {best['max_splits']}) | {best['us']:.1f} |"
         )
     with open(os.path.join(args.out, "probe.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")

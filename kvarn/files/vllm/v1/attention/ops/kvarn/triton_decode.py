@@ -51,6 +51,11 @@ POOL_COST = tl.constexpr(4)
 # and 128K, 1 warp 65% of copy bandwidth at D=128 against 52% for 2; at batch 1, 2 warps were
 # 1.3x faster (not taken: a batch-dependent warp count would compile a variant mid-serving).
 WARPS: dict[int, int] = {128: 1, 256: 2}
+# Warps of the decode kernel resident on one SM: every variant takes 255 registers a thread
+# (uncapped; caps spill, see MAXNREG), so 65,536 / (256 x 32) = 8 (sm_90; n_regs from probe run 14).
+RESIDENT_WARPS = 8
+# Waves of resident programs the split count aims at (choose_splits).
+WAVES = 1
 # Register cap (ptxas maxnreg) of the decode kernel per head size on CUDA; None: the compiler's
 # choice. A cap trades spills for resident programs, which hide the latency of each program's
 # serial block loop. Fixed per deployment (it is a compile option, so it never changes between
@@ -725,7 +730,8 @@ def _decode_words(
     c_end,
     start,
     end,
-    is_last,
+    has_sink,
+    n_tail,
     kvh,
     out_heads,
     lse_base,
@@ -766,9 +772,8 @@ def _decode_words(
     acc6 = tl.zeros([VW, QH], tl.float32)
     acc7 = tl.zeros([VW, QH], tl.float32)
 
-    n_pool = tl.where(is_last & (nblk > 0), 1 + nblk - tl.maximum(c_end, 1), 0)
-    for i in range(0, n_pool):
-        blk = tl.where(i == 0, 0, c_end + i - 1)
+    for i in range(0, has_sink + n_tail):
+        blk = tl.where(i < has_sink, 0, tl.maximum(c_end, 1) + i - has_sink)
         phys = tl.load(bt + blk).to(tl.int64)
         slot = tl.load(block_slot + phys).to(tl.int64)
         if slot >= 0:
@@ -930,9 +935,9 @@ def _kvarn_decode_kernel(
 ):
     """Blocks [1, comp_end) of a request are compressed (the caller guarantees it); block 0 (the
     sink) and [comp_end, nblk) are read as the slot map says, normally from the pool. Split s takes
-    a contiguous share of [1, comp_end); the last split also takes the rest (the pool blocks), and
-    the shares are cut as if each pool block were POOL_COST records, so the last split's share is
-    that much smaller and the pool blocks do not lengthen the longest split. The compressed loop
+    a contiguous share of [1, comp_end); the first split also takes the sink and the last the
+    tail, and the shares are cut as if each pool block were POOL_COST records, so the end splits'
+    shares are that much smaller and the pool blocks do not lengthen the longest split. The compressed loop
     has no branch and, with PREFETCH, loads block i+1's record (and block i+2's id) while computing
     block i."""
     b = tl.program_id(0)
@@ -945,13 +950,18 @@ def _kvarn_decode_kernel(
     nblk = tl.cdiv(seq_len, G)
     c_end = tl.minimum(tl.load(comp_end + b), nblk)
     n_comp = tl.maximum(c_end - 1, 0)
-    # The last split also reads the pool blocks (sink and tail), each ~4.6x a record's bytes in
-    # fp16: count them as POOL_COST blocks so the shares even out (the last split's compressed
-    # share shrinks by as much, to nothing at short contexts).
-    n_pool_est = tl.where(nblk > 0, 1 + nblk - tl.maximum(c_end, 1), 0)
-    per_split = tl.cdiv(n_comp + POOL_COST * n_pool_est, num_splits)
-    start = 1 + split * per_split
-    end = tl.minimum(start + per_split, 1 + n_comp)
+    # The first split also reads the sink and the last one the tail, each pool block ~4.6x a
+    # record's bytes in fp16: the shares are cut on a line of POOL_COST units (sink), one unit per
+    # compressed block, POOL_COST units per tail block, so neither end split is the longest. (All
+    # on the last split made it the critical path of a small batch: two pool blocks, ~10 records.)
+    n_tail_all = tl.maximum(nblk - tl.maximum(c_end, 1), 0)
+    sink_units = tl.where(nblk > 0, POOL_COST, 0)
+    per_split = tl.cdiv(sink_units + n_comp + POOL_COST * n_tail_all, num_splits)
+    u0 = split * per_split - sink_units
+    start = 1 + tl.minimum(tl.maximum(u0, 0), n_comp)
+    end = 1 + tl.minimum(tl.maximum(u0 + per_split, 0), n_comp)
+    has_sink = tl.where((split == 0) & (nblk > 0), 1, 0)
+    n_tail = tl.where(split == num_splits - 1, n_tail_all, 0)
 
     r = tl.arange(0, QH)
     rmask = r < QPK
@@ -967,7 +977,6 @@ def _kvarn_decode_kernel(
     bt = block_table + b.to(tl.int64) * s_bt
     head_off = kvh * s_ch
 
-    is_last = split == num_splits - 1
     o_base = out_ptr + b * s_ob + (kvh * QPK + r)[:, None] * s_oh + split * s_os
     if DEQ >= 3:
         _decode_words(
@@ -987,7 +996,8 @@ def _kvarn_decode_kernel(
             c_end,
             start,
             end,
-            is_last,
+            has_sink,
+            n_tail,
             kvh,
             out_ptr + b * s_ob + (kvh * QPK + r) * s_oh + split * s_os,
             lse_ptr + b * s_lb + (kvh * QPK + r) * s_lh + split,
@@ -1018,9 +1028,8 @@ def _kvarn_decode_kernel(
         # The sink and every block from comp_end on: normally all pool-resident (the unflushed tail), but
         # the slot map decides, so a compressed block past comp_end is still read correctly. This loop
         # is short and cold; the branch lives here, not in the compressed loop below.
-        n_pool = tl.where(is_last & (nblk > 0), 1 + nblk - tl.maximum(c_end, 1), 0)
-        for i in range(0, n_pool):
-            blk = tl.where(i == 0, 0, c_end + i - 1)
+        for i in range(0, has_sink + n_tail):
+            blk = tl.where(i < has_sink, 0, tl.maximum(c_end, 1) + i - has_sink)
             phys = tl.load(bt + blk).to(tl.int64)
             slot = tl.load(block_slot + phys).to(tl.int64)
             if slot >= 0:
@@ -1393,7 +1402,10 @@ def _kvarn_combine_rot_kernel(
     dd = tl.arange(0, D)
     acc = tl.zeros([HB, D], tl.float32)
     for sp in range(0, num_splits):
-        ws = tl.sum(tl.where(s[None, :] == sp, w, 0.0), axis=1)
+        # this split's weight, reloaded (an L1 hit): picking it out of w costs a reduction over
+        # SPAD per split
+        ls = tl.load(lse_ptr + b * s_lb + hh * s_lh + sp, mask=hm, other=float("-inf"))
+        ws = tl.exp2(ls - m_safe)
         o = tl.load(
             part_ptr + b * s_pb + hh[:, None] * s_ph + sp * s_ps + dd[None, :],
             mask=hm[:, None],
@@ -1430,10 +1442,10 @@ def _kvarn_combine_head_rot_kernel(
     SPAD: tl.constexpr,
     SC: tl.constexpr,
 ):
-    """The un-rotating combine for one (request, query head): what small batches take. The
-    16-head program walks its splits one at a time, a serial chain of loads that batch 1 waits on;
-    here SC splits are read at once and each program only has one head's D x D product to do
-    (H comes from L2)."""
+    """The un-rotating combine for one (request, query head), what small batches take: SC splits
+    are read at once (the 16-head program walks its splits one at a time, a serial chain of loads
+    a batch of 1 waits on), and the product with H is a row reduction, out[j] = sum_d H[j, d] o[d]
+    (H is symmetric, so that is o·H), which stays inside a warp."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.arange(0, SPAD)
@@ -1454,12 +1466,11 @@ def _kvarn_combine_head_rot_kernel(
         )
         acc += tl.sum(o * tl.exp2(ls - m_safe)[:, None], axis=0)
     res = acc / tl.where(tot > 0.0, tot, 1.0)
-    JC: tl.constexpr = 4096 // D  # a [D, JC] slice of H: 32 registers a thread at 4 warps
+    JC: tl.constexpr = 4096 // D  # [JC, D] rows of H at a time: 32 values a thread at 4 warps
     jj = tl.arange(0, JC)
     for j0 in tl.static_range(0, D, JC):
-        hc = tl.load(h_ptr + dd[:, None] * D + (j0 + jj)[None, :]).to(tl.float32)
-        rot = tl.sum(res[:, None] * hc, axis=0)
-        tl.store(out_ptr + b * s_ob + h * s_oh + j0 + jj, rot)
+        hr = tl.load(h_ptr + (j0 + jj)[:, None] * D + dd[None, :]).to(tl.float32)
+        tl.store(out_ptr + b * s_ob + h * s_oh + j0 + jj, tl.sum(hr * res[None, :], axis=1))
 
 
 def _num_sms(device: torch.device) -> int:
@@ -1476,17 +1487,31 @@ def choose_splits(
     config: KVarNConfig,
     warps: int = 4,
 ) -> int:
-    """Split count for a step: enough programs to fill the GPU about eight times over in 4-warp
-    equivalents (a program of ``warps`` warps counts warps/4; short programs balance well), each
-    split keeping at least 4 blocks; 1 (single stage) when split-K is off or there is nothing to
-    split."""
+    """Split count for a step: about WAVES waves of resident programs (RESIDENT_WARPS / warps a
+    SM), each split keeping at least 4 blocks; 1 (single stage) when split-K is off or there is
+    nothing to split. More splits than fit at once only add programs that wait, each with its
+    prologue, its epilogue and its share of the combine (probe run 14)."""
     if not config.split_k or max_blocks <= 1:
         return 1
     if config.num_splits:
         return min(config.num_splits, config.max_splits)
-    want = -(-8 * num_sms * 4 // max(1, batch * num_kv_heads * warps))
+    slots = WAVES * num_sms * max(1, RESIDENT_WARPS // warps)
+    want = slots // max(1, batch * num_kv_heads)
     by_len = max(1, max_blocks // 4)
     return max(1, min(want, by_len, config.max_splits))
+
+
+def choose_warps(
+    batch: int, num_kv_heads: int, max_blocks: int, num_sms: int, config: KVarNConfig, base: int
+) -> int:
+    """Warps per program: ``base`` (WARPS), or twice that when even the most splits leave more than
+    half of the resident slots empty (a batch of one or two): then each program's blocks go twice
+    as fast, which the idle SMs cannot do. Both variants are compiled on the first call
+    (``_compile_variants``), never mid-serving."""
+    if not config.split_k or config.num_splits:
+        return base
+    most = batch * num_kv_heads * min(config.max_splits, max(1, max_blocks // 4))
+    return 2 * base if 2 * most <= num_sms * max(1, RESIDENT_WARPS // base) else base
 
 
 class DecodeWorkspace:
@@ -1541,17 +1566,19 @@ def kvarn_decode(
     num_splits: int | None = None,
     workspace: DecodeWorkspace | None = None,
     num_warps: int | None = None,
-    combine_heads: int = 16,
+    combine_heads: int | None = None,
     deq: int = 3,
     prefetch: bool = False,
 ) -> torch.Tensor:
     """Decode attention over the two-tier cache; q [B, Hq, D] un-rotated; returns [B, Hq, D] in
-    q's dtype.
+    q's dtype. ``h16`` is the cache's rotation, the symmetric Hadamard matrix (``hadamard.py``).
 
     ``comp_end`` int32 [B]: blocks [1, comp_end) of each request are compressed (so the hot loop
     needs no slot lookup); the sink and later blocks are read as ``block_slot`` says. Pass it when
     known (``TwoTierBook.compressed_end``); by default it is derived from ``block_slot`` on the device
-    (no host sync). ``num_splits`` overrides the heuristic (1 = single stage). ``deq``/``prefetch`` pick kernel variants (fixed per deployment).
+    (no host sync). ``num_splits``, ``num_warps`` and ``combine_heads`` (1 or 16 query heads per
+    combine program) override the launch policy (``choose_splits``, ``choose_warps``,
+    ``COMBINE_PER_HEAD_ROWS``); ``deq``/``prefetch`` pick kernel variants (fixed per deployment).
     """
     b, hq, d = q.shape
     hkv = cache.shape[1]
@@ -1565,76 +1592,129 @@ def kvarn_decode(
         return reference_decode(
             q, cache, pool_k, pool_v, block_slot, block_table, seq_lens, layout, h16, scale
         ).to(q.dtype)
-    qpk = hq // hkv
-    g = layout.group
+    if b == 0:
+        return torch.empty(0, hq, d, dtype=q.dtype, device=q.device)
     if comp_end is None:
-        comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, g)
-    h32 = h16.float()
+        comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, layout.group)
     # one GEMM with the scale as its alpha (the product, then a scaling kernel, cost a launch more)
     q2 = q.reshape(b * hq, d).float()
-    q_rot = torch.addmm(q2, q2, h32, beta=0.0, alpha=scale * LOG2E).view(b, hq, d)
-    words = deq == 3
+    q_rot = torch.addmm(q2, q2, h16.float(), beta=0.0, alpha=scale * LOG2E).view(b, hq, d)
+    # the word path's warp counts are CUDA's; the interpreter runs the 4-warp layouts
+    auto = deq == 3 and q.is_cuda
+    base = WARPS.get(d, 2) if auto else 4
+    if max_seq_len is None and (num_splits is None or num_warps is None):
+        max_seq_len = int(seq_lens.max())
+    max_blocks = -(-(max_seq_len or 0) // layout.group)
+    sms = _num_sms(q.device)
     if num_warps is None:
-        num_warps = WARPS.get(d, 2) if words and q.is_cuda else 4
+        num_warps = choose_warps(b, hkv, max_blocks, sms, config, base) if auto else base
     if num_splits is None:
-        if max_seq_len is None:
-            max_seq_len = int(seq_lens.max()) if b else 0
-        num_splits = choose_splits(
-            b, hkv, -(-max_seq_len // g), _num_sms(q.device), config, num_warps
-        )
+        num_splits = choose_splits(b, hkv, max_blocks, sms, config, num_warps)
     num_splits = max(1, min(num_splits, config.max_splits))
-    out = torch.empty(b, hq, d, dtype=torch.float32, device=q.device)
-    if b == 0:
-        return out.to(q.dtype)
-    lo = layout
-    common = dict(
-        QPK=qpk,
-        QH=max(8, triton.next_power_of_2(qpk)),  # the MMA's M side; 8 pads less than 16
-        D=d,
-        G=g,
-        VB=lo.preset.v_bits,
-        K_CODES=lo.k_codes,
-        K_SCOL=lo.k_scol,
-        K_ZP=lo.k_zp,
-        K_SROW=lo.k_srow,
-        V_CODES=lo.v_codes,
-        V_SCOL=lo.v_scol,
-        V_SROW=lo.v_srow,
-        V_ZP=lo.v_zp,
-        # on CUDA the same codes through PTX: 1 -> 2 (4 bytes at a time), 3 -> 4 (two words at a time)
-        DEQ={1: 2, 3: 4}.get(deq, deq) if q.is_cuda else deq,
-        PREFETCH=prefetch,
-        num_warps=num_warps,
+    if combine_heads is None:
+        combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
+    ws = workspace or DecodeWorkspace()
+    launch = _Launch(
+        cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, q.dtype
     )
-    cap = (MAXNREG if words else MAXNREG_BYTES).get(d)
-    if q.is_cuda and cap:
-        common["maxnreg"] = cap
-    args = (
-        q_rot,
-        q_rot.stride(0),
-        q_rot.stride(1),
-        cache,
-        cache.view(torch.float16),
-        cache.stride(0),
-        cache.stride(1),
-        pool_k,
-        pool_v,
-        pool_k.stride(0),
-        pool_k.stride(1),
-        pool_k.stride(2),
-        block_slot,
-        block_table,
-        block_table.stride(0),
-        seq_lens,
-        comp_end,
-    )
-    if num_splits == 1:
-        _kvarn_decode_kernel[(b, hkv, 1)](
-            *args, out, out.stride(0), out.stride(1), 0, out, 0, 0, 1, IS_SPLIT=False, **common
+    if auto:
+        launch.compile_variants(q_rot, block_table, seq_lens, comp_end, (base, 2 * base))
+    return launch(q_rot, block_table, seq_lens, comp_end, num_warps, num_splits, combine_heads)
+
+
+# At most this many query rows (batch x query heads) take the per-head combine.
+COMBINE_PER_HEAD_ROWS = 1024
+_COMPILED: set[tuple] = set()
+
+
+class _Launch:
+    """The kernels of one decode call, with what stays fixed across steps bound (so the launch
+    that compiles the variants up front and the real one pass the same arguments)."""
+
+    def __init__(
+        self, cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, out_dtype
+    ):
+        self.cache, self.pool_k, self.pool_v, self.block_slot = cache, pool_k, pool_v, block_slot
+        self.layout, self.h16, self.config, self.ws = layout, h16.contiguous(), config, ws
+        self.deq, self.prefetch, self.out_dtype = deq, prefetch, out_dtype
+
+    def compile_variants(self, q_rot, block_table, seq_lens, comp_end, warps) -> None:
+        """Compiles every variant the policy may pick (each warp count, single stage and split,
+        both combines) on the first call for this shape, by launching them over one empty row:
+        later steps only pick among compiled kernels, so a batch of one arriving mid-serving does
+        not stall on a compile."""
+        lay = self.layout
+        key = (
+            q_rot.device,
+            q_rot.shape[1:],
+            self.cache.shape[1],
+            lay,
+            self.deq,
+            self.prefetch,
+            self.config.max_splits,
+            tuple(warps),
         )
-    else:
-        ws = workspace or DecodeWorkspace()
-        part, lse = ws.get(b, hq, config.max_splits, d, q.device)
+        if key in _COMPILED:
+            return
+        empty = torch.zeros_like(seq_lens[:1])
+        for w in warps:
+            for splits, heads in ((1, 16), (2, 1), (2, 16)):
+                self(q_rot[:1], block_table[:1], empty, comp_end[:1], w, splits, heads)
+        _COMPILED.add(key)
+
+    def __call__(self, q_rot, block_table, seq_lens, comp_end, num_warps, num_splits, heads):
+        b, hq, d = q_rot.shape
+        lo = self.layout
+        cache, pool_k = self.cache, self.pool_k
+        common = dict(
+            QPK=hq // cache.shape[1],
+            QH=max(8, triton.next_power_of_2(hq // cache.shape[1])),  # MMA side; 8 pads less
+            D=d,
+            G=lo.group,
+            VB=lo.preset.v_bits,
+            K_CODES=lo.k_codes,
+            K_SCOL=lo.k_scol,
+            K_ZP=lo.k_zp,
+            K_SROW=lo.k_srow,
+            V_CODES=lo.v_codes,
+            V_SCOL=lo.v_scol,
+            V_SROW=lo.v_srow,
+            V_ZP=lo.v_zp,
+            # on CUDA the same codes through PTX: 1 -> 2 (4 bytes at a time), 3 -> 4 (two words)
+            DEQ={1: 2, 3: 4}.get(self.deq, self.deq) if q_rot.is_cuda else self.deq,
+            PREFETCH=self.prefetch,
+            num_warps=num_warps,
+        )
+        cap = (MAXNREG if self.deq == 3 else MAXNREG_BYTES).get(d)
+        if q_rot.is_cuda and cap:
+            common["maxnreg"] = cap
+        args = (
+            q_rot,
+            q_rot.stride(0),
+            q_rot.stride(1),
+            cache,
+            cache.view(torch.float16),
+            cache.stride(0),
+            cache.stride(1),
+            pool_k,
+            self.pool_v,
+            pool_k.stride(0),
+            pool_k.stride(1),
+            pool_k.stride(2),
+            self.block_slot,
+            block_table,
+            block_table.stride(0),
+            seq_lens,
+            comp_end,
+        )
+        hkv = cache.shape[1]
+        if num_splits == 1:
+            out = torch.empty(b, hq, d, dtype=torch.float32, device=q_rot.device)
+            _kvarn_decode_kernel[(b, hkv, 1)](
+                *args, out, out.stride(0), out.stride(1), 0, out, 0, 0, 1, IS_SPLIT=False, **common
+            )
+            return (out @ self.h16.float()).to(self.out_dtype)
+        part, lse = self.ws.get(b, hq, self.config.max_splits, d, q_rot.device)
         _kvarn_decode_kernel[(b, hkv, num_splits)](
             *args,
             part,
@@ -1648,7 +1728,7 @@ def kvarn_decode(
             IS_SPLIT=True,
             **common,
         )
-        res = torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
+        res = torch.empty(b, hq, d, dtype=self.out_dtype, device=q_rot.device)
         cargs = (
             part,
             part.stride(0),
@@ -1660,16 +1740,15 @@ def kvarn_decode(
             res,
             res.stride(0),
             res.stride(1),
-            h16.contiguous(),
+            self.h16,
         )
-        spad = triton.next_power_of_2(config.max_splits)
-        if combine_heads == 1:
+        spad = triton.next_power_of_2(self.config.max_splits)
+        if heads == 1:
             _kvarn_combine_head_rot_kernel[(b, hq)](
-                *cargs, num_splits, D=d, SPAD=spad, SC=min(spad, 16), num_warps=4
+                *cargs, num_splits, D=d, SPAD=spad, SC=min(spad, 8192 // d), num_warps=4
             )
         else:
             _kvarn_combine_rot_kernel[(b, triton.cdiv(hq, 16))](
                 *cargs, hq, num_splits, D=d, SPAD=spad, HB=16, num_warps=4
             )
         return res
-    return (out @ h32).to(q.dtype)
