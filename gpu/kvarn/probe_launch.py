@@ -80,15 +80,16 @@ def _run(case: bd.KVarNCase, cfg, warps, splits, heads, ws):
 
 def _combine(case: bd.KVarNCase, hq: int, max_splits: int, splits: int, heads: int, ws):
     b, d = case.b, case.d
-    part, lse = ws.get(b, hq, max_splits, d, case.q.device)
+    part, lse = ws.get(b * splits, hq, d, case.q.device)
     res = torch.empty(b, hq, d, dtype=case.q.dtype, device=case.q.device)
-    cargs = (part, *part.stride()[:3], lse, *lse.stride()[:2], res, *res.stride()[:2])
+    cargs = (part, *part.stride()[:2], lse, *lse.stride(), res, *res.stride()[:2])
     h16 = case.h16.contiguous()
 
     def run():
         if heads == 1:
-            td._kvarn_combine_head_rot_kernel[(b, hq)](
-                *cargs, h16, splits, D=d, SPAD=max_splits, SC=min(max_splits, 8192 // d),
+            jb = td.COMBINE_ROWS_PER_PROGRAM
+            td._kvarn_combine_head_rot_kernel[(b, hq, d // jb)](
+                *cargs, h16, splits, D=d, SPAD=max_splits, SC=min(max_splits, 8192 // d), JB=jb,
                 num_warps=4,
             )  # fmt: skip
         else:

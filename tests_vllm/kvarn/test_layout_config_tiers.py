@@ -86,7 +86,7 @@ def test_config_defaults_and_env() -> None:
         ({"KVARN_SINKHORN_ITERS": "eight"}, "KVARN_SINKHORN_ITERS='eight'"),
         ({"KVARN_SPLIT_K": "maybe"}, "KVARN_SPLIT_K='maybe'"),
         ({"KVARN_MAX_SPLITS": "48"}, "KVARN_MAX_SPLITS=48"),
-        ({"KVARN_NUM_SPLITS": "128"}, "KVARN_NUM_SPLITS=128"),
+        ({"KVARN_NUM_SPLITS": "256"}, "KVARN_NUM_SPLITS=256"),
     ],
 )
 def test_config_refuses_bad_values_naming_the_variable(env: dict[str, str], needle: str) -> None:

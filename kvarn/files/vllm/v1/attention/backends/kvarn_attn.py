@@ -421,13 +421,16 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         self.pool_v = torch.zeros(shape, dtype=torch.float16, device=device)
         self.h16 = hadamard(self.head_size, dtype=torch.float16, device=device)
         if device.type == "cuda":
-            # The split-K partials at their largest (every sequence decoding, the most splits),
-            # made now so the profiler charges them too; layers run one after another on one
-            # stream, so they share one buffer.
+            # The split-K partials at their largest (the most batch x splits rows the launch
+            # policy takes for up to max_num_seqs requests), made now so the profiler charges
+            # them too; layers run one after another on one stream, so they share one buffer.
+            from vllm.v1.attention.ops.kvarn.triton_decode import split_rows
+
             self._workspace = _shared_workspace(device)
-            self._workspace.get(
-                self.max_num_seqs, self.num_heads, self.config.max_splits, self.head_size, device
+            rows = split_rows(
+                self.max_num_seqs, self.num_kv_heads, self.head_size, self.config, device
             )
+            self._workspace.get(rows, self.num_heads, self.head_size, device)
         logger.info_once(
             "KVarN %s: fp16 pool of %d slots x %d tokens per layer (%.1f MiB per layer).",
             self.kv_cache_dtype,

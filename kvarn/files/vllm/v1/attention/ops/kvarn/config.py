@@ -20,7 +20,7 @@ KNOBS: dict[str, tuple[str, str]] = {
         "allow the split-K decode (stage 1 per split + combine) for long contexts",
     ),
     "KVARN_NUM_SPLITS": ("0", "split count for split-K decode; 0 = pick from batch and context"),
-    "KVARN_MAX_SPLITS": ("64", "upper bound on the split count (sizes the partial-result buffers)"),
+    "KVARN_MAX_SPLITS": ("128", "upper bound on the split count (power of two)"),
     "KVARN_FUSED_DECODE": (
         "1",
         "use the fused Triton decode; 0 = dequantize and run the reference",
@@ -60,7 +60,7 @@ class KVarNConfig:
     sinkhorn_iters: int = 8
     split_k: bool = True
     num_splits: int = 0
-    max_splits: int = 64
+    max_splits: int = 128
     fused_decode: bool = True
 
     def __post_init__(self) -> None:

@@ -56,6 +56,9 @@ WARPS: dict[int, int] = {128: 1, 256: 2}
 RESIDENT_WARPS = 8
 # Waves of resident programs the split count aims at (choose_splits).
 WAVES = 1
+# choose_warps doubles the warps when the most programs a step can have fill at most this share
+# of the resident slots.
+FILL = 0.5
 # Register cap (ptxas maxnreg) of the decode kernel per head size on CUDA; None: the compiler's
 # choice. A cap trades spills for resident programs, which hide the latency of each program's
 # serial block loop. Fixed per deployment (it is a compile option, so it never changes between
@@ -910,11 +913,10 @@ def _kvarn_decode_kernel(
     comp_end,
     out_ptr,
     s_ob,
-    s_oh,
-    s_os,  # fp32 [B, Hq, (splits,) D]
+    s_oh,  # fp32 [B x splits, Hq, D]: row b·splits + split
     lse_ptr,
     s_lb,
-    s_lh,  # fp32 [B, Hq, splits] (split-K only)
+    s_lh,  # fp32 [B x splits, Hq] (split-K only)
     num_splits,
     QPK: tl.constexpr,
     QH: tl.constexpr,
@@ -977,7 +979,9 @@ def _kvarn_decode_kernel(
     bt = block_table + b.to(tl.int64) * s_bt
     head_off = kvh * s_ch
 
-    o_base = out_ptr + b * s_ob + (kvh * QPK + r)[:, None] * s_oh + split * s_os
+    # the partials of a step are packed: row b·num_splits + split (no room kept for splits unused)
+    row = (b * num_splits + split).to(tl.int64)
+    o_base = out_ptr + row * s_ob + (kvh * QPK + r)[:, None] * s_oh
     if DEQ >= 3:
         _decode_words(
             q,
@@ -999,8 +1003,8 @@ def _kvarn_decode_kernel(
             has_sink,
             n_tail,
             kvh,
-            out_ptr + b * s_ob + (kvh * QPK + r) * s_oh + split * s_os,
-            lse_ptr + b * s_lb + (kvh * QPK + r) * s_lh + split,
+            out_ptr + row * s_ob + (kvh * QPK + r) * s_oh,
+            lse_ptr + row * s_lb + (kvh * QPK + r) * s_lh,
             rmask,
             IS_SPLIT,
             QH,
@@ -1326,7 +1330,7 @@ def _kvarn_decode_kernel(
         tl.store(o_base + (4 * jq + 3)[None, :], acc3 * inv[:, None], mask=m2)
         if IS_SPLIT:
             lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
-            tl.store(lse_ptr + b * s_lb + (kvh * QPK + r) * s_lh + split, lse, mask=rmask)
+            tl.store(lse_ptr + row * s_lb + (kvh * QPK + r) * s_lh, lse, mask=rmask)
 
 
 @triton.jit(do_not_specialize=["num_splits"])
@@ -1369,7 +1373,6 @@ def _kvarn_combine_rot_kernel(
     part_ptr,
     s_pb,
     s_ph,
-    s_ps,
     lse_ptr,
     s_lb,
     s_lh,
@@ -1390,8 +1393,9 @@ def _kvarn_combine_rot_kernel(
     hh = tl.program_id(1) * HB + tl.arange(0, HB)
     hm = hh < n_heads
     s = tl.arange(0, SPAD)
+    r0 = (b * num_splits).to(tl.int64)  # the request's first partial row
     lse = tl.load(
-        lse_ptr + b * s_lb + hh[:, None] * s_lh + s[None, :],
+        lse_ptr + (r0 + s[None, :]) * s_lb + hh[:, None] * s_lh,
         mask=hm[:, None] & (s[None, :] < num_splits),
         other=float("-inf"),
     )
@@ -1404,10 +1408,10 @@ def _kvarn_combine_rot_kernel(
     for sp in range(0, num_splits):
         # this split's weight, reloaded (an L1 hit): picking it out of w costs a reduction over
         # SPAD per split
-        ls = tl.load(lse_ptr + b * s_lb + hh * s_lh + sp, mask=hm, other=float("-inf"))
+        ls = tl.load(lse_ptr + (r0 + sp) * s_lb + hh * s_lh, mask=hm, other=float("-inf"))
         ws = tl.exp2(ls - m_safe)
         o = tl.load(
-            part_ptr + b * s_pb + hh[:, None] * s_ph + sp * s_ps + dd[None, :],
+            part_ptr + (r0 + sp) * s_pb + hh[:, None] * s_ph + dd[None, :],
             mask=hm[:, None],
             other=0.0,
         )
@@ -1429,7 +1433,6 @@ def _kvarn_combine_head_rot_kernel(
     part_ptr,
     s_pb,
     s_ph,
-    s_ps,
     lse_ptr,
     s_lb,
     s_lh,
@@ -1441,15 +1444,20 @@ def _kvarn_combine_head_rot_kernel(
     D: tl.constexpr,
     SPAD: tl.constexpr,
     SC: tl.constexpr,
+    JB: tl.constexpr,
 ):
-    """The un-rotating combine for one (request, query head), what small batches take: SC splits
-    are read at once (the 16-head program walks its splits one at a time, a serial chain of loads
-    a batch of 1 waits on), and the product with H is a row reduction, out[j] = sum_d H[j, d] o[d]
-    (H is symmetric, so that is o·H), which stays inside a warp."""
+    """The un-rotating combine for one (request, query head, JB output channels), what small
+    batches take: SC splits are read at once (the 16-head program walks its splits one at a time,
+    a serial chain of loads a batch of 1 waits on), and the product with H is a row reduction,
+    out[j] = sum_d H[j, d] o[d] (H is symmetric, so that is o·H), which stays inside a warp. Each
+    of the D / JB programs of a head merges all of its splits again (from L2): it is the serial
+    walk over H's rows that a batch of one would wait on, not the merge."""
     b = tl.program_id(0)
     h = tl.program_id(1)
+    jb = tl.program_id(2) * JB
     s = tl.arange(0, SPAD)
-    lse = tl.load(lse_ptr + b * s_lb + h * s_lh + s, mask=s < num_splits, other=float("-inf"))
+    r0 = (b * num_splits).to(tl.int64)  # the request's first partial row
+    lse = tl.load(lse_ptr + (r0 + s) * s_lb + h * s_lh, mask=s < num_splits, other=float("-inf"))
     m = tl.max(lse, axis=0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     tot = tl.sum(tl.exp2(lse - m_safe), axis=0)  # 0 for empty splits
@@ -1458,9 +1466,9 @@ def _kvarn_combine_head_rot_kernel(
     acc = tl.zeros([D], tl.float32)
     for s0 in range(0, num_splits, SC):
         sm = s0 + sc < num_splits
-        ls = tl.load(lse_ptr + b * s_lb + h * s_lh + s0 + sc, mask=sm, other=float("-inf"))
+        ls = tl.load(lse_ptr + (r0 + s0 + sc) * s_lb + h * s_lh, mask=sm, other=float("-inf"))
         o = tl.load(
-            part_ptr + b * s_pb + h * s_ph + (s0 + sc)[:, None] * s_ps + dd[None, :],
+            part_ptr + (r0 + s0 + sc)[:, None] * s_pb + h * s_ph + dd[None, :],
             mask=sm[:, None],
             other=0.0,
         )
@@ -1468,9 +1476,9 @@ def _kvarn_combine_head_rot_kernel(
     res = acc / tl.where(tot > 0.0, tot, 1.0)
     JC: tl.constexpr = 4096 // D  # [JC, D] rows of H at a time: 32 values a thread at 4 warps
     jj = tl.arange(0, JC)
-    for j0 in tl.static_range(0, D, JC):
-        hr = tl.load(h_ptr + (j0 + jj)[:, None] * D + dd[None, :]).to(tl.float32)
-        tl.store(out_ptr + b * s_ob + h * s_oh + j0 + jj, tl.sum(hr * res[None, :], axis=1))
+    for j0 in tl.static_range(0, JB, JC):
+        hr = tl.load(h_ptr + (jb + j0 + jj)[:, None] * D + dd[None, :]).to(tl.float32)
+        tl.store(out_ptr + b * s_ob + h * s_oh + jb + j0 + jj, tl.sum(hr * res[None, :], axis=1))
 
 
 def _num_sms(device: torch.device) -> int:
@@ -1511,25 +1519,46 @@ def choose_warps(
     if not config.split_k or config.num_splits:
         return base
     most = batch * num_kv_heads * min(config.max_splits, max(1, max_blocks // 4))
-    return 2 * base if 2 * most <= num_sms * max(1, RESIDENT_WARPS // base) else base
+    return 2 * base if most <= FILL * num_sms * max(1, RESIDENT_WARPS // base) else base
 
 
 class DecodeWorkspace:
-    """Split-K partial buffers, sized for ``max_splits`` so their strides never change (a changed
-    stride could change a specialization), grown with the batch and reused."""
+    """Split-K partials of a step, packed (rows b·splits + split of [rows, Hq, D] and [rows, Hq]),
+    so a step takes batch x splits rows, which the launch policy keeps small (``split_rows``); the
+    strides never change with the step (no new specialization). Grown on demand, reused."""
 
     def __init__(self) -> None:
         self.part: torch.Tensor | None = None
         self.lse: torch.Tensor | None = None
 
-    def get(self, b: int, hq: int, max_splits: int, d: int, device: torch.device):
+    def get(self, rows: int, hq: int, d: int, device: torch.device):
         p = self.part
-        if p is None or p.shape[0] < b or p.shape[1:] != (hq, max_splits, d) or p.device != device:
-            nb = max(b, p.shape[0] if p is not None else 0)
-            self.part = torch.empty(nb, hq, max_splits, d, dtype=torch.float32, device=device)
-            self.lse = torch.empty(nb, hq, max_splits, dtype=torch.float32, device=device)
+        if p is None or p.shape[0] < rows or p.shape[1:] != (hq, d) or p.device != device:
+            n = max(rows, p.shape[0] if p is not None and p.shape[1:] == (hq, d) else 0)
+            self.part = torch.empty(n, hq, d, dtype=torch.float32, device=device)
+            self.lse = torch.empty(n, hq, dtype=torch.float32, device=device)
         assert self.part is not None and self.lse is not None
         return self.part, self.lse
+
+
+def split_rows(
+    max_batch: int, num_kv_heads: int, head_size: int, config: KVarNConfig, device: torch.device
+) -> int:
+    """The most partial rows (batch x splits) a step of up to ``max_batch`` requests takes under
+    the launch policy, at any context length: what a caller reserves up front. (Keeping room for
+    KVARN_MAX_SPLITS splits of every request took max_batch x max_splits rows: 268 MB at 256
+    requests, 32 query heads, D = 128, 64 splits.)"""
+    if not config.split_k:
+        return 0
+    sms = _num_sms(device)
+    base = WARPS.get(head_size, 2) if device.type == "cuda" else 4
+    most = 0
+    for b in range(1, max_batch + 1):
+        # base warps give the most slots, and no length cap: an upper bound on every step
+        s = choose_splits(b, num_kv_heads, 1 << 30, sms, config, base)
+        if s > 1:
+            most = max(most, b * s)
+    return most
 
 
 def compressed_end_from_slots(
@@ -1622,8 +1651,11 @@ def kvarn_decode(
     return launch(q_rot, block_table, seq_lens, comp_end, num_warps, num_splits, combine_heads)
 
 
-# At most this many query rows (batch x query heads) take the per-head combine.
-COMBINE_PER_HEAD_ROWS = 1024
+# At most this many query rows (batch x query heads) take the per-head combine (probe run 14: it
+# wins at batch 1, and by 2% at batch 8 with D = 128; the 16-head one from batch 32), whose
+# programs each write COMBINE_ROWS_PER_PROGRAM output channels.
+COMBINE_PER_HEAD_ROWS = 256
+COMBINE_ROWS_PER_PROGRAM = 64
 _COMPILED: set[tuple] = set()
 
 
@@ -1711,16 +1743,15 @@ class _Launch:
         if num_splits == 1:
             out = torch.empty(b, hq, d, dtype=torch.float32, device=q_rot.device)
             _kvarn_decode_kernel[(b, hkv, 1)](
-                *args, out, out.stride(0), out.stride(1), 0, out, 0, 0, 1, IS_SPLIT=False, **common
+                *args, out, out.stride(0), out.stride(1), out, 0, 0, 1, IS_SPLIT=False, **common
             )
             return (out @ self.h16.float()).to(self.out_dtype)
-        part, lse = self.ws.get(b, hq, self.config.max_splits, d, q_rot.device)
+        part, lse = self.ws.get(b * num_splits, hq, d, q_rot.device)
         _kvarn_decode_kernel[(b, hkv, num_splits)](
             *args,
             part,
             part.stride(0),
             part.stride(1),
-            part.stride(2),
             lse,
             lse.stride(0),
             lse.stride(1),
@@ -1733,7 +1764,6 @@ class _Launch:
             part,
             part.stride(0),
             part.stride(1),
-            part.stride(2),
             lse,
             lse.stride(0),
             lse.stride(1),
@@ -1744,8 +1774,9 @@ class _Launch:
         )
         spad = triton.next_power_of_2(self.config.max_splits)
         if heads == 1:
-            _kvarn_combine_head_rot_kernel[(b, hq)](
-                *cargs, num_splits, D=d, SPAD=spad, SC=min(spad, 8192 // d), num_warps=4
+            jb = COMBINE_ROWS_PER_PROGRAM
+            _kvarn_combine_head_rot_kernel[(b, hq, d // jb)](
+                *cargs, num_splits, D=d, SPAD=spad, SC=min(spad, 8192 // d), JB=jb, num_warps=4
             )
         else:
             _kvarn_combine_rot_kernel[(b, triton.cdiv(hq, 16))](
