@@ -87,13 +87,15 @@ def fp8_check(d: int, hq: int, hkv: int) -> dict:
     return res
 
 
-def fp8_time(b: int, ctx: int, d: int, hq: int, hkv: int, splits: int):
+def fp8_time(b: int, ctx: int, d: int, hq: int, hkv: int, split_counts: tuple[int, ...]):
+    """The fastest fp8 launch of the row: each configuration at each split count."""
     case = fp8_decode.FP8Case(b, ctx, d, hq, hkv, bd.DEV)
     best = None
-    for trans, w, st in FP8_CONFIGS:
-        t = bd.bench(case.runner(splits, w, st, trans))
-        if best is None or t < best[0]:
-            best = (t, f"{'T' if trans else 'N'}/w{w}/s{st}")
+    for splits in sorted(set(split_counts)):
+        for trans, w, st in FP8_CONFIGS:
+            t = bd.bench(case.runner(splits, w, st, trans))
+            if best is None or t < best[0]:
+                best = (t, f"{'T' if trans else 'N'}/w{w}/s{st}/{splits}sp")
     del case
     _free()
     assert best is not None
@@ -126,6 +128,8 @@ def main() -> None:
     r7 = _load_baseline("run7")
     r5 = None if args.no_run5 else _load_baseline("run5")
     cfg = config.KVarNConfig.from_env(os.environ)
+    # run 7 ran with at most 64 splits (the default then): its column stays comparable
+    cfg7 = dataclasses.replace(cfg, max_splits=64)
     if bd.DEV == "cpu":
         name, sms, bw = "cpu (interpreter smoke run)", 4, 1e10
     else:
@@ -153,19 +157,24 @@ def main() -> None:
             for ctx in map(int, args.contexts.split(",")):
                 t0 = time.time()
                 case = bd.KVarNCase(b, ctx, d, hq, hkv)
-                f_r7 = _runner(r7, case, cfg, 4)
+                f_r7 = _runner(r7, case, cfg7, 4)
                 f_new = _runner(new, case, cfg, None)
                 cos = bd._cos(f_new(), f_r7())
                 t_r7 = bd.bench(f_r7)
                 t_new = bd.bench(f_new)
-                t_r5 = None if r5 is None else bd.bench(_runner(r5, case, cfg, 4))
-                nbytes, splits = case.nbytes, case.splits(cfg)  # 4-warp programs: run 7, fp8
-                splits_new = case.splits(cfg, new.WARPS.get(d, 2) if bd.DEV != "cpu" else 4)
+                t_r5 = None if r5 is None else bd.bench(_runner(r5, case, cfg7, 4))
+                # run 7's split count (4-warp programs; the fp8 kernel tries it and the new one's)
+                splits = r7.choose_splits(b, hkv, case.nb, sms, cfg7)
+                warps_new = new.choose_warps(b, hkv, case.nb, sms, cfg, new.WARPS[d])
+                if bd.DEV == "cpu":
+                    warps_new = 4
+                splits_new = new.choose_splits(b, hkv, case.nb, sms, cfg, warps_new)
+                nbytes = case.nbytes
                 del case, f_r7, f_new
                 _free()
                 t8 = c8 = None
                 if not args.no_fp8:
-                    t8, c8 = fp8_time(b, ctx, d, hq, hkv, splits)
+                    t8, c8 = fp8_time(b, ctx, d, hq, hkv, (splits, splits_new))
                 ts = None if args.no_sdpa else bd.sdpa_time(b, ctx, d, hq, hkv)
                 _free()
                 fp8_bytes = 2 * b * hkv * ctx * d
@@ -177,6 +186,7 @@ def main() -> None:
                     "ctx": ctx,
                     "splits": splits,
                     "splits_new": splits_new,
+                    "warps_new": warps_new,
                     "run5_us": None if t_r5 is None else t_r5 * 1e6,
                     "run7_us": t_r7 * 1e6,
                     "new_us": t_new * 1e6,
@@ -246,7 +256,7 @@ def write_md(path: str, meta: dict, rows: list[dict], variants: list[dict]) -> N
         f"measured copy bandwidth {meta['copy_bw_TBps']} TB/s (read + write); preset "
         f"{meta['preset']}; new kernel warps {meta['new_warps']}, maxnreg {meta['new_maxnreg']}",
         "",
-        "| D | Hq/Hkv | batch | ctx | splits new (run 7, fp8) | run-7 µs | new µs | new / run 7 | fp8 µs (cfg) | "
+        "| D | Hq/Hkv | batch | ctx | warps, splits new (run 7) | run-7 µs | new µs | new / run 7 | fp8 µs (cfg) | "
         "new vs fp8 | fp8 floor µs | new vs fp8 floor | SDPA fp16 µs | new vs fp16 | new TB/s | "
         "of copy BW: new (run 7) | KVarN floor µs | cos(new, run 7) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -254,7 +264,7 @@ def write_md(path: str, meta: dict, rows: list[dict], variants: list[dict]) -> N
     for r in rows:
         lines.append(
             f"| {r['D']} | {r['Hq']}/{r['Hkv']} | {r['batch']} | {r['ctx'] // 1024}K | "
-            f"{r['splits_new']} ({r['splits']}) | {r['run7_us']:.1f} | {r['new_us']:.1f} | {r['new_vs_run7']:.2f}× | "
+            f"{r['warps_new']}w {r['splits_new']} ({r['splits']}) | {r['run7_us']:.1f} | {r['new_us']:.1f} | {r['new_vs_run7']:.2f}× | "
             f"{_f(r['fp8_us'], '.1f')} ({r['fp8_config'] or '-'}) | {_f(r['new_vs_fp8'], '.2f')}× | "
             f"{r['floor_fp8_us']:.1f} | {r['new_vs_fp8_floor']:.2f}× | "
             f"{_f(r['sdpa_fp16_us'], '.1f')} | {_f(r['new_vs_fp16'], '.2f')}× | "

@@ -133,19 +133,49 @@ def test_both_combines_agree_over_many_splits() -> None:
     assert rel <= 1e-3
 
 
-def test_split_heuristic() -> None:
+def test_launch_policy() -> None:
+    """One wave of resident programs (132 SMs x 8 resident warps), at least 4 blocks a split, at
+    least 2 splits where there are 8 blocks; twice the warps when the most programs a step can
+    have fill half the slots or less. The figures behind it: gpu/kvarn/results/run14-16."""
+    cfg = config.KVarNConfig()  # at most 128 splits
+    splits, warps = triton_decode.choose_splits, triton_decode.choose_warps
+    assert splits(8, 8, 256, 132, cfg, warps=1) == 16  # 1056 one-warp slots / 64 programs
+    assert splits(32, 8, 256, 132, cfg, warps=1) == 4
+    assert splits(32, 4, 256, 132, cfg, warps=2) == 4  # 528 two-warp slots / 128
+    assert splits(128, 8, 1024, 132, cfg, warps=1) == 2  # fills the GPU alone: still 2
+    assert splits(1, 8, 256, 132, cfg, warps=2) == 64  # at least 4 blocks a split
+    assert splits(1, 8, 48, 132, cfg, warps=2) == 12
+    assert splits(1, 4, 1024, 132, cfg, warps=2) == 128  # capped by KVARN_MAX_SPLITS
+    assert splits(1, 8, 3, 132, cfg) == 1  # nothing to split
+    assert splits(1, 8, 1024, 132, config.KVarNConfig(split_k=False)) == 1
+    assert splits(1, 8, 1024, 132, config.KVarNConfig(num_splits=5)) == 5
+    assert warps(1, 8, 256, 132, cfg, 1) == 2  # 8 heads x 64 splits = 512 <= 1056 / 2
+    assert warps(1, 8, 1024, 132, cfg, 1) == 1  # 8 x 128 = 1024 > 528
+    assert warps(8, 8, 256, 132, cfg, 1) == 1
+    assert warps(1, 4, 256, 132, cfg, 2) == 4  # 4 x 64 = 256 <= 528 / 2
+    assert warps(1, 4, 1024, 132, cfg, 2) == 2
+    assert warps(1, 8, 256, 132, config.KVarNConfig(num_splits=4), 1) == 1  # forced: as asked
+
+
+def test_split_rows_bounds_every_step() -> None:
+    """The workspace reserved up front covers every batch the policy may see, at any length, and
+    is far below the old max_num_seqs x max_splits rows."""
     cfg = config.KVarNConfig()
-    # 8 programs per SM wanted: 8·132 / (128·8) -> 2 splits even for a full batch
-    assert triton_decode.choose_splits(128, 8, 1024, 132, cfg) == 2
-    assert triton_decode.choose_splits(1, 8, 1024, 132, cfg) == 64  # capped by max_splits
-    assert triton_decode.choose_splits(1, 8, 48, 132, cfg) == 12  # at least 4 blocks a split
-    assert triton_decode.choose_splits(1, 8, 3, 132, cfg) == 1
-    assert triton_decode.choose_splits(1, 8, 1024, 132, config.KVarNConfig(split_k=False)) == 1
-    assert triton_decode.choose_splits(1, 8, 1024, 132, config.KVarNConfig(num_splits=5)) == 5
-    # programs of fewer warps: as many more splits (same warps in flight), 1 warp -> 4x
-    assert triton_decode.choose_splits(32, 8, 256, 132, cfg) == 5
-    assert triton_decode.choose_splits(32, 8, 256, 132, cfg, warps=1) == 17
-    assert triton_decode.choose_splits(32, 4, 256, 132, cfg, warps=2) == 17
+    dev = torch.device("cpu")
+    rows = triton_decode.split_rows(256, 8, 128, cfg, dev)
+    sms = triton_decode._num_sms(dev)
+    for b in range(1, 257):
+        for blocks in (2, 9, 64, 1024, 1 << 20):
+            w = triton_decode.choose_warps(b, 8, blocks, sms, cfg, 4)
+            s = triton_decode.choose_splits(b, 8, blocks, sms, cfg, w)
+            assert s == 1 or b * s <= rows, (b, blocks, s)
+    assert rows < 256 * cfg.max_splits // 16
+    assert triton_decode.split_rows(4, 8, 128, config.KVarNConfig(num_splits=16), dev) == 64
+    assert triton_decode.split_rows(4, 8, 128, config.KVarNConfig(split_k=False), dev) == 0
+    ws = triton_decode.DecodeWorkspace()
+    part, lse = ws.get(rows, 32, 128, dev)
+    assert part.shape == (rows, 32, 128) and lse.shape == (rows, 32)
+    assert ws.get(3, 32, 128, dev)[0] is part  # a smaller step reuses the buffer
 
 
 @pytest.mark.parametrize(("deq", "prefetch"), [(0, False), (1, True), (0, True)])

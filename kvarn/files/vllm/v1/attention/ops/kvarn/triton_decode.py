@@ -1498,7 +1498,7 @@ def choose_splits(
     """Split count for a step: about WAVES waves of resident programs (RESIDENT_WARPS / warps a
     SM), each split keeping at least 4 blocks; 1 (single stage) when split-K is off or there is
     nothing to split. More splits than fit at once only add programs that wait, each with its
-    prologue, its epilogue and its share of the combine (probe run 14)."""
+    prologue, its epilogue and its share of the combine (probe runs 14-16)."""
     if not config.split_k or max_blocks <= 1:
         return 1
     if config.num_splits:
@@ -1506,7 +1506,9 @@ def choose_splits(
     slots = WAVES * num_sms * max(1, RESIDENT_WARPS // warps)
     want = slots // max(1, batch * num_kv_heads)
     by_len = max(1, max_blocks // 4)
-    return max(1, min(want, by_len, config.max_splits))
+    # a batch that fills the GPU alone still takes 2 splits where it can: D=256 batch 128 was
+    # 4.6% faster at 128K with 2 than with 1, D=128 the same within 0.5% (probe run 16)
+    return max(min(2, by_len, config.max_splits), min(want, by_len, config.max_splits))
 
 
 def choose_warps(
@@ -1651,8 +1653,8 @@ def kvarn_decode(
     return launch(q_rot, block_table, seq_lens, comp_end, num_warps, num_splits, combine_heads)
 
 
-# At most this many query rows (batch x query heads) take the per-head combine (probe run 14: it
-# wins at batch 1, and by 2% at batch 8 with D = 128; the 16-head one from batch 32), whose
+# At most this many query rows (batch x query heads) take the per-head combine (probe runs 15-16:
+# it wins at batch 1, by 2-3% at batch 8, and loses 1-4% from batch 32 to the 16-head one), whose
 # programs each write COMBINE_ROWS_PER_PROGRAM output channels.
 COMBINE_PER_HEAD_ROWS = 256
 COMBINE_ROWS_PER_PROGRAM = 64
