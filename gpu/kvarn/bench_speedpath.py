@@ -165,7 +165,7 @@ def main() -> None:
                 t_r5 = None if r5 is None else bd.bench(_runner(r5, case, cfg7, 4))
                 # run 7's split count (4-warp programs; the fp8 kernel tries it and the new one's)
                 splits = r7.choose_splits(b, hkv, case.nb, sms, cfg7)
-                warps_new = new.choose_warps(b, hkv, case.nb, sms, cfg, new.WARPS[d])
+                warps_new = new.choose_warps(b, hkv, case.nb, sms, cfg, d)
                 if bd.DEV == "cpu":
                     warps_new = 4
                 splits_new = new.choose_splits(b, hkv, case.nb, sms, cfg, warps_new)

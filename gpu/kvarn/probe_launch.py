@@ -139,7 +139,7 @@ def main() -> None:
             case = bd.KVarNCase(b, ctx, d, hq, hkv)
             ws = td.DecodeWorkspace()
             nb = case.nb
-            w = td.choose_warps(b, hkv, nb, sms, cfg, td.WARPS[d]) if bd.DEV != "cpu" else 4
+            w = td.choose_warps(b, hkv, nb, sms, cfg, d) if bd.DEV != "cpu" else 4
             s = td.choose_splits(b, hkv, nb, sms, cfg, w)
             h = 1 if b * hq <= td.COMBINE_PER_HEAD_ROWS else 16
             ref = _run(case, cfg, None, 1, None, ws)().float()

@@ -136,7 +136,7 @@ def test_both_combines_agree_over_many_splits() -> None:
 def test_launch_policy() -> None:
     """One wave of resident programs (132 SMs x 8 resident warps), at least 4 blocks a split, at
     least 2 splits where there are 8 blocks; twice the warps when the most programs a step can
-    have fill half the slots or less. The figures behind it: gpu/kvarn/results/run14-16."""
+    have fill FILL of the slots or less. The figures behind it: gpu/kvarn/results/run14-17."""
     cfg = config.KVarNConfig()  # at most 128 splits
     splits, warps = triton_decode.choose_splits, triton_decode.choose_warps
     assert splits(8, 8, 256, 132, cfg, warps=1) == 16  # 1056 one-warp slots / 64 programs
@@ -149,12 +149,14 @@ def test_launch_policy() -> None:
     assert splits(1, 8, 3, 132, cfg) == 1  # nothing to split
     assert splits(1, 8, 1024, 132, config.KVarNConfig(split_k=False)) == 1
     assert splits(1, 8, 1024, 132, config.KVarNConfig(num_splits=5)) == 5
-    assert warps(1, 8, 256, 132, cfg, 1) == 2  # 8 heads x 64 splits = 512 <= 1056 / 2
-    assert warps(1, 8, 1024, 132, cfg, 1) == 1  # 8 x 128 = 1024 > 528
-    assert warps(8, 8, 256, 132, cfg, 1) == 1
-    assert warps(1, 4, 256, 132, cfg, 2) == 4  # 4 x 64 = 256 <= 528 / 2
-    assert warps(1, 4, 1024, 132, cfg, 2) == 2
-    assert warps(1, 8, 256, 132, config.KVarNConfig(num_splits=4), 1) == 1  # forced: as asked
+    # D=128 (1 warp, doubles up to a full one-warp wave), D=256 (2 warps, up to half of one)
+    assert warps(1, 8, 256, 132, cfg, 128) == 2  # 8 heads x 64 splits = 512 <= 1056
+    assert warps(1, 8, 1024, 132, cfg, 128) == 2  # 8 x 128 = 1024 <= 1056
+    assert warps(2, 8, 1024, 132, cfg, 128) == 1
+    assert warps(8, 8, 256, 132, cfg, 128) == 1
+    assert warps(1, 4, 256, 132, cfg, 256) == 4  # 4 x 64 = 256 <= 528 / 2
+    assert warps(1, 4, 1024, 132, cfg, 256) == 2  # 4 x 128 = 512 > 264
+    assert warps(1, 8, 256, 132, config.KVarNConfig(num_splits=4), 128) == 1  # forced: as asked
 
 
 def test_split_rows_bounds_every_step() -> None:
@@ -166,7 +168,7 @@ def test_split_rows_bounds_every_step() -> None:
     sms = triton_decode._num_sms(dev)
     for b in range(1, 257):
         for blocks in (2, 9, 64, 1024, 1 << 20):
-            w = triton_decode.choose_warps(b, 8, blocks, sms, cfg, 4)
+            w = triton_decode.choose_warps(b, 8, blocks, sms, cfg, 128)
             s = triton_decode.choose_splits(b, 8, blocks, sms, cfg, w)
             assert s == 1 or b * s <= rows, (b, blocks, s)
     assert rows < 256 * cfg.max_splits // 16

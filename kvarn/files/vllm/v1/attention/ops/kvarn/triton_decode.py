@@ -57,8 +57,11 @@ RESIDENT_WARPS = 8
 # Waves of resident programs the split count aims at (choose_splits).
 WAVES = 1
 # choose_warps doubles the warps when the most programs a step can have fill at most this share
-# of the resident slots.
-FILL = 0.5
+# of the resident slots, per head size. D=128: one warp spills more (Triton n_spills 312 against 40
+# for two), and 2 warps x 64
+# splits beat 1 x 128 at batch 1 and 128K (93 against 97 us); D=256: 2 x 128 beat 4 x 64 there
+# (100 against 111 us; probe run 16, speedpath run 17).
+FILL: dict[int, float] = {128: 1.0, 256: 0.5}
 # Register cap (ptxas maxnreg) of the decode kernel per head size on CUDA; None: the compiler's
 # choice. A cap trades spills for resident programs, which hide the latency of each program's
 # serial block loop. Fixed per deployment (it is a compile option, so it never changes between
@@ -1512,16 +1515,23 @@ def choose_splits(
 
 
 def choose_warps(
-    batch: int, num_kv_heads: int, max_blocks: int, num_sms: int, config: KVarNConfig, base: int
+    batch: int,
+    num_kv_heads: int,
+    max_blocks: int,
+    num_sms: int,
+    config: KVarNConfig,
+    head_size: int,
 ) -> int:
-    """Warps per program: ``base`` (WARPS), or twice that when even the most splits leave more than
-    half of the resident slots empty (a batch of one or two): then each program's blocks go twice
-    as fast, which the idle SMs cannot do. Both variants are compiled on the first call
-    (``_compile_variants``), never mid-serving."""
+    """Warps per program of the word path on CUDA: WARPS[head_size], or twice that when even the
+    most splits fill no more than FILL[head_size] of the resident slots (a batch of one or two):
+    then each program's blocks go faster, which the idle SMs cannot do. Both variants are compiled
+    on the first call (``_Launch.compile_variants``), never mid-serving."""
+    base = WARPS.get(head_size, 2)
     if not config.split_k or config.num_splits:
         return base
     most = batch * num_kv_heads * min(config.max_splits, max(1, max_blocks // 4))
-    return 2 * base if most <= FILL * num_sms * max(1, RESIDENT_WARPS // base) else base
+    fill = FILL.get(head_size, 0.5) * num_sms * max(1, RESIDENT_WARPS // base)
+    return 2 * base if most <= fill else base
 
 
 class DecodeWorkspace:
@@ -1638,7 +1648,7 @@ def kvarn_decode(
     max_blocks = -(-(max_seq_len or 0) // layout.group)
     sms = _num_sms(q.device)
     if num_warps is None:
-        num_warps = choose_warps(b, hkv, max_blocks, sms, config, base) if auto else base
+        num_warps = choose_warps(b, hkv, max_blocks, sms, config, d) if auto else base
     if num_splits is None:
         num_splits = choose_splits(b, hkv, max_blocks, sms, config, num_warps)
     num_splits = max(1, min(num_splits, config.max_splits))
