@@ -57,10 +57,9 @@ RESIDENT_WARPS = 8
 # Waves of resident programs the split count aims at (choose_splits).
 WAVES = 1
 # choose_warps doubles the warps when the most programs a step can have fill at most this share
-# of the resident slots, per head size. D=128: one warp spills more (Triton n_spills 312 against 40
-# for two), and 2 warps x 64
-# splits beat 1 x 128 at batch 1 and 128K (93 against 97 us); D=256: 2 x 128 beat 4 x 64 there
-# (100 against 111 us; probe run 16, speedpath run 17).
+# of the resident slots, per head size. D=128: one warp spills more (Triton n_spills 312 against
+# 40 for two), and 2 warps x 64 splits beat 1 x 128 at batch 1 and 128K (93 against 97 us);
+# D=256: 2 x 128 beat 4 x 64 there (100 against 111 us; probe run 16, speedpath run 17).
 FILL: dict[int, float] = {128: 1.0, 256: 0.5}
 # Register cap (ptxas maxnreg) of the decode kernel per head size on CUDA; None: the compiler's
 # choice. A cap trades spills for resident programs, which hide the latency of each program's
