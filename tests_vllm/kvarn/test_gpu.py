@@ -126,14 +126,18 @@ def test_decode_steps_do_not_recompile() -> None:
     torch.cuda.synchronize()
     n_dec = _n_compiled(triton_decode._kvarn_decode_kernel)
     n_comb = _n_compiled(triton_decode._kvarn_combine_rot_kernel)
+    n_head = _n_compiled(triton_decode._kvarn_combine_head_rot_kernel)
     n_store = _n_compiled(triton_store._kvarn_store_kernel)
-    # other steps: other batches, lengths, table widths, split counts (1 and 16 included)
+    # other steps: other batches, lengths, table widths, split counts (1 and 16 included); the
+    # first call compiled every launch the policy picks (both warp counts, both combines: 40
+    # requests x 8 query heads take the 16-head one, a batch of one twice the warps)
     for lens, splits in (
         ([7, 129, 2000, 0], 3),
         ([1], 2),
         ([4133] * 5, 16),
         ([64, 65], 1),
         ([9000], 7),
+        ([600] * 40, 2),
     ):
         s2 = ks.build("kvarn_k4v2_g128", 128, 2, lens, device="cuda", iters=1, store="triton")
         _decode(s2, ks.queries(s2, 4), splits, ws)
@@ -141,5 +145,6 @@ def test_decode_steps_do_not_recompile() -> None:
     torch.cuda.synchronize()
     assert _n_compiled(triton_decode._kvarn_decode_kernel) == n_dec
     assert _n_compiled(triton_decode._kvarn_combine_rot_kernel) == n_comb
+    assert _n_compiled(triton_decode._kvarn_combine_head_rot_kernel) == n_head
     assert _n_compiled(triton_store._kvarn_store_kernel) == n_store
-    _record("compiled", decode=n_dec, combine=n_comb, store=n_store)
+    _record("compiled", decode=n_dec, combine=n_comb, combine_head=n_head, store=n_store)

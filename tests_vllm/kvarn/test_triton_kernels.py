@@ -248,17 +248,20 @@ PER_STEP = {
     },
     "_kvarn_combine_kernel": {"num_splits"},
     "_kvarn_combine_rot_kernel": {"num_splits"},
+    "_kvarn_combine_head_rot_kernel": {"num_splits"},
     "_kvarn_store_kernel": {"n_iters", "slots", "blocks"},
 }
 NOT_SPECIALIZED = {
     "_kvarn_decode_kernel": {"num_splits", "s_bt"},
     "_kvarn_combine_kernel": {"num_splits"},
     "_kvarn_combine_rot_kernel": {"num_splits"},
+    "_kvarn_combine_head_rot_kernel": {"num_splits"},
     "_kvarn_store_kernel": {"n_iters"},
 }
 # The only constexprs: sizes fixed for a model (G, D, bits, heads per KV head, record offsets),
 # the kernel variant (DEQ, PREFETCH: fixed per deployment), plus IS_SPLIT (single stage or split-K:
-# two variants in all) and the rotating combine's heads per program (HB, fixed).
+# two variants in all) and the rotating combines' fixed tiling (heads per program HB; splits read
+# at once SC and output channels per program JB).
 ALLOWED_CONSTEXPR = {
     "QPK",
     "QH",
@@ -269,6 +272,8 @@ ALLOWED_CONSTEXPR = {
     "SPAD",
     "IS_SPLIT",
     "HB",
+    "SC",
+    "JB",
     "DEQ",
     "PREFETCH",
     "K_CODES",
@@ -301,9 +306,10 @@ def _signature(kernel) -> tuple[str, set[str], set[str]]:
         triton_decode._kvarn_decode_kernel,
         triton_decode._kvarn_combine_kernel,
         triton_decode._kvarn_combine_rot_kernel,
+        triton_decode._kvarn_combine_head_rot_kernel,
         triton_store._kvarn_store_kernel,
     ],
-    ids=["decode", "combine", "combine_rot", "store"],
+    ids=["decode", "combine", "combine_rot", "combine_head_rot", "store"],
 )
 def test_nothing_per_step_is_a_constexpr(kernel) -> None:
     name, consts, dns = _signature(kernel)
