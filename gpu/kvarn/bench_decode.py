@@ -101,9 +101,13 @@ class KVarNCase:
             self.b, self.hkv, self.nb, triton_decode._num_sms(self.q.device), cfg, warps
         )
 
-    def fn(self, cfg: config.KVarNConfig, deq: int, prefetch: bool, warps: int | None):
+    def runner(self, cfg: config.KVarNConfig, mod=triton_decode, ws=None, **kw):
+        """The whole ``mod.kvarn_decode`` call on this case as a closure (``mod``: the current
+        module or a baseline kept in gpu/kvarn/baseline; ``kw``: its launch overrides)."""
+        ws = ws if ws is not None else mod.DecodeWorkspace()
+
         def run():
-            return triton_decode.kvarn_decode(
+            return mod.kvarn_decode(
                 self.q,
                 self.cache,
                 self.pool_k,
@@ -117,13 +121,14 @@ class KVarNCase:
                 cfg,
                 comp_end=self.comp_end,
                 max_seq_len=self.ctx,
-                workspace=self.ws,
-                deq=deq,
-                prefetch=prefetch,
-                num_warps=warps,
+                workspace=ws,
+                **kw,
             )
 
         return run
+
+    def fn(self, cfg: config.KVarNConfig, deq: int, prefetch: bool, warps: int | None):
+        return self.runner(cfg, ws=self.ws, deq=deq, prefetch=prefetch, num_warps=warps)
 
 
 def sdpa_time(b: int, ctx: int, d: int, hq: int, hkv: int) -> float:

@@ -45,29 +45,7 @@ def _load_baseline(run: str):
 
 
 def _runner(mod, case: bd.KVarNCase, cfg, warps: int | None, splits: int | None = None):
-    ws = mod.DecodeWorkspace()
-
-    def run():
-        return mod.kvarn_decode(
-            case.q,
-            case.cache,
-            case.pool_k,
-            case.pool_v,
-            case.slot,
-            case.table,
-            case.seq_lens,
-            case.lay,
-            case.h16,
-            case.d**-0.5,
-            cfg,
-            comp_end=case.comp_end,
-            max_seq_len=case.ctx,
-            num_splits=splits,
-            workspace=ws,
-            num_warps=warps,
-        )
-
-    return run
+    return case.runner(cfg, mod, num_warps=warps, num_splits=splits)
 
 
 def _free() -> None:

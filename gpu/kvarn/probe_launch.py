@@ -54,28 +54,7 @@ def _alternatives(d: int, b: int, policy: tuple[int, int, int], max_splits: int)
 
 
 def _run(case: bd.KVarNCase, cfg, warps, splits, heads, ws):
-    def run():
-        return td.kvarn_decode(
-            case.q,
-            case.cache,
-            case.pool_k,
-            case.pool_v,
-            case.slot,
-            case.table,
-            case.seq_lens,
-            case.lay,
-            case.h16,
-            case.d**-0.5,
-            cfg,
-            comp_end=case.comp_end,
-            max_seq_len=case.ctx,
-            num_splits=splits,
-            workspace=ws,
-            num_warps=warps,
-            combine_heads=heads,
-        )
-
-    return run
+    return case.runner(cfg, td, ws, num_warps=warps, num_splits=splits, combine_heads=heads)
 
 
 def _combine(case: bd.KVarNCase, hq: int, max_splits: int, splits: int, heads: int, ws):
