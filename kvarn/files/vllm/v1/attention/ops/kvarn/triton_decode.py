@@ -17,18 +17,22 @@ Two code paths read the same record (``deq``):
   along the MMA's non-reduction axis, so byte tiles would reach the fragments one byte at a time);
   planes are masked in place (no shifts below bit 10); every tile is transposed so tokens or
   channel words are the MMA's M side and the query heads its N side (n = 8: nothing padded);
-  one warp per program at D=128, two at D=256 (small dots only replicate work over more warps);
-  the zero-point sums are reductions inside the score tile's own layout; split-K's combine also
-  un-rotates and casts. See the section comment above ``_NIB16_ASM``.
+  one warp per program at D=128, two at D=256 (small dots only replicate work over more warps),
+  twice that for a batch that leaves the GPU idle; the zero-point sums are reductions inside the
+  score tile's own layout; split-K's combine also un-rotates and casts. See the section comment
+  above ``_NIB16_ASM``.
 - the byte path (DEQ 0/1; DEQ 2 on CUDA): run 7's kernel, kept for comparison and tests. K nibbles
   split the tile into even and odd tokens, V crumbs split channels into four residue classes; the
   query heads are the M side, padded to 8 rows.
 
 Blocks [1, comp_end) (compressed) go through a branch-free hot loop; the sink and the tail go through
 a short loop that follows the slot map. Split-K: stage 1 writes each split's normalized O and
-log2-sum-exp, stage 2 combines. Only sizes fixed for a model and the kernel variant are constexpr, plus
-IS_SPLIT (two variants in all); batch, lengths, block table and the split count are runtime values,
-so decode steps never recompile.
+log2-sum-exp, stage 2 combines (per head for small batches, 16 heads a program otherwise). The launch
+(warps, splits, combine) is chosen per step from the batch and the longest context so that about one
+wave of programs is resident (``choose_splits``, ``choose_warps``). Only sizes fixed for a model and
+the kernel variant are constexpr, plus IS_SPLIT; batch, lengths, block table and the split count
+are runtime values, and the first call compiles every variant the policy can pick (two warp counts
+x single/split, both combines), so decode steps never compile.
 """
 
 from __future__ import annotations
