@@ -1690,15 +1690,16 @@ class _Launch:
         both combines) on the first call for this shape, by launching them over one empty row:
         later steps only pick among compiled kernels, so a batch of one arriving mid-serving does
         not stall on a compile."""
-        lay = self.layout
+        # everything a specialization of these kernels depends on, but per-step values
         key = (
             q_rot.device,
             q_rot.shape[1:],
             self.cache.shape[1],
-            lay,
+            self.layout,
             self.deq,
             self.prefetch,
             self.config.max_splits,
+            self.out_dtype,
             tuple(warps),
         )
         if key in _COMPILED:
