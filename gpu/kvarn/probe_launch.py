@@ -53,8 +53,16 @@ def _alternatives(d: int, b: int, policy: tuple[int, int, int], max_splits: int)
     return sorted(out)
 
 
-def _run(case: bd.KVarNCase, cfg, warps, splits, heads, ws):
-    return case.runner(cfg, td, ws, num_warps=warps, num_splits=splits, combine_heads=heads)
+def _run(case: bd.KVarNCase, cfg, warps, splits, heads, ws, rot: bool = False):
+    return case.runner(
+        cfg,
+        td,
+        ws,
+        num_warps=warps,
+        num_splits=splits,
+        combine_heads=heads,
+        rotate_in_kernel=rot,
+    )
 
 
 def _combine(case: bd.KVarNCase, hq: int, max_splits: int, splits: int, heads: int, ws):
@@ -122,11 +130,12 @@ def main() -> None:
             s = td.choose_splits(b, hkv, nb, sms, cfg, w)
             h = 1 if b * hq <= td.COMBINE_PER_HEAD_ROWS else 16
             ref = _run(case, cfg, None, 1, None, ws)().float()
-            tried = [(w, s, h, cfg.max_splits, "policy")]
+            # the policy's launch with q rotated in the kernel (rotate_in_kernel): two launches fewer
+            tried = [(w, s, h, cfg.max_splits, "policy"), (w, s, h, cfg.max_splits, "policy+rot")]
             if not args.quick:
                 tried += [(*a, "alt") for a in _alternatives(d, b, (w, s, h), cfg.max_splits)]
             for ww, ss, hh, ms, kind in tried:
-                pol = kind == "policy"
+                pol = kind.startswith("policy")
                 f = _run(
                     case,
                     dataclasses.replace(cfg, max_splits=ms),
@@ -134,6 +143,7 @@ def main() -> None:
                     None if pol else ss,
                     None if pol else hh,
                     ws,
+                    rot=kind == "policy+rot",
                 )
                 cos = bd._cos(f(), ref)
                 t = bd.bench(f)
@@ -172,17 +182,21 @@ def main() -> None:
     with open(os.path.join(args.out, "probe.json"), "w") as fh:
         json.dump(rows, fh, indent=1)
     lines = [
-        "| D | batch | ctx | policy (warps/splits/heads) | µs | of copy BW | fastest tried | µs |",
-        "|---|---|---|---|---|---|---|---|",
+        "| D | batch | ctx | policy (warps/splits/heads) | µs | of copy BW | q rotated in the kernel µs "
+        "| fastest tried | µs |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for k in sorted({(r["D"], r["batch"], r["ctx"]) for r in rows if "kind" in r}):
         timed = [r for r in rows if "kind" in r and (r["D"], r["batch"], r["ctx"]) == k]
         pol = next(r for r in timed if r["kind"] == "policy")
+        rot = next(r for r in timed if r["kind"] == "policy+rot")
         best = min(timed, key=lambda r: r["us"])
         lines.append(
             f"| {k[0]} | {k[1]} | {k[2] // 1024}K | {pol['warps']}/{pol['splits']}/{pol['heads']} | "
-            f"{pol['us']:.1f} | {pol['frac_copy_bw']:.1%} | {best['warps']}/{best['splits']}/"
-            f"{best['heads']} (max {best['max_splits']}) | {best['us']:.1f} |"
+            f"{pol['us']:.1f} | {pol['frac_copy_bw']:.1%} | {rot['us']:.1f} | "
+            f"{best['warps']}/{best['splits']}/{best['heads']}"
+            f"{' rot' if best['kind'] == 'policy+rot' else ''} (max {best['max_splits']}) | "
+            f"{best['us']:.1f} |"
         )
     with open(os.path.join(args.out, "probe.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")

@@ -63,10 +63,12 @@ def compile_kernel(
         IS_SPLIT=split,
         DEQ=2,
         PREFETCH=False,
+        ROT_Q=False,
     )
     consts.update(extra)
     ptr = {
-        "q_ptr": "*fp32",
+        "q_ptr": "*fp16" if consts["ROT_Q"] else "*fp32",  # ROT_Q: the caller's q, fp16
+        "h_ptr": "*fp16",
         "cache_u8": "*u8",
         "cache_f16": "*fp16",
         "pool_k": "*fp16",
@@ -84,6 +86,8 @@ def compile_kernel(
             sig[name] = "constexpr"
         elif name in ptr:
             sig[name] = ptr[name]
+        elif name == "q_scale":
+            sig[name] = "fp32"
         else:
             sig[name] = "i32"
     consts = {k: v for k, v in consts.items() if k in fn.arg_names}
@@ -93,7 +97,7 @@ def compile_kernel(
     attrs = {
         (i,): div16
         for i, n in enumerate(fn.arg_names)
-        if sig[n] != "constexpr" and n not in ("num_splits", "s_bt")
+        if sig[n] not in ("constexpr", "fp32") and n not in ("num_splits", "s_bt")
     }
     cidx = {(fn.arg_names.index(k),): v for k, v in consts.items()}
     src = ASTSource(fn, sig, constexprs=cidx, attrs=attrs)

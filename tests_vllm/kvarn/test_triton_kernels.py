@@ -133,6 +133,29 @@ def test_both_combines_agree_over_many_splits() -> None:
     assert rel <= 1e-3
 
 
+@pytest.mark.parametrize(
+    ("preset", "d", "qpk"), [("kvarn_k4v2_g64", 128, 4), ("kvarn_k4v4_g128", 256, 6)]
+)
+def test_rotation_in_the_kernel_matches_the_gemm(preset: str, d: int, qpk: int) -> None:
+    """rotate_in_kernel: q·H·scale in the decode prologue (fp16 operands, fp32 sums) instead of the
+    fp32 GEMM before it; single stage and split, fp16 and bf16 q."""
+    g = layout.get_preset(preset).group
+    sc = ks.build(preset, d, 2, [g + 1, 3 * g + 7, 0], device=DEVICE, iters=1)
+    q = ks.queries(sc, qpk)
+    ref = ks.ref_decode(sc, q)
+    for dtype in (torch.float16, torch.bfloat16):
+        qq = q.to(dtype)
+        for splits in (1, 3):
+            gemm = _decode(sc, qq, splits)
+            inside = _decode(sc, qq, splits, rotate_in_kernel=True)
+            assert inside.dtype == dtype and not inside[-1].any()
+            assert ks.cosine(inside, ref).min().item() >= 0.999
+            rel = ((inside.float() - gemm.float()).norm() / gemm.float().norm()).item()
+            assert rel <= 2e-3, (dtype, splits, rel)
+    with pytest.raises(ValueError, match="word path"):
+        _decode(sc, q, 1, rotate_in_kernel=True, deq=0)
+
+
 def test_launch_policy() -> None:
     """One wave of resident programs (132 SMs x 8 resident warps), at least 4 blocks a split, at
     least 2 splits where there are 8 blocks; twice the warps when the most programs a step can
@@ -259,7 +282,7 @@ NOT_SPECIALIZED = {
     "_kvarn_store_kernel": {"n_iters"},
 }
 # The only constexprs: sizes fixed for a model (G, D, bits, heads per KV head, record offsets),
-# the kernel variant (DEQ, PREFETCH: fixed per deployment), plus IS_SPLIT (single stage or split-K:
+# the kernel variant (DEQ, PREFETCH, ROT_Q: fixed per deployment), plus IS_SPLIT (single stage or split-K:
 # two variants in all) and the rotating combines' fixed tiling (heads per program HB; splits read
 # at once SC and output channels per program JB).
 ALLOWED_CONSTEXPR = {
@@ -276,6 +299,7 @@ ALLOWED_CONSTEXPR = {
     "JB",
     "DEQ",
     "PREFETCH",
+    "ROT_Q",
     "K_CODES",
     "K_SCOL",
     "K_ZP",

@@ -723,7 +723,7 @@ def _attend_pool_words(
 
 @triton.jit
 def _decode_words(
-    q,
+    qT,
     cache_f16,
     head_off,
     s_cb,
@@ -760,15 +760,15 @@ def _decode_words(
     V_ZP: tl.constexpr,
     DEQ: tl.constexpr,
 ):
-    """The whole decode of one program in the word path; writes O (and the log2-sum-exp).
-    ``out_heads`` [QH] points at channel 0 of each query head's output row."""
+    """The whole decode of one program in the word path; writes O (and the log2-sum-exp). ``qT``
+    [D, QH] is the rotated q·scale·log2e; ``out_heads`` [QH] points at channel 0 of each query
+    head's output row."""
     G4: tl.constexpr = G // 4
     VW: tl.constexpr = D * VB // 16
     NPL: tl.constexpr = 16 // VB
     dd = tl.arange(0, D)
     w4 = tl.arange(0, G4)
     wv = tl.arange(0, VW)
-    qT = tl.trans(q)  # [D, QH]
     q16T = qT.to(tl.float16)
     m_i = tl.full([QH], float("-inf"), tl.float32)
     l_i = tl.zeros([G4, QH], tl.float32)  # per-token partial sums of p
@@ -898,6 +898,25 @@ def _decode_words(
         tl.store(lse_base, lse, mask=rmask)
 
 
+@triton.jit
+def _rotate_q(q_row, s_qh, h_ptr, q_scale, heads, hmask, D: tl.constexpr):
+    """qT [D, QH] = (q·H)^T · q_scale for the program's query heads, as H·q^T (H is symmetric):
+    the cache's rotation done in the prologue instead of by a GEMM launched before the kernel. KC
+    channels of q and columns of H at a time, so no [D, D] operand is live at once; fp16
+    operands, fp32 sums (q is fp16 or bf16, H the fp16 one the cache was written with)."""
+    KC: tl.constexpr = 64
+    dd = tl.arange(0, D)
+    kk = tl.arange(0, KC)
+    acc = tl.zeros([D, heads.shape[0]], tl.float32)
+    for k0 in tl.static_range(0, D, KC):
+        hk = tl.load(h_ptr + dd[:, None] * D + (k0 + kk)[None, :])
+        qk = tl.load(
+            q_row + heads[None, :] * s_qh + (k0 + kk)[:, None], mask=hmask[None, :], other=0.0
+        )
+        acc = tl.dot(hk, qk.to(tl.float16), acc)
+    return acc * q_scale
+
+
 @triton.jit(do_not_specialize=["num_splits", "s_bt"])
 def _kvarn_decode_kernel(
     q_ptr,
@@ -917,6 +936,8 @@ def _kvarn_decode_kernel(
     s_bt,
     seq_lens,
     comp_end,
+    h_ptr,
+    q_scale,  # ROT_Q: q is the caller's, rotated here (fp16 H [D, D]) and scaled by q_scale
     out_ptr,
     s_ob,
     s_oh,  # fp32 [B x splits, Hq, D]: row b·splits + split
@@ -940,6 +961,7 @@ def _kvarn_decode_kernel(
     IS_SPLIT: tl.constexpr,
     DEQ: tl.constexpr,
     PREFETCH: tl.constexpr,
+    ROT_Q: tl.constexpr,
 ):
     """Blocks [1, comp_end) of a request are compressed (the caller guarantees it); block 0 (the
     sink) and [comp_end, nblk) are read as the slot map says, normally from the pool. Split s takes
@@ -976,12 +998,17 @@ def _kvarn_decode_kernel(
     dd = tl.arange(0, D)
     jq = tl.arange(0, D4)
     tok = tl.arange(0, G2)
-    q = tl.load(
-        q_ptr + b * s_qb + (kvh * QPK + r)[:, None] * s_qh + dd[None, :],
-        mask=rmask[:, None],
-        other=0.0,
-    )
-    q16 = q.to(tl.float16)
+    if ROT_Q:
+        tl.static_assert(DEQ >= 3, "q is rotated in the kernel on the word path only")
+        qT = _rotate_q(q_ptr + b * s_qb, s_qh, h_ptr, q_scale, kvh * QPK + r, rmask, D)
+    else:
+        q = tl.load(
+            q_ptr + b * s_qb + (kvh * QPK + r)[:, None] * s_qh + dd[None, :],
+            mask=rmask[:, None],
+            other=0.0,
+        )
+        q16 = q.to(tl.float16)
+        qT = tl.trans(q)  # [D, QH]
     bt = block_table + b.to(tl.int64) * s_bt
     head_off = kvh * s_ch
 
@@ -990,7 +1017,7 @@ def _kvarn_decode_kernel(
     o_base = out_ptr + row * s_ob + (kvh * QPK + r)[:, None] * s_oh
     if DEQ >= 3:
         _decode_words(
-            q,
+            qT,
             cache_f16,
             head_off,
             s_cb,
@@ -1613,6 +1640,7 @@ def kvarn_decode(
     combine_heads: int | None = None,
     deq: int = 3,
     prefetch: bool = False,
+    rotate_in_kernel: bool = False,
 ) -> torch.Tensor:
     """Decode attention over the two-tier cache; q [B, Hq, D] un-rotated; returns [B, Hq, D] in
     q's dtype. ``h16`` is the cache's rotation, the symmetric Hadamard matrix (``hadamard.py``).
@@ -1623,6 +1651,8 @@ def kvarn_decode(
     (no host sync). ``num_splits``, ``num_warps`` and ``combine_heads`` (1 or 16 query heads per
     combine program) override the launch policy (``choose_splits``, ``choose_warps``,
     ``COMBINE_PER_HEAD_ROWS``); ``deq``/``prefetch`` pick kernel variants (fixed per deployment).
+    ``rotate_in_kernel`` (word path only; not yet timed on a GPU, so off): the kernel rotates q in
+    its prologue instead of a GEMM (and a cast) launched before it, two launches fewer a step.
     """
     b, hq, d = q.shape
     hkv = cache.shape[1]
@@ -1640,9 +1670,15 @@ def kvarn_decode(
         return torch.empty(0, hq, d, dtype=q.dtype, device=q.device)
     if comp_end is None:
         comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, layout.group)
-    # one GEMM with the scale as its alpha (the product, then a scaling kernel, cost a launch more)
-    q2 = q.reshape(b * hq, d).float()
-    q_rot = torch.addmm(q2, q2, h16.float(), beta=0.0, alpha=scale * LOG2E).view(b, hq, d)
+    if rotate_in_kernel:
+        if deq != 3:
+            raise ValueError("rotate_in_kernel: the word path (deq=3) only")
+        q_in = q.contiguous()
+    else:
+        # one GEMM with the scale as its alpha (the product, then a scaling kernel, cost a launch
+        # more)
+        q2 = q.reshape(b * hq, d).float()
+        q_in = torch.addmm(q2, q2, h16.float(), beta=0.0, alpha=scale * LOG2E).view(b, hq, d)
     # the word path's warp counts are CUDA's; the interpreter runs the 4-warp layouts
     auto = deq == 3 and q.is_cuda
     base = WARPS.get(d, 2) if auto else 4
@@ -1661,9 +1697,11 @@ def kvarn_decode(
     launch = _Launch(
         cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, q.dtype
     )
+    if rotate_in_kernel:
+        launch.q_scale = scale * LOG2E
     if auto:
-        launch.compile_variants(q_rot, block_table, seq_lens, comp_end, (base, 2 * base))
-    return launch(q_rot, block_table, seq_lens, comp_end, num_warps, num_splits, combine_heads)
+        launch.compile_variants(q_in, block_table, seq_lens, comp_end, (base, 2 * base))
+    return launch(q_in, block_table, seq_lens, comp_end, num_warps, num_splits, combine_heads)
 
 
 # At most this many query rows (batch x query heads) take the per-head combine (probe runs 15-16:
@@ -1684,22 +1722,25 @@ class _Launch:
         self.cache, self.pool_k, self.pool_v, self.block_slot = cache, pool_k, pool_v, block_slot
         self.layout, self.h16, self.config, self.ws = layout, h16.contiguous(), config, ws
         self.deq, self.prefetch, self.out_dtype = deq, prefetch, out_dtype
+        self.q_scale: float | None = None  # set: q comes un-rotated, the kernel rotates it
 
-    def compile_variants(self, q_rot, block_table, seq_lens, comp_end, warps) -> None:
+    def compile_variants(self, q_in, block_table, seq_lens, comp_end, warps) -> None:
         """Compiles every variant the policy may pick (each warp count, single stage and split,
         both combines) on the first call for this shape, by launching them over one empty row:
         later steps only pick among compiled kernels, so a batch of one arriving mid-serving does
         not stall on a compile."""
         # everything a specialization of these kernels depends on, but per-step values
         key = (
-            q_rot.device,
-            q_rot.shape[1:],
+            q_in.device,
+            q_in.dtype,
+            q_in.shape[1:],
             self.cache.shape[1],
             self.layout,
             self.deq,
             self.prefetch,
             self.config.max_splits,
             self.out_dtype,
+            self.q_scale is not None,
             tuple(warps),
         )
         if key in _COMPILED:
@@ -1707,11 +1748,12 @@ class _Launch:
         empty = torch.zeros_like(seq_lens[:1])
         for w in warps:
             for splits, heads in ((1, 16), (2, 1), (2, 16)):
-                self(q_rot[:1], block_table[:1], empty, comp_end[:1], w, splits, heads)
+                self(q_in[:1], block_table[:1], empty, comp_end[:1], w, splits, heads)
         _COMPILED.add(key)
 
-    def __call__(self, q_rot, block_table, seq_lens, comp_end, num_warps, num_splits, heads):
-        b, hq, d = q_rot.shape
+    def __call__(self, q_in, block_table, seq_lens, comp_end, num_warps, num_splits, heads):
+        """``q_in``: the rotated q·scale·log2e in fp32, or (``q_scale`` set) the caller's q."""
+        b, hq, d = q_in.shape
         lo = self.layout
         cache, pool_k = self.cache, self.pool_k
         common = dict(
@@ -1729,17 +1771,18 @@ class _Launch:
             V_SROW=lo.v_srow,
             V_ZP=lo.v_zp,
             # on CUDA the same codes through PTX: 1 -> 2 (4 bytes at a time), 3 -> 4 (two words)
-            DEQ={1: 2, 3: 4}.get(self.deq, self.deq) if q_rot.is_cuda else self.deq,
+            DEQ={1: 2, 3: 4}.get(self.deq, self.deq) if q_in.is_cuda else self.deq,
             PREFETCH=self.prefetch,
+            ROT_Q=self.q_scale is not None,
             num_warps=num_warps,
         )
         cap = (MAXNREG if self.deq == 3 else MAXNREG_BYTES).get(d)
-        if q_rot.is_cuda and cap:
+        if q_in.is_cuda and cap:
             common["maxnreg"] = cap
         args = (
-            q_rot,
-            q_rot.stride(0),
-            q_rot.stride(1),
+            q_in,
+            q_in.stride(0),
+            q_in.stride(1),
             cache,
             cache.view(torch.float16),
             cache.stride(0),
@@ -1754,15 +1797,17 @@ class _Launch:
             block_table.stride(0),
             seq_lens,
             comp_end,
+            self.h16,
+            1.0 if self.q_scale is None else self.q_scale,
         )
         hkv = cache.shape[1]
         if num_splits == 1:
-            out = torch.empty(b, hq, d, dtype=torch.float32, device=q_rot.device)
+            out = torch.empty(b, hq, d, dtype=torch.float32, device=q_in.device)
             _kvarn_decode_kernel[(b, hkv, 1)](
                 *args, out, out.stride(0), out.stride(1), out, 0, 0, 1, IS_SPLIT=False, **common
             )
             return (out @ self.h16.float()).to(self.out_dtype)
-        part, lse = self.ws.get(b * num_splits, hq, d, q_rot.device)
+        part, lse = self.ws.get(b * num_splits, hq, d, q_in.device)
         _kvarn_decode_kernel[(b, hkv, num_splits)](
             *args,
             part,
@@ -1775,7 +1820,7 @@ class _Launch:
             IS_SPLIT=True,
             **common,
         )
-        res = torch.empty(b, hq, d, dtype=self.out_dtype, device=q_rot.device)
+        res = torch.empty(b, hq, d, dtype=self.out_dtype, device=q_in.device)
         cargs = (
             part,
             part.stride(0),
