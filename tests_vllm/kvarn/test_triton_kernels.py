@@ -282,9 +282,9 @@ NOT_SPECIALIZED = {
     "_kvarn_store_kernel": {"n_iters"},
 }
 # The only constexprs: sizes fixed for a model (G, D, bits, heads per KV head, record offsets),
-# the kernel variant (DEQ, PREFETCH, ROT_Q: fixed per deployment), plus IS_SPLIT (single stage or split-K:
-# two variants in all) and the rotating combines' fixed tiling (heads per program HB; splits read
-# at once SC and output channels per program JB).
+# the kernel variant (DEQ, PREFETCH, ROT_Q: fixed per deployment), plus IS_SPLIT (single stage or
+# split-K) and the rotating combines' fixed tiling (heads per program HB; splits read at once SC
+# and output channels per program JB).
 ALLOWED_CONSTEXPR = {
     "QPK",
     "QH",
