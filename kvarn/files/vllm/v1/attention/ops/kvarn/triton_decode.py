@@ -1694,11 +1694,10 @@ def kvarn_decode(
     if combine_heads is None:
         combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
     ws = workspace or DecodeWorkspace()
+    q_scale = scale * LOG2E if rotate_in_kernel else None
     launch = _Launch(
-        cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, q.dtype
+        cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, q.dtype, q_scale
     )
-    if rotate_in_kernel:
-        launch.q_scale = scale * LOG2E
     if auto:
         launch.compile_variants(q_in, block_table, seq_lens, comp_end, (base, 2 * base))
     return launch(q_in, block_table, seq_lens, comp_end, num_warps, num_splits, combine_heads)
@@ -1717,12 +1716,23 @@ class _Launch:
     that compiles the variants up front and the real one pass the same arguments)."""
 
     def __init__(
-        self, cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, out_dtype
+        self,
+        cache,
+        pool_k,
+        pool_v,
+        block_slot,
+        layout,
+        h16,
+        config,
+        deq,
+        prefetch,
+        ws,
+        out_dtype,
+        q_scale: float | None,  # set: q comes un-rotated and the kernel rotates and scales it
     ):
         self.cache, self.pool_k, self.pool_v, self.block_slot = cache, pool_k, pool_v, block_slot
         self.layout, self.h16, self.config, self.ws = layout, h16.contiguous(), config, ws
-        self.deq, self.prefetch, self.out_dtype = deq, prefetch, out_dtype
-        self.q_scale: float | None = None  # set: q comes un-rotated, the kernel rotates it
+        self.deq, self.prefetch, self.out_dtype, self.q_scale = deq, prefetch, out_dtype, q_scale
 
     def compile_variants(self, q_in, block_table, seq_lens, comp_end, warps) -> None:
         """Compiles every variant the policy may pick (each warp count, single stage and split,
