@@ -58,8 +58,6 @@ WARPS: dict[int, int] = {128: 1, 256: 2}
 # Warps of the decode kernel resident on one SM: every variant takes 255 registers a thread
 # (uncapped; caps spill, see MAXNREG), so 65,536 / (256 x 32) = 8 (sm_90; n_regs from probe run 14).
 RESIDENT_WARPS = 8
-# Waves of resident programs the split count aims at (choose_splits).
-WAVES = 1
 # choose_warps doubles the warps when the most programs a step can have fill at most this share
 # of the resident slots, per head size. D=128: one warp spills more (Triton n_spills 312 against
 # 40 for two), and 2 warps x 64 splits beat 1 x 128 at batch 1 and 128K (93 against 97 us);
@@ -1528,7 +1526,7 @@ def choose_splits(
     config: KVarNConfig,
     warps: int = 4,
 ) -> int:
-    """Split count for a step: about WAVES waves of resident programs (RESIDENT_WARPS / warps a
+    """Split count for a step: about one wave of resident programs (RESIDENT_WARPS / warps a
     SM), each split keeping at least 4 blocks; 1 (single stage) when split-K is off or there is
     nothing to split. More splits than fit at once only add programs that wait, each with its
     prologue, its epilogue and its share of the combine (probe runs 14-16)."""
@@ -1536,7 +1534,7 @@ def choose_splits(
         return 1
     if config.num_splits:
         return min(config.num_splits, config.max_splits)
-    slots = WAVES * num_sms * max(1, RESIDENT_WARPS // warps)
+    slots = num_sms * max(1, RESIDENT_WARPS // warps)
     want = slots // max(1, batch * num_kv_heads)
     by_len = max(1, max_blocks // 4)
     # a batch that fills the GPU alone still takes 2 splits where it can: D=256 batch 128 was
