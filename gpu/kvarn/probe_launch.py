@@ -3,10 +3,11 @@ combine kind) against the launches around it, per row, on the synthetic caches o
 It is how the policy in triton_decode.py was set (the table in kvarn/README.md is
 bench_speedpath.py's, not this).
 
-    python3 gpu/kvarn/probe_launch.py --out DIR [--quick]
+    python3 gpu/kvarn/probe_launch.py --out DIR [--quick] [--no-alt] [--d 128 --d 256]
 
 Writes DIR/probe.json (one row per timed call, the parts alone, the compiled kernels' registers)
-and DIR/probe.md (per row: the policy's launch and the fastest one tried). Every call is
+and DIR/probe.md (per row: the policy's launch, each kernel option of VARIANTS at it, and the
+fastest launch tried). Every call is
 graph-captured and timed like the benchmark (do_bench median, L2 cleared). --quick: a smoke run of
 this script on the CPU (Triton interpreter, tiny shapes).
 """
@@ -37,6 +38,14 @@ ROWS = [
 # The launches run at the default KVARN_MAX_SPLITS (the 16-head combine's cost grows with it); a
 # batch of one also tries 128 splits at WIDE.
 WIDE = 128
+# Kernel options timed at the policy's own launch ("policy" runs the module's defaults).
+VARIANTS: dict[str, dict] = {
+    "policy": {},
+    "policy rot off": {"rotate_in_kernel": False},
+    "policy rot on": {"rotate_in_kernel": True},
+    "policy pf0": {"l2_prefetch": 0},
+    "policy pf2": {"l2_prefetch": 2},
+}
 
 
 def _alternatives(d: int, b: int, policy: tuple[int, int, int], max_splits: int):
@@ -53,16 +62,8 @@ def _alternatives(d: int, b: int, policy: tuple[int, int, int], max_splits: int)
     return sorted(out)
 
 
-def _run(case: bd.KVarNCase, cfg, warps, splits, heads, ws, rot: bool = False):
-    return case.runner(
-        cfg,
-        td,
-        ws,
-        num_warps=warps,
-        num_splits=splits,
-        combine_heads=heads,
-        rotate_in_kernel=rot,
-    )
+def _run(case: bd.KVarNCase, cfg, warps, splits, heads, ws, **kw):
+    return case.runner(cfg, td, ws, num_warps=warps, num_splits=splits, combine_heads=heads, **kw)
 
 
 def _combine(case: bd.KVarNCase, hq: int, max_splits: int, splits: int, heads: int, ws):
@@ -106,7 +107,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="CPU interpreter smoke run, tiny shapes")
+    ap.add_argument("--no-alt", action="store_true", help="the kernel options only, no neighbours")
+    ap.add_argument("--d", type=int, action="append", help="head sizes to run (default: both)")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     cfg = config.KVarNConfig.from_env(os.environ)
     rows_spec = ROWS
     if args.quick:
@@ -121,6 +125,8 @@ def main() -> None:
         print(json.dumps(row), flush=True)
 
     for d, hq, hkv in bd.SHAPES:
+        if args.d and d not in args.d:
+            continue
         for b, ctx in rows_spec:
             t0 = time.time()
             case = bd.KVarNCase(b, ctx, d, hq, hkv)
@@ -130,9 +136,9 @@ def main() -> None:
             s = td.choose_splits(b, hkv, nb, sms, cfg, w)
             h = 1 if b * hq <= td.COMBINE_PER_HEAD_ROWS else 16
             ref = _run(case, cfg, None, 1, None, ws)().float()
-            # the policy's launch with q rotated in the kernel (rotate_in_kernel): two launches fewer
-            tried = [(w, s, h, cfg.max_splits, "policy"), (w, s, h, cfg.max_splits, "policy+rot")]
-            if not args.quick:
+            # the policy's launch with each kernel option (VARIANTS), then its neighbours
+            tried = [(w, s, h, cfg.max_splits, kind) for kind in VARIANTS]
+            if not (args.quick or args.no_alt):
                 tried += [(*a, "alt") for a in _alternatives(d, b, (w, s, h), cfg.max_splits)]
             for ww, ss, hh, ms, kind in tried:
                 pol = kind.startswith("policy")
@@ -143,7 +149,7 @@ def main() -> None:
                     None if pol else ss,
                     None if pol else hh,
                     ws,
-                    rot=kind == "policy+rot",
+                    **VARIANTS.get(kind, {}),
                 )
                 cos = bd._cos(f(), ref)
                 t = bd.bench(f)
@@ -181,22 +187,25 @@ def main() -> None:
                 )
     with open(os.path.join(args.out, "probe.json"), "w") as fh:
         json.dump(rows, fh, indent=1)
+    opts = [k for k in VARIANTS if k != "policy"]
     lines = [
-        "| D | batch | ctx | policy (warps/splits/heads) | µs | of copy BW | q rotated in the kernel µs "
-        "| fastest tried | µs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| D | batch | ctx | policy (warps/splits/heads) | µs | of copy BW | "
+        + " | ".join(f"{k} µs" for k in opts)
+        + " | fastest tried | µs |",
+        "|---" * (8 + len(opts)) + "|",
     ]
     for k in sorted({(r["D"], r["batch"], r["ctx"]) for r in rows if "kind" in r}):
         timed = [r for r in rows if "kind" in r and (r["D"], r["batch"], r["ctx"]) == k]
         pol = next(r for r in timed if r["kind"] == "policy")
-        rot = next(r for r in timed if r["kind"] == "policy+rot")
+        us = {r["kind"]: r["us"] for r in timed if r["kind"] in VARIANTS}
         best = min(timed, key=lambda r: r["us"])
+        tag = best["kind"].removeprefix("policy") if best["kind"] in VARIANTS else ""
         lines.append(
             f"| {k[0]} | {k[1]} | {k[2] // 1024}K | {pol['warps']}/{pol['splits']}/{pol['heads']} | "
-            f"{pol['us']:.1f} | {pol['frac_copy_bw']:.1%} | {rot['us']:.1f} | "
-            f"{best['warps']}/{best['splits']}/{best['heads']}"
-            f"{' rot' if best['kind'] == 'policy+rot' else ''} (max {best['max_splits']}) | "
-            f"{best['us']:.1f} |"
+            f"{pol['us']:.1f} | {pol['frac_copy_bw']:.1%} | "
+            + " | ".join(f"{us[o]:.1f}" for o in opts)
+            + f" | {best['warps']}/{best['splits']}/{best['heads']}{tag} (max {best['max_splits']})"
+            f" | {best['us']:.1f} |"
         )
     with open(os.path.join(args.out, "probe.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")

@@ -5,6 +5,7 @@
 #    once so their Triton compiles overlap. Each step has a time cap (BENCH_S, TEST_S seconds) so a
 #    single device call stays within its limit; a capped step shows as rc 124 in its log's last line.
 # With TEST_N set, the tests run as one pytest with TEST_N xdist workers instead (pytest_all.log).
+# BENCH_S=0 skips the benchmark (the tests alone).
 # Results in $OUT: device.txt, bench.log, speedpath.json/.md, pytest_*.log, gpu_cases.jsonl.
 set -uo pipefail
 OUT="${OUT:-/tmp/kvarn-out}"
@@ -15,11 +16,14 @@ export PYTHONUNBUFFERED=1 KVARN_OUT="$OUT"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 } >"$OUT/device.txt" 2>&1
 rc=0
-# shellcheck disable=SC2086  # BENCH_ARGS: extra bench_speedpath.py options, word-split on purpose
-timeout "${BENCH_S:-130}" python3 gpu/kvarn/bench_speedpath.py --out "$OUT" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
-r=$?; echo "rc $r" >>"$OUT/bench.log"; [ $r = 0 ] || rc=1
+if [ "${BENCH_S:-130}" != 0 ]; then
+  # shellcheck disable=SC2086  # BENCH_ARGS: extra bench_speedpath.py options, word-split on purpose
+  timeout "${BENCH_S:-130}" python3 gpu/kvarn/bench_speedpath.py --out "$OUT" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+  r=$?; echo "rc $r" >>"$OUT/bench.log"; [ $r = 0 ] || rc=1
+fi
 T="${TEST_S:-170}"
-P=(python3 -m pytest -q -p no:cacheprovider -rs --durations=8)
+# -v: each test's name and result as it ends, so a run stopped by its cap shows what was left
+P=(python3 -m pytest -v -p no:cacheprovider -rs --durations=8)
 if [ -n "${TEST_N:-}" ]; then
   # one pytest over the whole directory, TEST_N xdist workers (their Triton compiles overlap)
   timeout "$T" "${P[@]}" -n "$TEST_N" tests_vllm/kvarn >"$OUT/pytest_all.log" 2>&1 || rc=1

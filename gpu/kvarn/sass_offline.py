@@ -64,6 +64,8 @@ def compile_kernel(
         DEQ=2,
         PREFETCH=False,
         ROT_Q=False,
+        L2PF=0,
+        REC=lay.size,
     )
     consts.update(extra)
     ptr = {

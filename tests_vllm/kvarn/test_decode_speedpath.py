@@ -169,3 +169,25 @@ def test_register_caps_change_nothing_but_speed(d: int, cap: int) -> None:
         triton_decode.MAXNREG[d] = saved
     assert torch.allclose(capped.float(), free.float(), rtol=1e-3, atol=1e-4)
     assert ks.cosine(capped, ks.ref_decode(sc, q)).min().item() >= 0.999
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the bulk L2 prefetch is sm_90 PTX: CUDA only")
+@pytest.mark.parametrize("d", [128, 256])
+def test_l2_prefetch_changes_nothing_but_speed(d: int) -> None:
+    """Prefetching moves bytes into L2 and nothing else: the same output bit for bit, whether the
+    distance reaches past a split's end (1 or 8 blocks ahead; 4133 tokens is 33 blocks, 4 splits)
+    or not, with the pool blocks and the padded row."""
+    sc = ks.build("kvarn_k4v2_g128", d, 2, [4133, 300, 0], device=DEVICE, iters=8, store="triton")
+    q = ks.queries(sc, 6 if d == 256 else 4)
+    args = (*ks.attention_args(sc, q), CFG)
+    w = triton_decode.WARPS[d]
+    for splits in (1, 4):
+        plain = triton_decode.kvarn_decode(
+            *args, comp_end=sc.comp_end, num_splits=splits, num_warps=w, l2_prefetch=0
+        )
+        for ahead in (1, 8):
+            pf = triton_decode.kvarn_decode(
+                *args, comp_end=sc.comp_end, num_splits=splits, num_warps=w, l2_prefetch=ahead
+            )
+            assert torch.equal(pf, plain), (splits, ahead)
+    assert ks.cosine(plain, ks.ref_decode(sc, q)).min().item() >= 0.999

@@ -19,8 +19,9 @@ Two code paths read the same record (``deq``):
   channel words are the MMA's M side and the query heads its N side (n = 8: nothing padded);
   one warp per program at D=128, two at D=256 (small dots only replicate work over more warps),
   twice that for a batch that leaves the GPU idle; the zero-point sums are reductions inside the
-  score tile's own layout; split-K's combine also un-rotates and casts. See the section comment
-  above ``_NIB16_ASM``.
+  score tile's own layout; q is rotated in the prologue (``_rotate_q``) and split-K's combine
+  un-rotates and casts, so a step is two launches; the next block's record is prefetched into L2
+  while a block is computed (``_l2_prefetch``). See the section comment above ``_NIB16_ASM``.
 - the byte path (DEQ 0/1; DEQ 2 on CUDA): run 7's kernel, kept for comparison and tests. K nibbles
   split the tile into even and odd tokens, V crumbs split channels into four residue classes; the
   query heads are the M side, padded to 8 rows.
@@ -71,6 +72,13 @@ FILL: dict[int, float] = {128: 1.0, 256: 0.5}
 MAXNREG: dict[int, int | None] = {128: None, 256: None}
 # The byte path's caps (run 6/7: D=128 at 168, three 4-warp programs per SM, 1.1-1.4x uncapped).
 MAXNREG_BYTES: dict[int, int | None] = {128: 168, 256: None}
+# Word path on CUDA: how many compressed blocks ahead each program has its records moved into L2
+# (sm_90 bulk prefetch, ``_l2_prefetch``); 0: none. Probe run 20 (q rotated by the GEMM), D=128:
+# one block ahead was 4-12% faster on every row (batch 128 at 128K 66% -> 70% of copy bandwidth),
+# two or four ahead slower from batch 8 on (5-14%, up to 40% at four: more bytes in flight than L2
+# holds for them); run 21, with q rotated in the kernel: one ahead against none 0-13% faster at batch
+# 1-8 for both head sizes (D=256 batch 8 at 128K: 321 -> 284 us).
+L2_PREFETCH: dict[int, int] = {128: 1, 256: 1}
 
 
 @triton.jit
@@ -719,6 +727,37 @@ def _attend_pool_words(
     return m_new, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7
 
 
+# The bulk L2 prefetch of sm_90 (one instruction moves a whole record, up to ~25 KB, into L2 and
+# holds no register): thread 0 of the program issues it when the flag is set. The word path cannot
+# double-buffer a record in registers (a D=128 K tile alone is 128 registers a thread at one warp),
+# so this is how the next blocks' bytes travel from HBM while the current block is computed.
+_L2_PREFETCH_ASM = tl.constexpr(
+    "{.reg .pred p, q;\n"
+    ".reg .b32 t;\n"
+    "mov.u32 t, %tid.x;\n"
+    "setp.eq.u32 p, t, 0;\n"
+    "setp.ne.and.b32 q, $2, 0, p;\n"
+    "@q cp.async.bulk.prefetch.L2.global [$1], $3;\n"
+    "mov.b32 $0, 0;}"
+)
+
+
+@triton.jit
+def _l2_prefetch(cache_f16, rec, ok, REC: tl.constexpr):
+    """Starts moving the record at byte offset ``rec`` (REC bytes, a multiple of 16) into L2 when
+    ``ok``; returns at once."""
+    one = tl.zeros([1], tl.int64)
+    addr = (cache_f16 + (rec // 2 + one)).to(tl.int64)
+    tl.inline_asm_elementwise(
+        _L2_PREFETCH_ASM,
+        "=r,l,r,r",
+        [addr, ok.to(tl.int32) + one.to(tl.int32), REC + one.to(tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
 @triton.jit
 def _decode_words(
     qT,
@@ -757,10 +796,13 @@ def _decode_words(
     V_SROW: tl.constexpr,
     V_ZP: tl.constexpr,
     DEQ: tl.constexpr,
+    L2PF: tl.constexpr,
+    REC: tl.constexpr,
 ):
     """The whole decode of one program in the word path; writes O (and the log2-sum-exp). ``qT``
     [D, QH] is the rotated q·scale·log2e; ``out_heads`` [QH] points at channel 0 of each query
-    head's output row."""
+    head's output row. L2PF > 0: the compressed blocks are prefetched into L2 that many blocks
+    ahead (the first L2PF before the pool blocks are read), REC bytes each."""
     G4: tl.constexpr = G // 4
     VW: tl.constexpr = D * VB // 16
     NPL: tl.constexpr = 16 // VB
@@ -779,6 +821,12 @@ def _decode_words(
     acc6 = tl.zeros([VW, QH], tl.float32)
     acc7 = tl.zeros([VW, QH], tl.float32)
 
+    if L2PF > 0:
+        for j in tl.static_range(L2PF):
+            pj = tl.load(bt + start + j, mask=start + j < end, other=0).to(tl.int64)
+            _l2_prefetch(cache_f16, pj * s_cb + head_off, start + j < end, REC)
+        # the id of the block prefetched next, loaded one iteration before it is needed
+        pf_next = tl.load(bt + start + L2PF, mask=start + L2PF < end, other=0).to(tl.int64)
     for i in range(0, has_sink + n_tail):
         blk = tl.where(i < has_sink, 0, tl.maximum(c_end, 1) + i - has_sink)
         phys = tl.load(bt + blk).to(tl.int64)
@@ -842,6 +890,10 @@ def _decode_words(
                 DEQ,
             )
     for blk in range(start, end):
+        if L2PF > 0:
+            _l2_prefetch(cache_f16, pf_next * s_cb + head_off, blk + L2PF < end, REC)
+            nxt = blk + L2PF + 1
+            pf_next = tl.load(bt + nxt, mask=nxt < end, other=0).to(tl.int64)
         phys = tl.load(bt + blk).to(tl.int64)
         m_i, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _attend_words(
             qT,
@@ -919,7 +971,7 @@ def _rotate_q(q_row, s_qh, h_ptr, q_scale, heads, hmask, D: tl.constexpr):
 def _kvarn_decode_kernel(
     q_ptr,
     s_qb,
-    s_qh,  # rotated q·scale·log2e, fp32 [B, Hq, D]
+    s_qh,  # q [B, Hq, D]: the caller's (ROT_Q), else rotated q·scale·log2e in fp32
     cache_u8,
     cache_f16,
     s_cb,
@@ -960,6 +1012,8 @@ def _kvarn_decode_kernel(
     DEQ: tl.constexpr,
     PREFETCH: tl.constexpr,
     ROT_Q: tl.constexpr,
+    L2PF: tl.constexpr,
+    REC: tl.constexpr,
 ):
     """Blocks [1, comp_end) of a request are compressed (the caller guarantees it); block 0 (the
     sink) and [comp_end, nblk) are read as the slot map says, normally from the pool. Split s takes
@@ -1051,6 +1105,8 @@ def _kvarn_decode_kernel(
             V_SROW,
             V_ZP,
             DEQ,
+            L2PF,
+            REC,
         )
     else:
         m_i = tl.full([QH], float("-inf"), tl.float32)
@@ -1638,7 +1694,8 @@ def kvarn_decode(
     combine_heads: int | None = None,
     deq: int = 3,
     prefetch: bool = False,
-    rotate_in_kernel: bool = False,
+    rotate_in_kernel: bool | None = None,
+    l2_prefetch: int | None = None,
 ) -> torch.Tensor:
     """Decode attention over the two-tier cache; q [B, Hq, D] un-rotated; returns [B, Hq, D] in
     q's dtype. ``h16`` is the cache's rotation, the symmetric Hadamard matrix (``hadamard.py``).
@@ -1649,8 +1706,11 @@ def kvarn_decode(
     (no host sync). ``num_splits``, ``num_warps`` and ``combine_heads`` (1 or 16 query heads per
     combine program) override the launch policy (``choose_splits``, ``choose_warps``,
     ``COMBINE_PER_HEAD_ROWS``); ``deq``/``prefetch`` pick kernel variants (fixed per deployment).
-    ``rotate_in_kernel`` (word path only; not yet timed on a GPU, so off): the kernel rotates q in
-    its prologue instead of a GEMM (and a cast) launched before it, two launches fewer a step.
+    ``rotate_in_kernel`` (word path only, and its default): the kernel rotates q in its prologue
+    (``_rotate_q``) instead of a GEMM (and a cast) launched before it: two launches fewer a step,
+    faster on every row of the benchmark (probe run 21, with the L2 prefetch: 1.43-1.47x at batch 1
+    and 32K, 2.5-18% from batch 32 on). ``l2_prefetch`` (word path on CUDA; default ``L2_PREFETCH``):
+    blocks prefetched into L2 ahead of the one being computed.
     """
     b, hq, d = q.shape
     hkv = cache.shape[1]
@@ -1668,15 +1728,10 @@ def kvarn_decode(
         return torch.empty(0, hq, d, dtype=q.dtype, device=q.device)
     if comp_end is None:
         comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, layout.group)
-    if rotate_in_kernel:
-        if deq != 3:
-            raise ValueError("rotate_in_kernel: the word path (deq=3) only")
-        q_in = q.contiguous()
-    else:
-        # one GEMM with the scale as its alpha (the product, then a scaling kernel, cost a launch
-        # more)
-        q2 = q.reshape(b * hq, d).float()
-        q_in = torch.addmm(q2, q2, h16.float(), beta=0.0, alpha=scale * LOG2E).view(b, hq, d)
+    if rotate_in_kernel and deq != 3:
+        raise ValueError("rotate_in_kernel: the word path (deq=3) only")
+    if rotate_in_kernel is None:
+        rotate_in_kernel = deq == 3
     # the word path's warp counts are CUDA's; the interpreter runs the 4-warp layouts
     auto = deq == 3 and q.is_cuda
     base = WARPS.get(d, 2) if auto else 4
@@ -1684,6 +1739,8 @@ def kvarn_decode(
         max_seq_len = int(seq_lens.max())
     max_blocks = -(-(max_seq_len or 0) // layout.group)
     sms = _num_sms(q.device)
+    # a launch fixed by the caller (tests, benchmarks) is not the policy's: nothing to compile ahead
+    ahead = auto and (num_warps is None or num_splits is None)
     if num_warps is None:
         num_warps = choose_warps(b, hkv, max_blocks, sms, config, d) if auto else base
     if num_splits is None:
@@ -1692,13 +1749,20 @@ def kvarn_decode(
     if combine_heads is None:
         combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
     ws = workspace or DecodeWorkspace()
-    q_scale = scale * LOG2E if rotate_in_kernel else None
+    if l2_prefetch is None:
+        l2_prefetch = L2_PREFETCH.get(d, 0)
+    # the bulk prefetch is sm_90 PTX: not for the interpreter, nor the byte path
+    l2pf = l2_prefetch if auto else 0
     launch = _Launch(
-        cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, q.dtype, q_scale
+        cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, scale, l2pf
     )
-    if auto:
-        launch.compile_variants(q_in, block_table, seq_lens, comp_end, (base, 2 * base))
-    return launch(q_in, block_table, seq_lens, comp_end, num_warps, num_splits, combine_heads)
+    if ahead:
+        launch.compile_variants(
+            q, block_table, seq_lens, comp_end, (base, 2 * base), rotate_in_kernel
+        )
+    return launch(
+        q, block_table, seq_lens, comp_end, num_warps, num_splits, combine_heads, rotate_in_kernel
+    )
 
 
 # At most this many query rows (batch x query heads) take the per-head combine (probe runs 15-16:
@@ -1706,6 +1770,7 @@ def kvarn_decode(
 # programs each write COMBINE_ROWS_PER_PROGRAM output channels.
 COMBINE_PER_HEAD_ROWS = 256
 COMBINE_ROWS_PER_PROGRAM = 64
+
 _COMPILED: set[tuple] = set()
 
 
@@ -1725,30 +1790,30 @@ class _Launch:
         deq,
         prefetch,
         ws,
-        out_dtype,
-        q_scale: float | None,  # set: q comes un-rotated and the kernel rotates and scales it
+        scale: float,
+        l2pf: int,  # blocks prefetched into L2 ahead (word path on CUDA), 0: none
     ):
         self.cache, self.pool_k, self.pool_v, self.block_slot = cache, pool_k, pool_v, block_slot
         self.layout, self.h16, self.config, self.ws = layout, h16.contiguous(), config, ws
-        self.deq, self.prefetch, self.out_dtype, self.q_scale = deq, prefetch, out_dtype, q_scale
+        self.deq, self.prefetch, self.q_scale, self.l2pf = deq, prefetch, scale * LOG2E, l2pf
 
-    def compile_variants(self, q_in, block_table, seq_lens, comp_end, warps) -> None:
+    def compile_variants(self, q, block_table, seq_lens, comp_end, warps, rot: bool) -> None:
         """Compiles every variant the policy may pick (each warp count, single stage and split,
-        both combines) on the first call for this shape, by launching them over one empty row:
-        later steps only pick among compiled kernels, so a batch of one arriving mid-serving does
-        not stall on a compile."""
+        both combines) on the first call for this shape, by
+        launching them over one empty row: later steps only pick among compiled kernels, so a
+        batch of one arriving mid-serving does not stall on a compile."""
         # everything a specialization of these kernels depends on, but per-step values
         key = (
-            q_in.device,
-            q_in.dtype,
-            q_in.shape[1:],
+            rot,
+            q.device,
+            q.dtype,
+            q.shape[1:],
             self.cache.shape[1],
             self.layout,
             self.deq,
             self.prefetch,
             self.config.max_splits,
-            self.out_dtype,
-            self.q_scale is not None,
+            self.l2pf,
             tuple(warps),
         )
         if key in _COMPILED:
@@ -1756,12 +1821,19 @@ class _Launch:
         empty = torch.zeros_like(seq_lens[:1])
         for w in warps:
             for splits, heads in ((1, 16), (2, 1), (2, 16)):
-                self(q_in[:1], block_table[:1], empty, comp_end[:1], w, splits, heads)
+                self(q[:1], block_table[:1], empty, comp_end[:1], w, splits, heads, rot)
         _COMPILED.add(key)
 
-    def __call__(self, q_in, block_table, seq_lens, comp_end, num_warps, num_splits, heads):
-        """``q_in``: the rotated q·scale·log2e in fp32, or (``q_scale`` set) the caller's q."""
-        b, hq, d = q_in.shape
+    def __call__(self, q, block_table, seq_lens, comp_end, num_warps, num_splits, heads, rot):
+        """``q`` [B, Hq, D], the caller's; ``rot``: the kernel rotates it (else one GEMM does,
+        with the scale as its alpha: the product then a scaling kernel cost a launch more)."""
+        b, hq, d = q.shape
+        if rot:
+            q_in = q.contiguous()
+        else:
+            q2 = q.reshape(b * hq, d).float()
+            q_in = torch.addmm(q2, q2, self.h16.float(), beta=0.0, alpha=self.q_scale)
+            q_in = q_in.view(b, hq, d)
         lo = self.layout
         cache, pool_k = self.cache, self.pool_k
         common = dict(
@@ -1781,7 +1853,9 @@ class _Launch:
             # on CUDA the same codes through PTX: 1 -> 2 (4 bytes at a time), 3 -> 4 (two words)
             DEQ={1: 2, 3: 4}.get(self.deq, self.deq) if q_in.is_cuda else self.deq,
             PREFETCH=self.prefetch,
-            ROT_Q=self.q_scale is not None,
+            ROT_Q=rot,
+            L2PF=self.l2pf,
+            REC=lo.size,
             num_warps=num_warps,
         )
         cap = (MAXNREG if self.deq == 3 else MAXNREG_BYTES).get(d)
@@ -1806,7 +1880,7 @@ class _Launch:
             seq_lens,
             comp_end,
             self.h16,
-            1.0 if self.q_scale is None else self.q_scale,
+            self.q_scale,
         )
         hkv = cache.shape[1]
         if num_splits == 1:
@@ -1814,7 +1888,7 @@ class _Launch:
             _kvarn_decode_kernel[(b, hkv, 1)](
                 *args, out, out.stride(0), out.stride(1), out, 0, 0, 1, IS_SPLIT=False, **common
             )
-            return (out @ self.h16.float()).to(self.out_dtype)
+            return (out @ self.h16.float()).to(q.dtype)
         part, lse = self.ws.get(b * num_splits, hq, d, q_in.device)
         _kvarn_decode_kernel[(b, hkv, num_splits)](
             *args,
@@ -1828,7 +1902,7 @@ class _Launch:
             IS_SPLIT=True,
             **common,
         )
-        res = torch.empty(b, hq, d, dtype=self.out_dtype, device=q_in.device)
+        res = torch.empty(b, hq, d, dtype=q.dtype, device=q_in.device)
         cargs = (
             part,
             part.stride(0),
