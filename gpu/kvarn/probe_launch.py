@@ -7,9 +7,10 @@ bench_speedpath.py's, not this).
 
 Writes DIR/probe.json (one row per timed call, the parts alone, the compiled kernels' registers)
 and DIR/probe.md (per row: the policy's launch, each kernel option of VARIANTS at it, and the
-fastest launch tried). Every call is
-graph-captured and timed like the benchmark (do_bench median, L2 cleared). --quick: a smoke run of
-this script on the CPU (Triton interpreter, tiny shapes).
+fastest launch tried). Every call is graph-captured and timed like the benchmark (do_bench median,
+L2 cleared). --quick: a smoke run of this script on the CPU (Triton interpreter, tiny shapes);
+--no-alt: the kernel options only; --d: one head size. The first call of each option compiles its
+variants one at a time (minutes): `gpu/kvarn/precompile.py` fills Triton's cache in parallel first.
 """
 
 from __future__ import annotations

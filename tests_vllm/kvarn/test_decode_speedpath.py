@@ -191,3 +191,17 @@ def test_l2_prefetch_changes_nothing_but_speed(d: int) -> None:
             )
             assert torch.equal(pf, plain), (splits, ahead)
     assert ks.cosine(plain, ks.ref_decode(sc, q)).min().item() >= 0.999
+
+
+def test_l2_prefetch_only_where_the_instruction_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bulk prefetch is sm_90 PTX: the interpreter and older GPUs run without it instead of
+    failing to compile. No sm_80/sm_86 card is here, so the capability query is stubbed for those
+    two cases (the H200 case runs for real in test_l2_prefetch_changes_nothing_but_speed)."""
+    blocks = triton_decode.l2_prefetch_blocks
+    assert blocks(torch.device("cpu"), 128, None) == 0
+    assert blocks(torch.device("cpu"), 128, 4) == 0
+    monkeypatch.setattr(torch.version, "hip", None)
+    for cap, want in (((8, 0), 0), ((8, 6), 0), ((9, 0), triton_decode.L2_PREFETCH[128])):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d, c=cap: c)
+        assert blocks(torch.device("cuda"), 128, None) == want, cap
+        assert blocks(torch.device("cuda"), 128, 2) == (2 if cap[0] >= 9 else 0)

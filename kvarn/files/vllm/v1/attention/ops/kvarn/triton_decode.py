@@ -1568,6 +1568,18 @@ def _kvarn_combine_head_rot_kernel(
         tl.store(out_ptr + b * s_ob + h * s_oh + jb + j0 + jj, tl.sum(hr * res[None, :], axis=1))
 
 
+def l2_prefetch_blocks(device: torch.device, head_size: int, requested: int | None) -> int:
+    """Blocks the word path prefetches into L2 ahead on ``device``: ``requested`` (None:
+    ``L2_PREFETCH``) where the bulk prefetch exists, PTX ``cp.async.bulk.prefetch.L2`` on CUDA sm_90
+    and later; 0 elsewhere (the interpreter, ROCm, an RTX 3090 or A100), where it is only a hint
+    that costs nothing to drop."""
+    if device.type != "cuda" or torch.version.hip:
+        return 0
+    if torch.cuda.get_device_capability(device)[0] < 9:
+        return 0
+    return L2_PREFETCH.get(head_size, 0) if requested is None else max(0, requested)
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
@@ -1749,10 +1761,7 @@ def kvarn_decode(
     if combine_heads is None:
         combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
     ws = workspace or DecodeWorkspace()
-    if l2_prefetch is None:
-        l2_prefetch = L2_PREFETCH.get(d, 0)
-    # the bulk prefetch is sm_90 PTX: not for the interpreter, nor the byte path
-    l2pf = l2_prefetch if auto else 0
+    l2pf = l2_prefetch_blocks(q.device, d, l2_prefetch) if deq == 3 else 0
     launch = _Launch(
         cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, scale, l2pf
     )
@@ -1770,7 +1779,6 @@ def kvarn_decode(
 # programs each write COMBINE_ROWS_PER_PROGRAM output channels.
 COMBINE_PER_HEAD_ROWS = 256
 COMBINE_ROWS_PER_PROGRAM = 64
-
 _COMPILED: set[tuple] = set()
 
 
@@ -1799,9 +1807,9 @@ class _Launch:
 
     def compile_variants(self, q, block_table, seq_lens, comp_end, warps, rot: bool) -> None:
         """Compiles every variant the policy may pick (each warp count, single stage and split,
-        both combines) on the first call for this shape, by
-        launching them over one empty row: later steps only pick among compiled kernels, so a
-        batch of one arriving mid-serving does not stall on a compile."""
+        both combines; q rotated as ``rot`` says) on the first call for this shape, by launching
+        them over one empty row: later steps only pick among compiled kernels, so a batch of one
+        arriving mid-serving does not stall on a compile."""
         # everything a specialization of these kernels depends on, but per-step values
         key = (
             rot,
