@@ -22,11 +22,13 @@ if [ "${BENCH_S:-130}" != 0 ]; then
   r=$?; echo "rc $r" >>"$OUT/bench.log"; [ $r = 0 ] || rc=1
 fi
 T="${TEST_S:-170}"
-# -v: each test's name and result as it ends, so a run stopped by its cap shows what was left
-P=(python3 -m pytest -v -p no:cacheprovider -rs --durations=8)
+# -v: each test's name and result as it ends, so a run stopped by its cap shows what was left;
+# --timeout (pytest-timeout): a test past it fails with its stack instead of holding the run
+P=(python3 -m pytest -v -p no:cacheprovider -rs --durations=12 --timeout "${TEST_TIMEOUT:-400}")
 if [ -n "${TEST_N:-}" ]; then
   # one pytest over the whole directory, TEST_N xdist workers (their Triton compiles overlap)
-  timeout "$T" "${P[@]}" -n "$TEST_N" tests_vllm/kvarn >"$OUT/pytest_all.log" 2>&1 || rc=1
+  # worksteal: idle workers take queued tests from busy ones (the compiles are uneven)
+  timeout "$T" "${P[@]}" -n "$TEST_N" --dist worksteal tests_vllm/kvarn >"$OUT/pytest_all.log" 2>&1 || rc=1
   tail -n 12 "$OUT/pytest_all.log"
   cat "$OUT/speedpath.md" 2>/dev/null || tail -n 5 "$OUT/bench.log"
   exit $rc

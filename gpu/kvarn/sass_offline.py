@@ -42,7 +42,15 @@ def load(path: str):
 
 
 def compile_kernel(
-    mod, d: int, qpk: int, warps: int, maxnreg, split: bool, extra: dict, preset: str
+    mod,
+    d: int,
+    qpk: int,
+    warps: int,
+    maxnreg,
+    split: bool,
+    extra: dict,
+    preset: str,
+    q_dtype: str = "fp16",
 ):
     lay = layout.record_layout(preset, d)
     fn = mod._kvarn_decode_kernel
@@ -69,7 +77,7 @@ def compile_kernel(
     )
     consts.update(extra)
     ptr = {
-        "q_ptr": "*fp16" if consts["ROT_Q"] else "*fp32",  # ROT_Q: the caller's q, fp16
+        "q_ptr": f"*{q_dtype}" if consts["ROT_Q"] else "*fp32",  # ROT_Q: the caller's q
         "h_ptr": "*fp16",
         "cache_u8": "*u8",
         "cache_f16": "*fp16",
@@ -182,13 +190,14 @@ def main() -> None:
     ap.add_argument("--preset", default="kvarn_k4v2_g128")
     ap.add_argument("--dump", default="")
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--q", default="fp16", help="q's dtype where the kernel rotates it (ROT_Q=1)")
     a = ap.parse_args()
     extra = {}
     for s in a.set:
         k, v = s.split("=")
         extra[k] = int(v)
     mod = load(a.module)
-    k = compile_kernel(mod, a.d, a.qpk, a.warps, a.maxnreg or None, a.split, extra, a.preset)
+    k = compile_kernel(mod, a.d, a.qpk, a.warps, a.maxnreg or None, a.split, extra, a.preset, a.q)
     md = k.metadata
     sass, res = sass_of(k)
     usage = re.search(r"REG:\d+.*", res)
