@@ -1762,6 +1762,8 @@ def kvarn_decode(
         combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
     ws = workspace or DecodeWorkspace()
     l2pf = l2_prefetch_blocks(q.device, d, l2_prefetch) if deq == 3 else 0
+    if l2pf and (cache.data_ptr() % 16 or cache.stride(0) % 16 or cache.stride(1) % 16):
+        l2pf = 0  # the bulk prefetch takes 16-byte aligned records (layouts pad to 64 or 128)
     launch = _Launch(
         cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, scale, l2pf
     )
