@@ -1,6 +1,6 @@
 """Fill Triton's cache with the decode variants of several kernel options at once, one process per
-(head size, option), so a benchmark run after it does not wait on compiles one at a time. Point
-TRITON_CACHE_DIR at the same folder for both.
+(head size, option), so a benchmark run after it does not wait on compiles one at a time. Both
+must see the same cache: Triton's default (~/.triton/cache) or one TRITON_CACHE_DIR.
 
     TRITON_CACHE_DIR=DIR python3 gpu/kvarn/precompile.py [--l2pf 0 --l2pf 1] [--d 128 --d 256]
 """

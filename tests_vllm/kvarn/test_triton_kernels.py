@@ -146,10 +146,11 @@ def test_rotation_in_the_kernel_matches_the_gemm(preset: str, d: int, qpk: int) 
     for dtype in (torch.float16, torch.bfloat16):
         qq = q.to(dtype)
         for splits in (1, 3):
-            # a fixed launch (num_warps and splits given) compiles only itself on CUDA
+            # the GEMM side at a fixed launch (it compiles only itself on CUDA); the kernel side
+            # as deployed, at the launch the policy picks
             w = triton_decode.WARPS[d]
             gemm = _decode(sc, qq, splits, rotate_in_kernel=False, num_warps=w)
-            inside = _decode(sc, qq, splits, rotate_in_kernel=True, num_warps=w)
+            inside = _decode(sc, qq, splits)
             assert inside.dtype == dtype and not inside[-1].any()
             assert ks.cosine(inside, ref).min().item() >= 0.999
             rel = ((inside.float() - gemm.float()).norm() / gemm.float().norm()).item()
