@@ -158,7 +158,7 @@ def finish_fork(
 ) -> tuple[Path, str, str]:
     """import (the fork) and, with ``bundle``, export --bundle (manifest SHAs, canonical files, the
     bundle); return (fork, base, tip) of the manifest's first export point."""
-    from hyperqwen_patches.manifest import load_manifest
+    from hyperqwen_patches.series.manifest import load_manifest
 
     fork = work / "fork"
     tool_env = {**git_env(), **(env or {})}
@@ -179,7 +179,7 @@ def finish_fork(
 
 def series_steps(repo: Path) -> list[tuple[str, Path]]:
     """The baseline's steps from the manifest, in row order (skipped rows left out)."""
-    from hyperqwen_patches.manifest import load_manifest
+    from hyperqwen_patches.series.manifest import load_manifest
 
     manifest = load_manifest(repo)
     steps: list[tuple[str, Path]] = []

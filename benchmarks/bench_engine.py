@@ -26,7 +26,7 @@ from pathlib import Path
 
 from hyperqwen_patches.engine.applying import Policy, apply_series
 from hyperqwen_patches.engine.patchset import parse_patch
-from hyperqwen_patches.tree import Tree
+from hyperqwen_patches.sources.tree import Tree
 
 VOCAB = [
     b"import os",

@@ -19,7 +19,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from hyperqwen_patches.pristine import _record_hash  # RECORD's form: sha256=<urlsafe base64>
+from hyperqwen_patches.sources.pristine import (
+    _record_hash,  # RECORD's form: sha256=<urlsafe base64>
+)
 
 
 @dataclass(frozen=True)

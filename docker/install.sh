@@ -120,7 +120,7 @@ if want verify; then
   installed="$("$py" -c 'import importlib.metadata as m; print(m.version("vllm"))')"
   pin="$("$tool_venv/bin/python" -c 'import sys
 from pathlib import Path
-from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.series.manifest import load_manifest
 print(load_manifest(Path(sys.argv[1])).pin)' "$repo")"
   [ "$installed" = "$pin" ] \
     || die "vllm $installed is installed but patches/manifest.yaml pins $pin (docker/requirements.txt disagrees with the manifest; run hyperqwen-patches check)"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.series.manifest import load_manifest
 
 
 def main() -> int:

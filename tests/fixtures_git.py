@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hyperqwen_patches import basecommit
+from hyperqwen_patches.sources import basecommit
 
 BRANCH = "qwen38/0.29"
 

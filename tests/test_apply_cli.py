@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hyperqwen_patches.tree import Tree, TreeWriteError
+from hyperqwen_patches.sources.tree import Tree, TreeWriteError
 
 
 def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from fixtures_git import PRISTINE, DictTree, init_repo, make_hostile, sh
 
-from hyperqwen_patches import basecommit, gitrun
+from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.sources import basecommit
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The fixture tree's base SHA, computed once and frozen: any change to identity, dates, message or mode
@@ -139,7 +140,7 @@ def _documented_base() -> tuple[str, str]:
 def test_real_0_29_0_base_matches_docs_and_an_independent_build(tmp_path: Path) -> None:
     """A fresh build from the PyPI wheel (cached, else downloaded) reproduces the SHA in docs/fork.md;
     and plain ``git add`` of the unzipped wheel's text files gives the same tree (independent oracle)."""
-    from hyperqwen_patches.pristine import open_pristine
+    from hyperqwen_patches.sources.pristine import open_pristine
 
     documented_commit, documented_tree = _documented_base()
     tree = open_pristine("pypi:vllm==0.29.0", version="0.29.0")

@@ -23,8 +23,10 @@ from fixtures_git import (
     sh,
 )
 
-from hyperqwen_patches import exporting, forkgit, gitrun, replay
+from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import GitError
+from hyperqwen_patches.fork import exporting, replay
+from hyperqwen_patches.fork import reading as forkgit
 
 
 def _fork(tmp_path: Path) -> tuple[Path, str, str]:

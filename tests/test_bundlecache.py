@@ -11,7 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from hyperqwen_patches import bundlecache, forkgit
+from hyperqwen_patches.fork import bundlecache
+from hyperqwen_patches.fork import reading as forkgit
 
 
 def git(*args: str, cwd: Path) -> str:

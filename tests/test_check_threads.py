@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from test_check import MINE, make_repo
 
-from hyperqwen_patches import check
-from hyperqwen_patches.check import PIPELINE, CheckContext, Finding, _once, run_check
+from hyperqwen_patches.checks import pipeline as check
+from hyperqwen_patches.checks.context import CheckContext, Finding, _once
+from hyperqwen_patches.checks.pipeline import PIPELINE, run_check
 from hyperqwen_patches.errors import UsageError
 
 REPO = Path(__file__).resolve().parent.parent

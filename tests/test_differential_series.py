@@ -22,8 +22,8 @@ from hyperqwen_patches.engine import Policy, apply_series, verify_applied
 
 @pytest.mark.network
 def test_shipped_series_on_the_real_wheel_matches_gnu_patch(tmp_path: Path) -> None:
-    from hyperqwen_patches.pristine import open_pristine
-    from hyperqwen_patches.series import default_series
+    from hyperqwen_patches.series.rows import default_series
+    from hyperqwen_patches.sources.pristine import open_pristine
 
     patches = default_series(REPO_ROOT)
     with open_pristine("pypi:vllm==0.29.0", version="0.29.0") as pristine:

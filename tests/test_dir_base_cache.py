@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from hyperqwen_patches import basecommit, gitrun
-from hyperqwen_patches.pristine import DirTree
+from hyperqwen_patches import gitrun
+from hyperqwen_patches.sources import basecommit
+from hyperqwen_patches.sources.pristine import DirTree
 
 
 def make_dir(root: Path, n: int = 30) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.series.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALL = REPO / "docker" / "install.sh"

@@ -17,7 +17,7 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.series.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIREMENTS = REPO / "docker" / "requirements.txt"
@@ -107,7 +107,7 @@ def copin_problems(
 @pytest.fixture(scope="module")
 def vllm_requires_dist() -> list[str]:
     """``Requires-Dist`` of the vLLM wheel at the manifest's pin, from the cached wheel."""
-    from hyperqwen_patches.pristine import WheelTree, open_pristine
+    from hyperqwen_patches.sources.pristine import WheelTree, open_pristine
 
     pin = load_manifest(REPO).pin
     tree = open_pristine(f"pypi:vllm=={pin}", version=pin)

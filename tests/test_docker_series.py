@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from hyperqwen_patches.manifest import load_manifest
-from hyperqwen_patches.pristine import open_pristine
-from hyperqwen_patches.series import default_series
+from hyperqwen_patches.series.manifest import load_manifest
+from hyperqwen_patches.series.rows import default_series
+from hyperqwen_patches.sources.pristine import open_pristine
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_ROW = """  - name: docker-test-module

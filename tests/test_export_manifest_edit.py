@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from hyperqwen_patches.exporting import ExportPlan, edit_manifest
+from hyperqwen_patches.fork.exporting import ExportPlan, edit_manifest
 
 OLD = "1" * 40
 NEW = "a" * 40

@@ -11,7 +11,9 @@ from pathlib import Path
 from conftest import require_gnu_patch
 from fixtures_git import BRANCH, PRISTINE, make_fork, sh, write_tree_files
 
-from hyperqwen_patches import exporting, forkgit, gitrun
+from hyperqwen_patches import gitrun
+from hyperqwen_patches.fork import exporting
+from hyperqwen_patches.fork import reading as forkgit
 
 
 def exported(tmp_path: Path) -> tuple[Path, list[str], list[bytes]]:

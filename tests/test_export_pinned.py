@@ -17,8 +17,10 @@ from fixtures_git import (
     sh,
 )
 
-from hyperqwen_patches import exporting, forkgit, gitrun
+from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import FindingError
+from hyperqwen_patches.fork import exporting
+from hyperqwen_patches.fork import reading as forkgit
 
 
 def _export(repo: Path, base: str) -> dict[str, bytes | dict[bytes, bytes]]:

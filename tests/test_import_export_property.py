@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_import_roundtrip import export, new_series
 
-from hyperqwen_patches import exporting, importing
-from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.fork import exporting, importing
+from hyperqwen_patches.series.manifest import load_manifest
 
 LINES = st.sampled_from(
     [b"alpha\n", b"beta\r\n", "caf\xe9\n".encode("latin-1"), b"    return x\n", b"\n", b"# note\n"]

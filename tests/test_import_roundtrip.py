@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from fixtures_git import BRANCH, PRISTINE, DictTree, make_fork, sh
 
-from hyperqwen_patches import exporting, importing
 from hyperqwen_patches.errors import GitError
-from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.fork import exporting, importing
+from hyperqwen_patches.series.manifest import load_manifest
 
 MANIFEST = """\
 # A test series. Comments and formatting survive export's edits.

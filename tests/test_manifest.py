@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hyperqwen_patches import manifest as m
 from hyperqwen_patches.errors import ExitCode, UsageError
-from hyperqwen_patches.manifest import ManifestError, load_manifest, parse_manifest
+from hyperqwen_patches.series import manifest as m
+from hyperqwen_patches.series.manifest import ManifestError, load_manifest, parse_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 SHA_A = "a" * 40

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from hyperqwen_patches.errors import UsageError
-from hyperqwen_patches.port import PortReport, port
-from hyperqwen_patches.portreport import render_markdown
+from hyperqwen_patches.port.model import PortReport
+from hyperqwen_patches.port.report import render_markdown
+from hyperqwen_patches.port.run import port
 from tests.conftest import require_gnu_patch
 
 BASE = "".join(f"line {i}\n" for i in range(1, 41))

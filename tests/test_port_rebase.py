@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from hyperqwen_patches import importing
-from hyperqwen_patches.check import run_check
+from hyperqwen_patches.checks.pipeline import run_check
 from hyperqwen_patches.errors import GitError, UsageError
-from hyperqwen_patches.manifest import load_manifest
-from hyperqwen_patches.port import RebaseRequest, port
-from hyperqwen_patches.pristine import open_pristine
+from hyperqwen_patches.fork import importing
+from hyperqwen_patches.port.model import RebaseRequest
+from hyperqwen_patches.port.run import port
+from hyperqwen_patches.series.manifest import load_manifest
+from hyperqwen_patches.sources.pristine import open_pristine
 from tests.test_port import BASE, lines_with, make_patch, make_repo, release
 
 
@@ -188,7 +189,7 @@ def test_check_verifies_retirements(tmp_path: Path) -> None:
     patch = make_patch("vllm/up.py", BASE, OURS_UP, tmp_path / "w")
     repo = make_repo(tmp_path, [("row-up", patch)])
     retire(repo, "row-up", "0.29.0")
-    only = ("hyperqwen_patches.port:check_retirements",)
+    only = ("hyperqwen_patches.port.retirements:check_retirements",)
     good = run_check(repo, source=f"dir:{carried}", pipeline=only)
     assert [f for f in good.findings if f.check == "retirements"] == []
 
@@ -203,7 +204,7 @@ def test_check_verifies_retirements(tmp_path: Path) -> None:
 def test_check_verifies_hunk_retirements(tmp_path: Path) -> None:
     tree = release(tmp_path, "t", {"vllm/part.py": lines_with({10: "line 10 ours\n"})})
     patch = make_patch("vllm/part.py", BASE, OURS_PART, tmp_path / "w")
-    only = ("hyperqwen_patches.port:check_retirements",)
+    only = ("hyperqwen_patches.port.retirements:check_retirements",)
     for hunk, expected in (
         ("vllm/part.py#1", []),
         ("vllm/part.py#2", ["error"]),  # hunk 2 is not in the tree

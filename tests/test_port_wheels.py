@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from hyperqwen_patches.check import run_check
-from hyperqwen_patches.manifest import load_manifest
-from hyperqwen_patches.port import classify_rows, port, rows_from_manifest
-from hyperqwen_patches.pristine import open_pristine
+from hyperqwen_patches.checks.pipeline import run_check
+from hyperqwen_patches.port.run import port
+from hyperqwen_patches.port.triage import classify_rows, rows_from_manifest
+from hyperqwen_patches.series.manifest import load_manifest
+from hyperqwen_patches.sources.pristine import open_pristine
 from tests.conftest import REPO_ROOT, require_gnu_patch
 from tests.test_port import make_patch, make_repo
 
@@ -95,7 +96,7 @@ def test_port_and_retire_on_real_wheels(
         "    patch: patches/backport.patch\n",
         "    patch: patches/backport.patch\n    skip: carried by vllm 0.30.0\n",
     )
-    only = ("hyperqwen_patches.port:check_retirements",)
+    only = ("hyperqwen_patches.port.retirements:check_retirements",)
     for pin, expected in (("0.30.0", []), ("0.29.0", ["error"])):
         # The candidate's own YAML, as the report prints it for the manifest.
         entry = dataclasses.replace(candidate, pin=pin).to_yaml()

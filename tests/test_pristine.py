@@ -26,14 +26,14 @@ from pathlib import Path
 
 import pytest
 
+from hyperqwen_patches.cachedir import cache_dir
 from hyperqwen_patches.errors import EnvironmentProblem, UsageError
-from hyperqwen_patches.pristine import (
+from hyperqwen_patches.sources.pristine import (
     PypiCache,
     SourceSpec,
     SourceSpecError,
     WheelTree,
     _Quiet,
-    cache_dir,
     open_pristine,
     parse_source,
 )
@@ -118,7 +118,7 @@ def test_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 def test_cold_then_warm_and_offline(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
         assert tree.label == f"pypi:{PKG}==1.0"
         assert tree.paths() == [
@@ -177,7 +177,7 @@ def test_changed_wheel_is_refetched(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A truncated cached wheel (size differs from the verified one) is not trusted: fetched again."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     wheel = tmp_path / "cache/pypi/hqpfake-1.0-wheel/hqpfake-1.0-py3-none-any.whl"
     data = wheel.read_bytes()
@@ -193,7 +193,7 @@ def test_silently_corrupted_member_is_detected_on_read_and_refetched(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Bit rot: same size, same mtime, one byte flipped inside a member. The read's CRC/RECORD check sees it."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     wheel = tmp_path / "cache/pypi/hqpfake-1.0-wheel/hqpfake-1.0-py3-none-any.whl"
     st = wheel.stat()
@@ -218,7 +218,7 @@ def test_a_format_1_entry_is_upgraded_in_place_without_a_download(
     """Entries written before the member table (every hash in index.json, format 1) stay usable
     offline: the table is built once from the index and the wheel's central directory, and the
     reads are the same bytes."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
         before = {p: tree.read(p) for p in tree.paths()}
     entry = tmp_path / "cache/pypi/hqpfake-1.0-wheel"
@@ -251,7 +251,7 @@ def test_a_wrong_offset_in_the_member_table_is_caught_and_refetched(
 ) -> None:
     """The table is trusted for where a member lies, never for what it holds: a read that lands on
     another member, past the end or on no header at all is a corrupt entry, fetched again."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     entry = tmp_path / "cache/pypi/hqpfake-1.0-wheel"
     size = next(entry.glob("*.whl")).stat().st_size
@@ -275,7 +275,7 @@ def test_a_wrong_offset_in_the_member_table_is_caught_and_refetched(
 def test_a_missing_member_table_means_a_fresh_fetch(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     (tmp_path / "cache/pypi/hqpfake-1.0-wheel/members.sqlite").unlink()
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
@@ -334,7 +334,7 @@ def slow_index(tmp_path: Path) -> Iterator[tuple[str, type[_SlowHandler]]]:
 
 OPEN_AND_READ = (
     "import logging, sys; logging.basicConfig(level=logging.DEBUG, stream=sys.stderr);"
-    "from hyperqwen_patches.pristine import open_pristine;"
+    "from hyperqwen_patches.sources.pristine import open_pristine;"
     f"t = open_pristine('pypi:{PKG}==1.0', package='{PKG}', version='1.0');"
     f"sys.stdout.write(str(len(t.read(b'{PKG}/__init__.py'))))"
 )

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hyperqwen_patches import render
-from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.series import render
+from hyperqwen_patches.series.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 SHA_A = "a" * 40

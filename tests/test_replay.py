@@ -24,15 +24,16 @@ from fixtures_git import (
 )
 from test_import_roundtrip import export, new_series
 
-from hyperqwen_patches import exporting
-from hyperqwen_patches.check import Finding, run_check
-from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.checks.context import Finding
+from hyperqwen_patches.checks.pipeline import run_check
+from hyperqwen_patches.fork import exporting
+from hyperqwen_patches.series.manifest import load_manifest
 
 FORK_CHECKS = (
-    "hyperqwen_patches.replay:check_replay_identity",
-    "hyperqwen_patches.replay:check_export",
-    "hyperqwen_patches.replay:check_fork_commits",
-    "hyperqwen_patches.exporting:check_unfilled_rows",
+    "hyperqwen_patches.fork.checks:check_replay_identity",
+    "hyperqwen_patches.fork.checks:check_export",
+    "hyperqwen_patches.fork.checks:check_fork_commits",
+    "hyperqwen_patches.fork.exporting:check_unfilled_rows",
 )
 
 
@@ -49,7 +50,7 @@ def fill_rows(series: Path) -> None:
         r'what: "TODO: describe \(added by export from (.*)\)"', r'what: "\1"', path.read_text()
     )
     path.write_text(text.replace('retires_when: "TODO"', "retires_when: never"))
-    from hyperqwen_patches.render import write
+    from hyperqwen_patches.series.render import write
 
     write(load_manifest(series))
 

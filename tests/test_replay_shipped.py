@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from hyperqwen_patches.check import run_check
-from hyperqwen_patches.manifest import load_manifest
+from hyperqwen_patches.checks.pipeline import run_check
+from hyperqwen_patches.series.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 FORK_CHECKS = (
-    "hyperqwen_patches.replay:check_replay_identity",
-    "hyperqwen_patches.replay:check_export",
-    "hyperqwen_patches.replay:check_fork_commits",
-    "hyperqwen_patches.exporting:check_unfilled_rows",
+    "hyperqwen_patches.fork.checks:check_replay_identity",
+    "hyperqwen_patches.fork.checks:check_export",
+    "hyperqwen_patches.fork.checks:check_fork_commits",
+    "hyperqwen_patches.fork.exporting:check_unfilled_rows",
 )
 
 

@@ -10,8 +10,8 @@ import pytest
 from hyperqwen_patches.commands.apply import default_series as apply_default_series
 from hyperqwen_patches.engine.applying import apply_series
 from hyperqwen_patches.errors import UsageError
-from hyperqwen_patches.manifest import load_manifest
-from hyperqwen_patches.series import RowError, default_series, load_series
+from hyperqwen_patches.series.manifest import load_manifest
+from hyperqwen_patches.series.rows import RowError, default_series, load_series
 
 OLD = b"A = 1\nB = 2\nC = 3\n"
 NEW = b"A = 1\nB = 20\nC = 3\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hyperqwen_patches.errors import UsageError
-from hyperqwen_patches.seriesdiff import (
+from hyperqwen_patches.series.rangediff import (
     DirTree,
     SeriesRow,
     SeriesSnapshot,

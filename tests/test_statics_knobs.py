@@ -7,7 +7,7 @@ from pathlib import Path
 
 from test_statics_provenance import make_repo, static_findings
 
-from hyperqwen_patches.check import run_check
+from hyperqwen_patches.checks.pipeline import run_check
 
 KNOBS = "hyperqwen_patches.statics.knobs:check_knobs"
 

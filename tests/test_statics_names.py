@@ -7,8 +7,8 @@ from pathlib import Path
 
 from test_statics_provenance import make_repo
 
-from hyperqwen_patches.manifest import load_manifest
-from hyperqwen_patches.pristine import open_pristine
+from hyperqwen_patches.series.manifest import load_manifest
+from hyperqwen_patches.sources.pristine import open_pristine
 from hyperqwen_patches.statics.report import port_statics
 
 LIB = b"""from enum import Enum
@@ -174,7 +174,7 @@ def test_annotated_parameters_and_typed_attributes_are_followed(tmp_path: Path) 
 def test_check_reports_names_a_rows_cut_against_release_had(tmp_path: Path) -> None:
     """check, pin 0.30.0: a row cut against 0.29.0 imports a function 0.30.0 dropped (real wheels,
     shared cache); a row cut against the pin is compared with nothing."""
-    from hyperqwen_patches.check import run_check
+    from hyperqwen_patches.checks.pipeline import run_check
 
     root = tmp_path / "repo"
     (root / "patches").mkdir(parents=True)
@@ -203,7 +203,7 @@ def test_check_reports_names_a_rows_cut_against_release_had(tmp_path: Path) -> N
 
 
 def test_port_carries_the_static_findings(tmp_path: Path) -> None:
-    from hyperqwen_patches.port import port
+    from hyperqwen_patches.port.run import port
 
     pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/user.py": USER}
     root = make_repo(tmp_path, pristine, [("use", {"vllm/user.py": ADDED})])

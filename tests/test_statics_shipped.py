@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from test_statics_provenance import STATICS, make_repo
 
-from hyperqwen_patches.check import CheckContext
-from hyperqwen_patches.manifest import ManifestError, load_manifest
-from hyperqwen_patches.pristine import open_pristine
+from hyperqwen_patches.checks.context import CheckContext
+from hyperqwen_patches.series.manifest import ManifestError, load_manifest
+from hyperqwen_patches.sources.pristine import open_pristine
 from hyperqwen_patches.statics.report import pin_statics
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_series_passes_every_static_check_on_the_wheel() -> None:
-    from hyperqwen_patches.check import resolve
+    from hyperqwen_patches.checks.pipeline import resolve
 
     manifest = load_manifest(REPO)
     ctx = CheckContext(root=REPO, manifest=manifest, source=manifest.source)
@@ -80,7 +80,7 @@ def test_shipped_patch_rows_pass_the_git_apply_contract() -> None:
     """No shipped row is marked git_apply yet; marked here, every patch row passes real git."""
     import dataclasses
 
-    from hyperqwen_patches.series import load_series
+    from hyperqwen_patches.series.rows import load_series
     from hyperqwen_patches.statics.gitapply import gitapply_findings
 
     manifest = load_manifest(REPO)

@@ -34,7 +34,7 @@ def enabled() -> bool:
 
 
 def root() -> Path:
-    from hyperqwen_patches.pristine import cache_dir
+    from hyperqwen_patches.cachedir import cache_dir
 
     return cache_dir() / SUBDIR
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from hyperqwen_patches.engine.applying import FileResult, HunkResult, PresenceResult
     from hyperqwen_patches.engine.patchset import Patch
     from hyperqwen_patches.engine.placement import NearMiss
-    from hyperqwen_patches.tree import TreeApplyResult, TreeCheckResult
+    from hyperqwen_patches.sources.tree import TreeApplyResult, TreeCheckResult
 
 HELP = """Apply patches to DIR at fuzz 0, all or nothing.
 
@@ -43,10 +43,10 @@ def default_series(repo_root: Path) -> list[Patch]:
     """The patches ``apply`` uses when no ``--patch`` is given: the manifest's series.
 
     The rows of ``patches/manifest.yaml`` in the repository at or above ``repo_root``, built by
-    ``series.py`` (patch rows parsed, module-file rows as creations; skipped rows left out).
+    ``series/rows.py`` (patch rows parsed, module-file rows as creations; skipped rows left out).
     """
-    from hyperqwen_patches import series
-    from hyperqwen_patches.manifest import find_repo_root
+    from hyperqwen_patches.series import rows as series
+    from hyperqwen_patches.series.manifest import find_repo_root
 
     root = find_repo_root(repo_root)
     if root is None:
@@ -126,8 +126,8 @@ def apply_command(
     ] = False,
 ) -> None:
     from hyperqwen_patches.engine.applying import Policy
-    from hyperqwen_patches.tree import apply_to_tree
-    from hyperqwen_patches.tree import check_applied as check_tree
+    from hyperqwen_patches.sources.tree import apply_to_tree
+    from hyperqwen_patches.sources.tree import check_applied as check_tree
 
     patches = [load_patch(p) for p in patch] if patch else default_series(Path.cwd())
     policy = Policy(max_offset=max_offset, exact=exact, ambiguity="error" if strict else "report")

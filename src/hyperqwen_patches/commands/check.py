@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.check import CheckReport
+    from hyperqwen_patches.checks.pipeline import CheckReport
 
 HELP = """Check the series against its invariants, without writing anything anywhere.
 
@@ -211,10 +211,10 @@ def check_command(
         typer.Option("--json", help="Print the records (rows, hunks, findings) as JSON on stdout."),
     ] = False,
 ) -> None:
-    from hyperqwen_patches.check import run_check
+    from hyperqwen_patches.checks.pipeline import run_check
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.errors import EnvironmentProblem, ExitCode, FindingError
-    from hyperqwen_patches.manifest import ManifestError, resolve_repo
+    from hyperqwen_patches.series.manifest import ManifestError, resolve_repo
 
     root = resolve_repo(repo)
     try:

@@ -51,7 +51,7 @@ def diff(
     from rich.text import Text
 
     from hyperqwen_patches.console import emit_json, out
-    from hyperqwen_patches.seriesdiff import diff_series, load_snapshot, open_series_tree
+    from hyperqwen_patches.series.rangediff import diff_series, load_snapshot, open_series_tree
 
     result = diff_series(
         load_snapshot(open_series_tree(old, repo=repo)),

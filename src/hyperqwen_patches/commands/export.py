@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.exporting import ExportPlan
+    from hyperqwen_patches.fork.exporting import ExportPlan
 
 HELP = """Export the fork: one patch file per commit of each export point (base..branch).
 
@@ -99,8 +99,8 @@ def export_command(
 ) -> None:
     from hyperqwen_patches.console import emit_json, err
     from hyperqwen_patches.errors import FindingError
-    from hyperqwen_patches.exporting import plan_export, write_bundle, write_export
-    from hyperqwen_patches.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.fork.exporting import plan_export, write_bundle, write_export
+    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     plan = plan_export(manifest, fork, export_points=tuple(export_point or ()))

@@ -60,9 +60,9 @@ def import_command(
     ] = False,
 ) -> None:
     from hyperqwen_patches.console import out
-    from hyperqwen_patches.importing import import_series
-    from hyperqwen_patches.manifest import load_manifest, resolve_repo
-    from hyperqwen_patches.pristine import open_pristine
+    from hyperqwen_patches.fork.importing import import_series
+    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.sources.pristine import open_pristine
 
     manifest = load_manifest(resolve_repo(repo))
     tree = open_pristine(source or manifest.source, package=manifest.package, version=manifest.pin)

@@ -96,14 +96,14 @@ def port(
 ) -> None:
     from hyperqwen_patches.console import emit_json, err, out
     from hyperqwen_patches.errors import FindingError, UsageError
-    from hyperqwen_patches.port import RebaseRequest
-    from hyperqwen_patches.port import port as run_port
-    from hyperqwen_patches.portreport import render_markdown, render_matrix
+    from hyperqwen_patches.port.model import RebaseRequest
+    from hyperqwen_patches.port.report import render_markdown, render_matrix
+    from hyperqwen_patches.port.run import port as run_port
 
     if not rebase and (fork is not None or branch is not None or force):
         raise UsageError("--fork, --branch and --force only make sense with --rebase")
     if repo is None:
-        from hyperqwen_patches.manifest import find_repo_root
+        from hyperqwen_patches.series.manifest import find_repo_root
 
         repo = find_repo_root(Path.cwd()) or Path.cwd()
     if len(to) != len(set(to)):
@@ -196,8 +196,8 @@ def render_terminal(report: object, *, details: bool) -> None:
 
     from hyperqwen_patches.commands.diff import render_diff
     from hyperqwen_patches.console import out, show
-    from hyperqwen_patches.port import PortReport
-    from hyperqwen_patches.portreport import hunk_counts
+    from hyperqwen_patches.port.model import PortReport
+    from hyperqwen_patches.port.report import hunk_counts
 
     assert isinstance(report, PortReport)
     table = Table(
@@ -287,7 +287,7 @@ def render_rebase(result: object) -> None:
     from rich.text import Text
 
     from hyperqwen_patches.console import out
-    from hyperqwen_patches.port import RebaseResult
+    from hyperqwen_patches.port.model import RebaseResult
 
     assert isinstance(result, RebaseResult)
     out.print()

@@ -40,10 +40,10 @@ def render_command(
         ),
     ] = False,
 ) -> None:
-    from hyperqwen_patches import render
     from hyperqwen_patches.console import err, out
     from hyperqwen_patches.errors import FindingError
-    from hyperqwen_patches.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series import render
+    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     if check:

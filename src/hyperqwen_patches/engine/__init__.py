@@ -2,6 +2,8 @@
 
 The contract other modules code against is in docs/architecture.md; the placement rules in
 docs/engine.md.
+
+May import: ``errors`` only (the engine is the lowest stage).
 """
 
 from __future__ import annotations

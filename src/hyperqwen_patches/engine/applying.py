@@ -3,7 +3,7 @@
 ``apply_series`` never touches disk: it reads the files the patches name through a callback and
 returns the new contents (``SeriesResult.changes``) or the failures, each with its context (patch, file,
 hunk, stated and reported lines, the place the preimage nearly matched and the differing lines). The
-caller (``tree.py``) writes the changes only when every patch applied, which is what makes ``apply``
+caller (``sources/tree.py``) writes the changes only when every patch applied, which is what makes ``apply``
 all or nothing.
 
 Placement is GNU patch 2.7.6's at ``--fuzz 0`` (``placement.py``); the policies layered on top are ours
@@ -131,7 +131,7 @@ class SeriesResult:
     """The outcome of a series: every patch's result and, when all applied, the changes to write.
 
     ``changes`` maps a path to its new bytes or None (delete); ``modes`` to a new file mode. Both hold
-    the changes of every patch that applied, so a caller may inspect them, but ``tree.py`` writes them
+    the changes of every patch that applied, so a caller may inspect them, but ``sources/tree.py`` writes them
     only when ``ok``.
     """
 

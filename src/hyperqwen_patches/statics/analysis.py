@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from hyperqwen_patches.console import show
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.checks.context import CheckContext, Finding
     from hyperqwen_patches.statics.provenance import Provenance
 
 Severity = Literal["error", "warning", "problem"]
@@ -47,7 +47,7 @@ class StaticFinding:
         return f"row {self.row}: {where}" if where else f"row {self.row}"
 
     def to_finding(self) -> Finding:
-        from hyperqwen_patches.check import Finding
+        from hyperqwen_patches.checks.context import Finding
 
         return Finding(self.check, self.severity, self.subject, self.message, self.detail)
 

@@ -23,7 +23,7 @@ from hyperqwen_patches.console import show
 from hyperqwen_patches.statics.analysis import StaticFinding, analysis_of, python_files
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.checks.context import CheckContext, Finding
     from hyperqwen_patches.statics.provenance import Provenance
 
 CHECK = "compiles"

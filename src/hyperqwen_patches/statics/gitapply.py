@@ -21,10 +21,10 @@ from hyperqwen_patches import resultcache
 from hyperqwen_patches.statics.analysis import StaticFinding
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.checks.context import CheckContext, Finding
     from hyperqwen_patches.engine.patchset import Patch
-    from hyperqwen_patches.manifest import Manifest
-    from hyperqwen_patches.series import SeriesRow
+    from hyperqwen_patches.series.manifest import Manifest
+    from hyperqwen_patches.series.rows import SeriesRow
 
 CHECK = "git-apply"
 ARGS = ("apply", "--check", "--whitespace=error", "-p1")

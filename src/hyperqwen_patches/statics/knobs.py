@@ -33,7 +33,7 @@ from hyperqwen_patches.console import show
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, analysis_of, no_gc
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.checks.context import CheckContext, Finding
 
 CHECK = "knobs"
 DEFAULT_PREFIXES = ("VLLM_", "KVARN_")
@@ -518,7 +518,7 @@ def check_knobs(ctx: CheckContext) -> list[Finding]:
     report = knob_report(analysis, ctx.manifest.knob_prefixes)
     findings = [f.to_finding() for f in report.findings]
     if report.entries_after:  # a tree with a registry: show its size before and after
-        from hyperqwen_patches.check import Finding
+        from hyperqwen_patches.checks.context import Finding
 
         added = ", ".join(sorted(report.registered_by_rows)) or "none"
         findings.append(

@@ -28,8 +28,8 @@ from hyperqwen_patches.statics.refs import CallRef, Ref, collect
 from hyperqwen_patches.statics.symbols import ClassInfo, Found, Missing, Result, Symbols, Unknown
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.check import CheckContext, Finding
-    from hyperqwen_patches.manifest import Manifest
+    from hyperqwen_patches.checks.context import CheckContext, Finding
+    from hyperqwen_patches.series.manifest import Manifest
 
 CHECK = "names"
 BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "__spec__", "__package__"}
@@ -238,7 +238,7 @@ def _cut_views(
     ctx: CheckContext, analysis: Analysis, version: str
 ) -> tuple[Views, Callable[[], None]]:
     """Views comparing the release a row was cut against (old) with the pin (new)."""
-    from hyperqwen_patches.pristine import open_pristine
+    from hyperqwen_patches.sources.pristine import open_pristine
 
     cut = open_pristine(
         f"pypi:{ctx.manifest.package}=={version}",

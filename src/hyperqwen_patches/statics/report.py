@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.manifest import Manifest
-    from hyperqwen_patches.port import Tree
+    from hyperqwen_patches.series.manifest import Manifest
+    from hyperqwen_patches.sources.pristine import PristineTree
 
 
 @dataclass
@@ -44,10 +44,10 @@ class StaticsReport:
         }
 
 
-def trace_series(manifest: Manifest, tree: Tree) -> Analysis:
+def trace_series(manifest: Manifest, tree: PristineTree) -> Analysis:
     """The active rows applied in memory onto ``tree`` (``check``'s policy), traced per line."""
     from hyperqwen_patches.engine.applying import Policy, apply_series
-    from hyperqwen_patches.series import load_series
+    from hyperqwen_patches.series.rows import load_series
     from hyperqwen_patches.statics.provenance import trace
 
     patches = [s.patch for s in load_series(manifest) if s.patch is not None]
@@ -56,7 +56,7 @@ def trace_series(manifest: Manifest, tree: Tree) -> Analysis:
 
 
 def port_statics(
-    manifest: Manifest, old: Tree, new: Tree, analysis: Analysis | None = None
+    manifest: Manifest, old: PristineTree, new: PristineTree, analysis: Analysis | None = None
 ) -> StaticsReport:
     """Removed names and changed signatures of the series' added lines, pin (``old``) -> ``new``."""
     from hyperqwen_patches.statics.names import Views, removed_names
@@ -76,9 +76,9 @@ def port_statics(
     )
 
 
-def pin_statics(manifest: Manifest, pin: Tree) -> StaticsReport:
+def pin_statics(manifest: Manifest, pin: PristineTree) -> StaticsReport:
     """Every static check on the pin, with the knob registry's size before and after the series."""
-    from hyperqwen_patches.series import load_series
+    from hyperqwen_patches.series.rows import load_series
     from hyperqwen_patches.statics.compiles import compile_findings
     from hyperqwen_patches.statics.gitapply import gitapply_findings
     from hyperqwen_patches.statics.knobs import knob_report
@@ -110,8 +110,8 @@ def run_statics(
     root: Path, to_versions: list[str], *, source: str | None = None, progress: Any = None
 ) -> list[StaticsReport]:
     """The pin's report, then one per ``--to`` release (names and signatures against it)."""
-    from hyperqwen_patches.manifest import load_manifest
-    from hyperqwen_patches.pristine import open_pristine
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.sources.pristine import open_pristine
 
     manifest = load_manifest(root)
     reports: list[StaticsReport] = []

@@ -27,7 +27,7 @@ from hyperqwen_patches.statics.refs import CallRef
 from hyperqwen_patches.statics.symbols import ClassInfo, Found, Result, Symbols, Unknown
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.checks.context import CheckContext, Finding
 
 CHECK = "signatures"
 Def = ast.FunctionDef | ast.AsyncFunctionDef

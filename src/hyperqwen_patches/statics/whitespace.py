@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from hyperqwen_patches.engine.patchset import ADDED, CONTEXT, REMOVED, Patch, split_lines
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.checks.context import CheckContext, Finding
     from hyperqwen_patches.engine.applying import PatchResult
     from hyperqwen_patches.statics.analysis import StaticFinding
 

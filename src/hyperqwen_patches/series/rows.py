@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hyperqwen_patches.errors import UsageError
-from hyperqwen_patches.manifest import Manifest, Row, load_manifest
+from hyperqwen_patches.series.manifest import Manifest, Row, load_manifest
 
 if TYPE_CHECKING:
     from hyperqwen_patches.engine.patchset import FilePatch, Patch

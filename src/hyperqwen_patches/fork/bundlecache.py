@@ -21,7 +21,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from hyperqwen_patches import forkgit, gitrun
+from hyperqwen_patches import gitrun
+from hyperqwen_patches.fork import reading as forkgit
 
 SUBDIR = "bundles"
 MARKER = "hqp-bundle"

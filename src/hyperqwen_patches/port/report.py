@@ -1,19 +1,13 @@
 """The port report as a markdown document (``port --markdown FILE``, docs/port-matrix.md).
 
-Pure: a :class:`~hyperqwen_patches.port.PortReport` in, text out. Stable output (no dates, rows in series
+Pure: a :class:`~hyperqwen_patches.port.model.PortReport` in, text out. Stable output (no dates, rows in series
 order) so a re-run on the same inputs gives the same file.
 """
 
 from __future__ import annotations
 
 from hyperqwen_patches.console import show
-from hyperqwen_patches.port import (
-    Attempt,
-    HunkVerdict,
-    PortReport,
-    RebaseResult,
-    RowPort,
-)
+from hyperqwen_patches.port.model import Attempt, HunkVerdict, PortReport, RebaseResult, RowPort
 
 STATUS_WORDS = {
     "exact": "applies exactly",

@@ -186,7 +186,7 @@ def base_for_pin(
 ) -> BaseCommit:
     """Open the pristine tree from ``source`` (``pypi:vllm==0.29.0``, ``dir:PATH``, ...) and write its base."""
     if opener is None:
-        from hyperqwen_patches.pristine import open_pristine
+        from hyperqwen_patches.sources.pristine import open_pristine
 
         opener = open_pristine
     tree = opener(source, package=package, version=version, cache=cache)

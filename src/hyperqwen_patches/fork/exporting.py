@@ -28,12 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hyperqwen_patches import basecommit, forkgit, gitrun, resultcache
+from hyperqwen_patches import gitrun, resultcache
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
-from hyperqwen_patches.manifest import Manifest
+from hyperqwen_patches.fork import reading as forkgit
+from hyperqwen_patches.series.manifest import Manifest
+from hyperqwen_patches.sources import basecommit
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.check import CheckContext, Finding
+    from hyperqwen_patches.checks.context import CheckContext, Finding
 
 # (command-line option, config pin or None, why). One place; docs/fork.md reproduces the table.
 FORMAT_PATCH_OPTIONS: tuple[tuple[str | None, tuple[str, str] | None, str], ...] = (
@@ -467,7 +469,7 @@ class ExportPlan:
 def classify(old: bytes | None, new: bytes | None) -> Drift:
     """unchanged / new / removed / positional (only ``index`` hashes and ``@@`` numbers moved) /
     semantic; the one definition of positional drift is ``seriesdiff.fold_positional``."""
-    from hyperqwen_patches.seriesdiff import fold_positional
+    from hyperqwen_patches.series.rangediff import fold_positional
 
     if old == new:
         return "unchanged"
@@ -554,7 +556,7 @@ def plan_export(manifest: Manifest, fork: Path, *, export_points: Sequence[str] 
 def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -> ExportPlan:
     """:func:`plan_export` for export points already resolved to tips in ``git_dir`` (``check`` reads a
     bundle or URL fork from a scratch repository this way)."""
-    from hyperqwen_patches import replay
+    from hyperqwen_patches.fork import replay
 
     root = manifest.root
     plan = ExportPlan(root)
@@ -636,8 +638,8 @@ def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -
                 if drift != "unchanged":
                     plan.changes.append(FileChange(rel, name, old, content, drift))
     # The manifest (targeted text edits) and what render writes from the edited manifest.
-    from hyperqwen_patches.manifest import parse_manifest
-    from hyperqwen_patches.render import render
+    from hyperqwen_patches.series.manifest import parse_manifest
+    from hyperqwen_patches.series.render import render
 
     old_text = manifest.path.read_bytes()
     new_text = edit_manifest(old_text, plan, new_rows)
@@ -661,7 +663,7 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def _module_files_on_disk(root: Path, files: str) -> dict[str, bytes]:
-    from hyperqwen_patches.series import IGNORED_DIRS, IGNORED_SUFFIXES
+    from hyperqwen_patches.series.rows import IGNORED_DIRS, IGNORED_SUFFIXES
 
     base = root / files
     out: dict[str, bytes] = {}
@@ -834,7 +836,7 @@ TODO_MARK = "TODO"
 
 def check_unfilled_rows(ctx: CheckContext) -> list[Finding]:
     """A row whose ``what`` or ``retires_when`` still starts with TODO (as export adds new rows) fails."""
-    from hyperqwen_patches.check import Finding
+    from hyperqwen_patches.checks.context import Finding
 
     findings: list[Finding] = []
     for row in ctx.manifest.rows:

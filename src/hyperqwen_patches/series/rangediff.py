@@ -564,7 +564,7 @@ METADATA_FIELDS = (
 
 
 def _from_manifest(tree: SeriesTree) -> SeriesSnapshot:
-    from hyperqwen_patches.manifest import MANIFEST_RELPATH, parse_manifest
+    from hyperqwen_patches.series.manifest import MANIFEST_RELPATH, parse_manifest
 
     data = tree.read(MANIFEST_PATH)
     assert data is not None

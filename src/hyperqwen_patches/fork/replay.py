@@ -17,22 +17,21 @@ commit on its export point (its commit vanished).
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from hyperqwen_patches import basecommit, forkgit, gitrun
+from hyperqwen_patches import gitrun
 from hyperqwen_patches.console import show
-from hyperqwen_patches.errors import FindingError, GitError, UsageError
+from hyperqwen_patches.errors import FindingError, GitError
+from hyperqwen_patches.fork import reading as forkgit
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.check import CheckContext, Finding
     from hyperqwen_patches.engine.applying import SeriesResult
     from hyperqwen_patches.engine.patchset import Patch
-    from hyperqwen_patches.manifest import ExportPoint, Manifest
+    from hyperqwen_patches.series.manifest import Manifest
 
 Severity = Literal["error", "warning", "info"]
 Reader = Callable[[bytes], bytes | None]
@@ -624,128 +623,6 @@ def check_replay(
     return report
 
 
-# --- the check pipeline entries (invariants 4, 5 and 7) ------------------------------------------------
-
-BUNDLE = "patches/fork.bundle"
-
-
-@dataclass
-class ForkSession:
-    """The fork as ``check`` sees it, opened once per run and shared by the fork checks."""
-
-    label: str
-    git_dir: Path  # a scratch repository that reads the fork's objects
-    base: str  # the pin's base commit, built from the pristine tree in the scratch repository
-    tips: dict[str, str]  # export point name -> tip
-    missing: dict[str, str]  # export point name -> why it could not be read
-    _stack: contextlib.ExitStack
-
-    def close(self) -> None:
-        self._stack.close()
-
-
-def fork_source(ctx: CheckContext) -> str | None:
-    """``--fork`` if given, else the shipped bundle when it exists, else None (nothing to compare)."""
-    if ctx.fork:
-        return ctx.fork
-    bundle = ctx.root / BUNDLE
-    return str(bundle) if bundle.is_file() else None
-
-
-def _points(ctx: CheckContext) -> list[ExportPoint]:
-    manifest = ctx.manifest
-    if ctx.export_point:
-        point = manifest.export_point(ctx.export_point)
-        if point is None:
-            raise UsageError(
-                f"--export-point {ctx.export_point}: the manifest has no such export point",
-                hint="export points: "
-                + (", ".join(p.name for p in manifest.export_points) or "none"),
-            )
-        return [point]
-    return list(manifest.export_points)
-
-
-# Checks share work through the context (check.py's rule); the fork session and the replay reports are
-# computed once per run and kept in the context's instance dict under these keys.
-_SESSION_KEY = "_hqp_fork_session"
-_REPORTS_KEY = "_hqp_replay_reports"
-
-
-def fork_session(ctx: CheckContext) -> ForkSession | None:
-    """Open (once per check run) the fork named by ``--fork`` or the shipped bundle."""
-    cache = vars(ctx)
-    if _SESSION_KEY not in cache:
-        source = fork_source(ctx)
-        session = _open_session(ctx, source) if source is not None else None
-        if session is not None:
-            ctx._opened.append(session)  # type: ignore[arg-type]  # closed with the context
-        cache[_SESSION_KEY] = session
-    return cache[_SESSION_KEY]  # type: ignore[no-any-return]
-
-
-def _open_session(ctx: CheckContext, source: str) -> ForkSession:
-    manifest = ctx.manifest
-    stack = contextlib.ExitStack()
-    path = Path(source)
-    local_repo = path.is_dir()
-    borrow = gitrun.git_dir_of(path) if local_repo else None
-    from hyperqwen_patches.pristine import cache_dir
-
-    # A release's base commit is built once per machine into the cache and borrowed from there.
-    cached = basecommit.cached_base(
-        cache_dir(),
-        ctx.pristine.label,
-        ctx.pristine,
-        package=manifest.package,
-        version=manifest.pin,
-    )
-    lenders = [cached[0]] if cached is not None else []
-    scratch = stack.enter_context(forkgit.scratch_repo(borrow=borrow, also=lenders))
-    try:
-        if cached is not None:
-            base = cached[1]
-        else:
-            base = basecommit.write_base_commit(
-                scratch,
-                ctx.pristine,
-                package=manifest.package,
-                version=manifest.pin,
-                compression=0,  # the scratch repository lives for one check
-            ).commit
-        tips: dict[str, str] = {}
-        missing: dict[str, str] = {}
-        heads: dict[str, str] = {}
-        if borrow is None and path.is_file():
-            # A bundle is fetched once per machine (bundlecache.py); its objects are lent from there.
-            from hyperqwen_patches import bundlecache
-
-            fetched = bundlecache.cached_heads(cache_dir(), path, base=base, prerequisites=scratch)
-            if fetched is not None:
-                heads = fetched[1]
-                forkgit.lend(scratch, fetched[0] / "objects")
-        for point in _points(ctx):
-            if point.branch in heads:
-                tips[point.name] = heads[point.branch]
-                continue
-            if borrow is not None:
-                tip = forkgit.resolve(borrow, f"refs/heads/{point.branch}", what="fork")
-                if tip is None:
-                    missing[point.name] = f"{source} has no branch {point.branch}"
-                else:
-                    tips[point.name] = tip
-                continue
-            try:
-                view = fetch_branch(ForkView(scratch, "", source), source, point.branch)
-                tips[point.name] = view.tip
-            except GitError as exc:
-                missing[point.name] = exc.message
-    except BaseException:
-        stack.close()
-        raise
-    return ForkSession(source, scratch, base, tips, missing, stack)
-
-
 def other_rows(manifest: Manifest, point: str) -> dict[str, str]:
     """The manifest's rows that are not replayed on ``point``, with the reason."""
     first = manifest.export_points[0].name if manifest.export_points else None
@@ -757,158 +634,3 @@ def other_rows(manifest: Manifest, point: str) -> dict[str, str]:
         elif where != point:
             out[row.name] = f"a row of export point {where}"
     return out
-
-
-def _finding(problem: Problem) -> Finding:
-    from hyperqwen_patches.check import Finding
-
-    severity: Literal["error", "warning"] = "error" if problem.severity == "error" else "warning"
-    return Finding(problem.check, severity, problem.subject, problem.message, problem.detail)
-
-
-def _reports(ctx: CheckContext) -> list[ReplayReport] | None:
-    cache = vars(ctx)
-    if _REPORTS_KEY in cache:
-        return cache[_REPORTS_KEY]  # type: ignore[no-any-return]
-    session = fork_session(ctx)
-    reports: list[ReplayReport] | None = None
-    if session is not None:
-        manifest = ctx.manifest
-        first = manifest.export_points[0].name if manifest.export_points else None
-        patches = {s.row.name: s.patch for s in ctx.series}
-        reports = []
-        # The session's base commit was built from ctx.pristine, so its entries come from the pristine
-        # tree (BaseEntries); the listing is there for a fork that is not a linear chain.
-        git_dir, base = session.git_dir, session.base
-        base_entries = BaseEntries(ctx.pristine.read, lambda: tree_entries(git_dir, base))
-        for point in _points(ctx):
-            if point.name not in session.tips:
-                report = ReplayReport(point.name, session.base, "")
-                reason = session.missing.get(point.name, "no tip")
-                report.problems.append(Problem("fork-commits", "error", point.name, reason))
-                reports.append(report)
-                continue
-            rows = [
-                (r.name, r.commit, patches.get(r.name))
-                for r in manifest.active_rows
-                if (r.export_point or first) == point.name
-            ]
-            reports.append(
-                check_replay(
-                    session.git_dir,
-                    export_point=point.name,
-                    base=session.base,
-                    tip=session.tips[point.name],
-                    rows=rows,
-                    read_base=ctx.pristine.read,
-                    others=other_rows(manifest, point.name),
-                    base_entries=base_entries,
-                )
-            )
-    cache[_REPORTS_KEY] = reports
-    return reports
-
-
-def _no_fork_warning(ctx: CheckContext, check: str) -> list[Finding]:
-    if not ctx.manifest.active_rows:
-        return []
-    return [
-        _finding(
-            Problem(
-                check,
-                "warning",
-                "fork",
-                f"not verified: no fork given and no {BUNDLE} in the repository",
-                "pass --fork PATH|URL|BUNDLE, or ship the bundle (docs/fork.md)",
-            )
-        )
-    ]
-
-
-def check_replay_identity(ctx: CheckContext) -> list[Finding]:
-    """Invariant 4: pristine + rows 1..k == the k-th fork commit, and pristine + series == the tip."""
-    reports = _reports(ctx)
-    if reports is None:
-        return _no_fork_warning(ctx, "replay-identity")
-    if not reports and ctx.manifest.active_rows:
-        message = (
-            "not verified: the manifest names no export point (export_points in docs/manifest.md)"
-        )
-        return [_finding(Problem("replay-identity", "warning", "fork", message))]
-    return [_finding(p) for r in reports for p in r.problems if p.check == "replay-identity"]
-
-
-def check_fork_commits(ctx: CheckContext) -> list[Finding]:
-    """Invariant 7: every manifest commit is on its export point, and every export point grows from
-    the pin's base commit; fork commits without rows and rows without commits are named."""
-    reports = _reports(ctx)
-    if reports is None:
-        return _no_fork_warning(ctx, "fork-commits")
-    findings = [_finding(p) for r in reports for p in r.problems if p.check == "fork-commits"]
-    session = fork_session(ctx)
-    assert session is not None
-    manifest = ctx.manifest
-    for point in _points(ctx):
-        if point.base and point.base != session.base:
-            findings.append(
-                _finding(
-                    Problem(
-                        "fork-commits",
-                        "error",
-                        point.name,
-                        f"export point {point.name} records base {point.base[:12]}, but the "
-                        f"{manifest.package} {manifest.pin} base commit is {session.base[:12]}",
-                    )
-                )
-            )
-        tip = session.tips.get(point.name)
-        if point.commit and tip and point.commit != tip:
-            findings.append(
-                _finding(
-                    Problem(
-                        "fork-commits",
-                        "error",
-                        point.name,
-                        f"export point {point.name} records commit {point.commit[:12]}, but its "
-                        f"branch is at {tip[:12]} (run export)",
-                    )
-                )
-            )
-    return findings
-
-
-def check_export(ctx: CheckContext) -> list[Finding]:
-    """Invariant 5: every row's file is exactly what export writes from the fork (drift named)."""
-    from hyperqwen_patches import exporting
-
-    session = fork_session(ctx)
-    if session is None:
-        return []
-    tips = {p.name: session.tips[p.name] for p in _points(ctx) if p.name in session.tips}
-    if not tips:
-        return []
-    try:
-        plan = exporting.plan_export_at(ctx.manifest, session.git_dir, tips)
-    except (
-        FindingError
-    ) as exc:  # an unexportable commit on the fork is a finding, not a usage problem
-        return [_finding(Problem("export", "error", "fork", exc.message, exc.hint or ""))]
-    what = {
-        "positional": "positional drift only (index hashes and @@ line numbers moved); run export",
-        "semantic": "semantic drift: export would change its content",
-        "new": "export would create it",
-        "removed": "export would remove it",
-    }
-    findings: list[Finding] = []
-    for change in plan.changes:
-        if (
-            change.drift in what
-        ):  # the manifest's SHAs are fork-commits' business, rendered files render's
-            message = f"{change.path}: {what[change.drift]}"
-            findings.append(
-                _finding(Problem("export", "error", change.row or change.path, message))
-            )
-    for name in plan.added_rows:
-        message = f"fork commit for {name} has no row (run export)"
-        findings.append(_finding(Problem("export", "error", name, message)))
-    return findings

@@ -52,12 +52,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from hyperqwen_patches.cachedir import cache_dir
 from hyperqwen_patches.errors import EnvironmentProblem, UsageError
 
 if TYPE_CHECKING:
     import zipfile
 
-    from hyperqwen_patches.wheelmembers import Member
+    from hyperqwen_patches.sources.wheelmembers import Member
 
 log = logging.getLogger(__name__)
 
@@ -119,14 +120,6 @@ def parse_source(text: str) -> SourceSpec:
     if scheme == "dir" and sep and rest:
         return SourceSpec("dir", path=rest)
     raise SourceSpecError(f"source {text!r} is not understood; the forms are {SOURCE_FORMS}")
-
-
-def cache_dir() -> Path:
-    """The cache root: ``$HQP_CACHE``, else ``$XDG_CACHE_HOME/hyperqwen-patches``, else ``~/.cache/...``."""
-    if os.environ.get("HQP_CACHE"):
-        return Path(os.environ["HQP_CACHE"])
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg or Path.home() / ".cache") / "hyperqwen-patches"
 
 
 class Progress(Protocol):
@@ -351,7 +344,7 @@ class WheelTree(PristineTree):
     def __init__(
         self, entry: Path, index: dict, *, on_corrupt: Callable[[], WheelTree] | None
     ) -> None:
-        from hyperqwen_patches import wheelmembers
+        from hyperqwen_patches.sources import wheelmembers
 
         self.entry = entry
         self.index = index
@@ -426,7 +419,7 @@ def _show_path(path: bytes) -> str:
 
 def _member_table(zf: zipfile.ZipFile, text: dict[str, str]) -> Iterator[tuple[bytes, Member]]:
     """The member table's rows for the text members ``text`` (name → RECORD hash) of the open zip."""
-    from hyperqwen_patches.wheelmembers import Member
+    from hyperqwen_patches.sources.wheelmembers import Member
 
     for info in zf.infolist():
         expected = text.get(info.filename)
@@ -514,7 +507,7 @@ class PypiCache:
         checked against RECORD on every read."""
         import zipfile
 
-        from hyperqwen_patches import wheelmembers
+        from hyperqwen_patches.sources import wheelmembers
 
         if index["format"] == INDEX_FORMAT:  # another process upgraded it while we waited
             return index
@@ -779,7 +772,7 @@ def _index_wheel(wheel: Path, package: str, label: str, staged: Path) -> dict:
                     binaries.append(info.filename)
                 else:
                     text[info.filename] = expected or _record_hash(data)
-        from hyperqwen_patches import wheelmembers
+        from hyperqwen_patches.sources import wheelmembers
 
         wheelmembers.write(staged / wheelmembers.FILE, _member_table(zf, text))
     return {"format": INDEX_FORMAT, "label": label, "binaries": sorted(binaries)}

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from hyperqwen_patches.manifest import Manifest, Row
+from hyperqwen_patches.series.manifest import Manifest, Row
 
 LEDGER = "PATCHES.md"
 SERIES = "patches/series"

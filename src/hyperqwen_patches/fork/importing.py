@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hyperqwen_patches import basecommit, forkgit, gitrun, replay
+from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import GitError, UsageError
-from hyperqwen_patches.manifest import ExportPoint, Manifest, Row
+from hyperqwen_patches.fork import reading as forkgit
+from hyperqwen_patches.fork import replay
+from hyperqwen_patches.series.manifest import ExportPoint, Manifest, Row
+from hyperqwen_patches.sources import basecommit
 
 if TYPE_CHECKING:
     from hyperqwen_patches.engine.patchset import Patch
@@ -190,7 +193,7 @@ def import_series(
     create: bool = False,
 ) -> list[ImportResult]:
     """Build every (or the named) export point's branch in ``repo``; return what each ref became."""
-    from hyperqwen_patches.series import build_patch
+    from hyperqwen_patches.series.rows import build_patch
 
     if not manifest.export_points:
         raise UsageError(

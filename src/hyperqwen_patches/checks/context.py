@@ -1,0 +1,132 @@
+"""What every check shares: a :class:`Finding` and the :class:`CheckContext` whose expensive parts
+(the manifest, each row's patch, the pristine tree, the applied series) are computed once, on first use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from hyperqwen_patches.series.manifest import Manifest
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.engine.applying import SeriesResult
+    from hyperqwen_patches.series.rows import SeriesRow
+    from hyperqwen_patches.sources.pristine import PristineTree, Progress
+
+
+# "note" is information a reviewer should see (e.g. the knob registry count); it never fails a check.
+Severity = Literal["error", "warning", "problem", "note"]
+REQUIREMENTS = "docker/requirements.txt"
+# Directories whose patch files (and module files under files/) must all be rows (invariant 2).
+CARRIED_DIRS = ("patches", "kvarn")
+PATCH_SUFFIXES = (".patch", ".diff")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a check found: which check, how bad, about what, and the details."""
+
+    check: str
+    severity: Severity
+    subject: str
+    message: str
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "check": self.check,
+            "severity": self.severity,
+            "subject": self.subject,
+            "message": self.message,
+            "detail": self.detail,
+        }
+
+
+T = TypeVar("T")
+
+
+class _once(Generic[T]):
+    """A cached property computed once even when two threads ask at the same time.
+
+    functools.cached_property has no lock from Python 3.12 on; run_check reads the context from two
+    threads. The value lands in the instance dict under the property's name, so ``peek`` sees it and
+    later reads never take the lock.
+    """
+
+    def __init__(self, func: Callable[[Any], T]) -> None:
+        self.func = func
+        self.name = func.__name__
+        self.__doc__ = func.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        cache = obj.__dict__
+        if self.name in cache:
+            return cache[self.name]  # type: ignore[no-any-return]
+        with obj._lock:  # one re-entrant lock per context: `applied` needs `series` and `pristine`
+            if self.name not in cache:
+                cache[self.name] = self.func(obj)
+            return cache[self.name]  # type: ignore[no-any-return]
+
+
+@dataclass
+class CheckContext:
+    """What the checks share; every expensive part is computed once, on first use."""
+
+    root: Path
+    manifest: Manifest
+    source: str
+    max_offset: int | None = None
+    progress: Progress | None = None
+    fork: str | None = None  # --fork PATH|URL|BUNDLE (default: patches/fork.bundle when present)
+    export_point: str | None = None  # --export-point NAME (default: every export point)
+    _opened: list[PristineTree] = field(default_factory=list)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+
+    @_once
+    def series(self) -> list[SeriesRow]:
+        """Every row (skipped ones included) with its engine patch or the error building it."""
+        from hyperqwen_patches.series.rows import load_series
+
+        return load_series(self.manifest, include_skipped=True)
+
+    @_once
+    def pristine(self) -> PristineTree:
+        from hyperqwen_patches.sources.pristine import open_pristine
+
+        tree = open_pristine(
+            self.source,
+            package=self.manifest.package,
+            version=self.manifest.pin,
+            progress=self.progress,
+        )
+        self._opened.append(tree)
+        return tree
+
+    @_once
+    def applied(self) -> SeriesResult:
+        """The applied rows, in order, onto the pristine tree, in memory (engine policies on)."""
+        from hyperqwen_patches.engine.applying import Policy, apply_series
+
+        patches = [s.patch for s in self.series if s.patch is not None and s.row.skip is None]
+        policy = Policy(max_offset=self.max_offset, exact=False, ambiguity="error", forward=True)
+        return apply_series(patches, self.pristine.read, policy)
+
+    def peek(self, name: str) -> Any:
+        """A cached property's value if a check computed it, else None; never computes it."""
+        return self.__dict__.get(name)
+
+    def close(self) -> None:
+        for tree in self._opened:
+            tree.close()
+
+
+CheckFunction = Callable[[CheckContext], list[Finding]]

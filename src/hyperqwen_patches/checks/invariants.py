@@ -1,0 +1,291 @@
+"""The core invariants: one pin (1), series file ⇔ files ⇔ rows (2), every hunk at fuzz 0 (3), rendered
+files up to date (6). Each is a ``(ctx) -> list[Finding]`` listed in :data:`pipeline.PIPELINE`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hyperqwen_patches.checks.context import (
+    CARRIED_DIRS,
+    PATCH_SUFFIXES,
+    REQUIREMENTS,
+    CheckContext,
+    Finding,
+)
+from hyperqwen_patches.series.manifest import MANIFEST_RELPATH
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.engine.applying import HunkResult
+
+
+# --- invariant 1: one pin -----------------------------------------------------------------------------
+
+_REQ_LINE = re.compile(
+    r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(?P<spec>[<>=!~].*)?$"
+)
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_pin(ctx: CheckContext) -> list[Finding]:
+    """Invariant 1: the manifest pin equals ``docker/requirements.txt``'s ``vllm==``."""
+    m = ctx.manifest
+    subject = REQUIREMENTS
+    try:
+        text = (ctx.root / REQUIREMENTS).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [
+            Finding(
+                "pin",
+                "error",
+                subject,
+                f"{REQUIREMENTS} does not exist; it must pin {m.package}=={m.pin}",
+            )
+        ]
+    pins: list[tuple[int, str]] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        match = _REQ_LINE.match(line)
+        if match is None or _normalize(match["name"]) != _normalize(m.package):
+            continue
+        pins.append((number, (match["spec"] or "").replace(" ", "")))
+    if not pins:
+        return [
+            Finding(
+                "pin",
+                "error",
+                subject,
+                f"{REQUIREMENTS} does not name {m.package}; it must pin {m.package}=={m.pin}",
+            )
+        ]
+    findings: list[Finding] = []
+    if len(pins) > 1:
+        lines = ", ".join(str(n) for n, _ in pins)
+        findings.append(
+            Finding("pin", "error", subject, f"{m.package} is named more than once (lines {lines})")
+        )
+    for number, spec in pins:
+        if spec != f"=={m.pin}":
+            findings.append(
+                Finding(
+                    "pin",
+                    "error",
+                    f"{REQUIREMENTS}:{number}",
+                    f"{m.package}{spec or ' (unpinned)'} disagrees with the manifest pin {m.pin} "
+                    f"({MANIFEST_RELPATH}); the pin is stated once, everything else must equal it",
+                )
+            )
+    return findings
+
+
+# --- invariant 2: series file ⇔ files ⇔ rows ------------------------------------------------------------
+
+
+def _series_entries(text: str) -> list[tuple[int, str]]:
+    """(line, path) of each patch named by a series file; comments and blank lines skipped."""
+    out: list[tuple[int, str]] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            out.append((number, line.split()[0]))  # quilt allows options (-p1) after the name
+    return out
+
+
+def _carried_files(root: Path) -> list[str]:
+    """Repo-relative paths of every patch file and module file under the carried directories."""
+    out: list[str] = []
+    for top in CARRIED_DIRS:
+        base = root / top
+        if not base.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            rel_dir = Path(dirpath).relative_to(root).as_posix()
+            in_files = f"/{rel_dir}/".find(f"/{top}/files/") == 0
+            for name in sorted(filenames):
+                if name.endswith((".pyc", ".pyo")):
+                    continue
+                if name.endswith(PATCH_SUFFIXES) or in_files:
+                    out.append(f"{rel_dir}/{name}")
+    return out
+
+
+def check_series(ctx: CheckContext) -> list[Finding]:
+    """Invariant 2: ``patches/series``, the files under patches/ and kvarn/, and the rows agree both ways."""
+    from hyperqwen_patches.series.render import SERIES, series_entry
+
+    m = ctx.manifest
+    findings: list[Finding] = []
+
+    def add(subject: str, message: str) -> None:
+        findings.append(Finding("series", "error", subject, message))
+
+    # Rows → files.
+    for row in m.rows:
+        file = ctx.root / row.source_path
+        where = f"{MANIFEST_RELPATH}:{row.line}"
+        if row.is_module:
+            if not file.is_dir():
+                add(
+                    where,
+                    f"row {row.name}: module directory {row.files} {'is not a directory' if file.exists() else 'does not exist'}",
+                )
+        elif not file.is_file():
+            add(
+                where,
+                f"row {row.name}: patch file {row.patch} {'is not a file' if file.exists() else 'does not exist'}",
+            )
+    # Files → rows.
+    named_patches = {r.patch for r in m.rows if r.patch is not None}
+    module_dirs = [r.files for r in m.rows if r.files is not None]
+    for rel in _carried_files(ctx.root):
+        if rel in named_patches:
+            continue
+        if any(rel.startswith(f"{d}/") for d in module_dirs if d is not None):
+            continue
+        what = "patch file" if rel.endswith(PATCH_SUFFIXES) else "module file"
+        add(rel, f"{what} that no row of {MANIFEST_RELPATH} names")
+    # Series file ⇔ rows, in order.
+    try:
+        text = (ctx.root / SERIES).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        add(SERIES, f"{SERIES} does not exist (run: hyperqwen-patches render)")
+        return findings
+    entries = _series_entries(text)
+    expected = [series_entry(r) for r in m.active_rows if not r.is_module]
+    by_entry = {series_entry(r): r for r in m.rows}
+    listed = {e for _, e in entries}
+    seen: set[str] = set()
+    for number, entry in entries:
+        row = by_entry.get(entry)
+        if entry in seen:
+            add(f"{SERIES}:{number}", f"{entry} is listed more than once")
+        elif row is None:
+            add(f"{SERIES}:{number}", f"{entry} is not a row of {MANIFEST_RELPATH}")
+        elif row.skip is not None:
+            add(f"{SERIES}:{number}", f"{entry} is row {row.name}, which is skipped ({row.skip})")
+        elif row.is_module:
+            add(
+                f"{SERIES}:{number}",
+                f"{entry} is module row {row.name}: a directory cannot be applied as a patch",
+            )
+        seen.add(entry)
+    for entry in expected:
+        if entry not in listed:
+            row = by_entry[entry]
+            add(SERIES, f"row {row.name} ({entry}) is missing from {SERIES}")
+    actual_order = [e for _, e in entries if e in set(expected)]
+    wanted_order = [e for e in expected if e in listed]
+    if actual_order != wanted_order:
+        add(
+            SERIES,
+            f"the order differs from the manifest's: {', '.join(actual_order)} (manifest: {', '.join(wanted_order)})",
+        )
+    return findings
+
+
+# --- invariant 3: applies at fuzz 0 ---------------------------------------------------------------------
+
+
+def _hunk_message(h: HunkResult, max_offset: int | None) -> str:
+    if h.status == "ambiguous":
+        where = ", ".join(str(x) for x in h.other_matches)
+        return f"ambiguous: its context matches at line {h.applied_line or h.reported_line} and also at {where}"
+    if h.status == "failed":
+        reason = f": {h.reason}" if h.reason else ""
+        return f"does not apply at fuzz 0 (stated line {h.stated_line}; GNU patch: FAILED at {h.reported_line}){reason}"
+    return f"at offset {h.offset} lines, more than --max-offset {max_offset}"
+
+
+def _near_miss_text(nm: Any) -> str:
+    from hyperqwen_patches.console import show
+
+    lines = [f"closest place: line {nm.line}, {nm.matched} of {nm.total} context lines equal"]
+    for d in nm.differences:
+        actual = "(end of file)" if d.actual is None else repr(show(d.actual))
+        lines.append(f"  line {d.line}: expected {show(d.expected)!r}")
+        lines.append(f"  {' ' * len(str(d.line))}       found    {actual}")
+    return "\n".join(lines)
+
+
+def check_apply(ctx: CheckContext) -> list[Finding]:
+    """Invariant 3: every row applies, in order, at fuzz 0 onto the pristine tree; ambiguity fails."""
+    findings: list[Finding] = []
+    # Opened even for an empty series: it proves the pin's pristine tree can be obtained.
+    _ = ctx.pristine
+    for s in ctx.series:
+        if s.row.skip is None and s.error is not None:
+            findings.append(Finding("apply", "error", f"row {s.row.name}", s.error))
+    result = ctx.applied
+    for patch in result.patches:
+        subject_row = f"row {patch.name}"
+        if patch.status == "already-applied":
+            findings.append(
+                Finding(
+                    "apply",
+                    "error",
+                    subject_row,
+                    f"already applied on the pristine tree {ctx.pristine.label}: the release carries it; retire the row",
+                )
+            )
+        if patch.error:
+            findings.append(Finding("apply", "error", subject_row, patch.error))
+        for file in patch.files:
+            path = file.path.decode("utf-8", errors="backslashreplace")
+            # A file-level error that only summarises failed hunks is said by the hunks themselves.
+            if file.error and all(h.ok for h in file.hunks):
+                findings.append(Finding("apply", "error", f"{subject_row}: {path}", file.error))
+            if file.action == "create" and not file.ok:
+                # A creation (a new file, a module file) has no context to place: say why it failed.
+                why = next((h.reason for h in file.hunks if not h.ok and h.reason), None)
+                if why:
+                    findings.append(
+                        Finding(
+                            "apply", "error", f"{subject_row}: {path}", f"cannot create it: {why}"
+                        )
+                    )
+                continue
+            for h in file.hunks:
+                over = ctx.max_offset is not None and h.ok and abs(h.offset) > ctx.max_offset
+                if h.ok and not over:
+                    continue
+                detail = _near_miss_text(h.near_miss) if h.near_miss is not None else ""
+                findings.append(
+                    Finding(
+                        "apply",
+                        "error",
+                        f"{subject_row}: {path} hunk #{h.number}",
+                        _hunk_message(h, ctx.max_offset),
+                        detail,
+                    )
+                )
+    return findings
+
+
+# --- invariant 6: rendered files are current --------------------------------------------------------
+
+
+def check_render(ctx: CheckContext) -> list[Finding]:
+    """Invariant 6: PATCHES.md and patches/series are exactly what ``render`` writes."""
+    from hyperqwen_patches.series.render import drift
+
+    return [
+        Finding(
+            "render",
+            "error",
+            d.path,
+            "differs from what render writes (run: hyperqwen-patches render)"
+            if d.exists
+            else "does not exist (run: hyperqwen-patches render)",
+            d.diff,
+        )
+        for d in drift(ctx.manifest)
+    ]

@@ -1,0 +1,304 @@
+"""``check``: every invariant as an independent function returning findings, aggregated in one report.
+
+A check is a function ``(ctx: CheckContext) -> list[Finding]``. The pipeline is :data:`PIPELINE`, a tuple
+of ``"module:function"`` names imported only when run (so a check living in a heavy module costs
+nothing to the others): **adding an invariant is adding one line there**. Checks share work through the
+context's cached properties (the manifest, each row's parsed patch, the pristine tree, the result of
+applying the series), never through each other.
+
+Severities: ``error`` (an invariant is broken → exit 1), ``warning`` (shown, exit unchanged) and
+``problem`` (the check could not run: a usage or environment problem such as an unreachable registry
+→ exit 2). A check that raises a typed error (``HqpError``) becomes a ``problem`` finding, so one
+broken input never hides the other checks' results.
+
+Nothing here writes: not into the repository, not into any tree (the pristine tree is read from the
+cache, the series is applied in memory).
+"""
+
+from __future__ import annotations
+
+import importlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hyperqwen_patches.checks.context import CheckContext, CheckFunction, Finding
+from hyperqwen_patches.errors import ExitCode, HqpError
+from hyperqwen_patches.series.manifest import load_manifest
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.sources.pristine import Progress
+
+
+# The invariants, in the order they run and are reported. One line per check (DESIGN.md numbers them).
+PIPELINE: tuple[str, ...] = (
+    "hyperqwen_patches.checks.invariants:check_pin",  # 1. one pin: manifest == docker/requirements.txt
+    "hyperqwen_patches.checks.invariants:check_series",  # 2. series file ⇔ files on disk ⇔ manifest rows
+    "hyperqwen_patches.checks.invariants:check_apply",  # 3. every hunk applies at fuzz 0 onto the pristine tree
+    "hyperqwen_patches.checks.invariants:check_render",  # 6. PATCHES.md and patches/series == what render writes
+    "hyperqwen_patches.fork.checks:check_replay_identity",  # 4. pristine + rows 1..k == k-th fork commit
+    "hyperqwen_patches.fork.checks:check_export",  # 5. every row's file == what export writes from the fork
+    "hyperqwen_patches.fork.checks:check_fork_commits",  # 7. manifest commits on their export points
+    "hyperqwen_patches.fork.exporting:check_unfilled_rows",  # rows export added, metadata still TODO
+    "hyperqwen_patches.port.retirements:check_retirements",  # 8. a retirement reverse-applies on its pin
+    "hyperqwen_patches.statics.compiles:check_compiles",  # touched .py files compile after the series
+    "hyperqwen_patches.statics.knobs:check_knobs",  # knobs read through vllm.envs, registered, keyed
+    "hyperqwen_patches.statics.names:check_names",  # names a row's cut_against had, gone at the pin
+    "hyperqwen_patches.statics.signatures:check_signatures",  # calls whose callee changed by the pin
+    "hyperqwen_patches.statics.whitespace:check_whitespace",  # added lines pass git diff --check
+    "hyperqwen_patches.statics.gitapply:check_git_apply",  # git_apply rows pass git apply --check
+)
+
+# Checks whose time is mostly spent waiting on git processes (opening the fork bundle, export's git
+# runs). run_check runs them, in this order, on one worker thread while the others run on the calling
+# thread: the GIL is free while a child process runs, so the two overlap. They share nothing with the
+# others but the context's locked properties (series, pristine), and the report keeps PIPELINE order.
+BACKGROUND: frozenset[str] = frozenset(
+    {
+        "hyperqwen_patches.fork.checks:check_replay_identity",
+        "hyperqwen_patches.fork.checks:check_export",
+        "hyperqwen_patches.fork.checks:check_fork_commits",
+    }
+)
+
+
+def resolve(target: str) -> CheckFunction:
+    module, _, name = target.partition(":")
+    fn: CheckFunction = getattr(importlib.import_module(module), name)
+    return fn
+
+
+def check_name(target: str) -> str:
+    """The short name a pipeline entry reports under: ``check_pin`` → ``pin``."""
+    return target.partition(":")[2].removeprefix("check_").replace("_", "-")
+
+
+# --- the report -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HunkRecord:
+    path: str
+    number: int
+    stated_line: int
+    applied_line: int | None
+    offset: int
+    status: str
+    other_matches: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "hunk": self.number,
+            "stated_line": self.stated_line,
+            "applied_line": self.applied_line,
+            "offset": self.offset,
+            "status": self.status,
+            "other_matches": list(self.other_matches),
+        }
+
+
+@dataclass(frozen=True)
+class RowRecord:
+    """One line of the table: a row and how it applied."""
+
+    row: str
+    kind: str
+    source: str
+    files: int
+    hunks: int
+    exact: int
+    offset: int
+    status: str  # exact | offset | failed | ambiguous | already-applied | skipped | error | not-run
+    note: str = ""
+    hunk_records: tuple[HunkRecord, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "row": self.row,
+            "kind": self.kind,
+            "source": self.source,
+            "files": self.files,
+            "hunks": self.hunks,
+            "exact": self.exact,
+            "at_offset": self.offset,
+            "status": self.status,
+            "note": self.note,
+            "hunk_results": [h.to_json() for h in self.hunk_records],
+        }
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    repo: Path
+    pin: str
+    source: str
+    checks: tuple[str, ...]
+    rows: tuple[RowRecord, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if any(f.severity == "problem" for f in self.findings):
+            return ExitCode.USAGE
+        if any(f.severity == "error" for f in self.findings):
+            return ExitCode.FINDING
+        return ExitCode.OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "repo": str(self.repo),
+            "pin": self.pin,
+            "source": self.source,
+            "checks": list(self.checks),
+            "ok": self.exit_code == ExitCode.OK,
+            "exit_code": int(self.exit_code),
+            "rows": [r.to_json() for r in self.rows],
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def run_check(
+    root: Path,
+    *,
+    source: str | None = None,
+    max_offset: int | None = None,
+    progress: Progress | None = None,
+    fork: str | None = None,
+    export_point: str | None = None,
+    pipeline: tuple[str, ...] = PIPELINE,
+) -> CheckReport:
+    """Run every check of the pipeline; an invalid manifest raises ``ManifestError`` (exit 2) first."""
+    # git runs in scratch directories, where a relative root would name nothing.
+    root = root.resolve()
+    manifest = load_manifest(root)
+    if source is not None:
+        from hyperqwen_patches.sources.pristine import parse_source
+
+        parse_source(source)  # a malformed --source is a usage error before anything runs
+    ctx = CheckContext(
+        root=root,
+        manifest=manifest,
+        source=source or manifest.source,
+        max_offset=max_offset,
+        progress=progress,
+        fork=fork,
+        export_point=export_point,
+    )
+
+    def run_one(target: str) -> list[Finding]:
+        name = check_name(target)
+        try:
+            return resolve(target)(ctx)
+        except HqpError as exc:
+            detail = f"hint: {exc.hint}" if exc.hint else ""
+            return [Finding(name, "problem", name, exc.message, detail)]
+
+    def run_background(indexes: list[int]) -> dict[int, list[Finding]]:
+        return {i: run_one(pipeline[i]) for i in indexes}
+
+    results: dict[int, list[Finding]] = {}
+    try:
+        background = [i for i, t in enumerate(pipeline) if t in BACKGROUND]
+        # Leaving the with block waits for the worker (also when a check raises), so nothing still
+        # runs when the context is closed below.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hqp-check") as pool:
+            pending = pool.submit(run_background, background) if background else None
+            for i, target in enumerate(pipeline):
+                if target not in BACKGROUND:
+                    results[i] = run_one(target)
+            if pending is not None:
+                results.update(pending.result())  # re-raises what the worker raised
+        rows = row_records(ctx)
+    finally:
+        ctx.close()
+    findings = [f for i in range(len(pipeline)) for f in results[i]]
+    return CheckReport(
+        repo=root,
+        pin=manifest.pin,
+        source=ctx.source,
+        checks=tuple(check_name(t) for t in pipeline),
+        rows=tuple(rows),
+        findings=tuple(findings),
+    )
+
+
+def _hunk_records(result: Any) -> tuple[HunkRecord, ...]:
+    out: list[HunkRecord] = []
+    for file in result.files:
+        for h in file.hunks:
+            out.append(
+                HunkRecord(
+                    path=file.path.decode("utf-8", errors="backslashreplace"),
+                    number=h.number,
+                    stated_line=h.stated_line,
+                    applied_line=h.applied_line,
+                    offset=h.offset,
+                    status=h.status,
+                    other_matches=tuple(h.other_matches),
+                )
+            )
+    return tuple(out)
+
+
+def row_records(ctx: CheckContext) -> list[RowRecord]:
+    """The table: one record per row, from the apply result when the apply check ran."""
+    from hyperqwen_patches.series.rows import SeriesRow
+
+    applied = ctx.peek("applied")  # never applied just for the table
+    results = {p.name: p for p in applied.patches} if applied is not None else {}
+    out: list[RowRecord] = []
+    series = ctx.peek("series") or [SeriesRow(row, None, None) for row in ctx.manifest.rows]
+    for s in series:
+        row = s.row
+        base = {"row": row.name, "kind": row.kind, "source": row.source_path}
+        patch = s.patch
+        n_files = len(patch.files) if patch is not None else 0
+        n_hunks = sum(len(f.hunks) for f in patch.files) if patch is not None else 0
+        if row.skip is not None:
+            out.append(
+                RowRecord(
+                    **base,
+                    files=n_files,
+                    hunks=n_hunks,
+                    exact=0,
+                    offset=0,
+                    status="skipped",
+                    note=row.skip,
+                )
+            )
+            continue
+        if s.error is not None:
+            out.append(
+                RowRecord(**base, files=0, hunks=0, exact=0, offset=0, status="error", note=s.error)
+            )
+            continue
+        result = results.get(row.name)
+        if result is None:
+            out.append(
+                RowRecord(**base, files=n_files, hunks=n_hunks, exact=0, offset=0, status="not-run")
+            )
+            continue
+        hunks = _hunk_records(result)
+        exact = sum(1 for h in hunks if h.status == "exact")
+        at_offset = sum(1 for h in hunks if h.status == "offset")
+        if result.status == "failed":
+            status = "ambiguous" if any(h.status == "ambiguous" for h in hunks) else "failed"
+        elif result.status == "already-applied":
+            status = "already-applied"
+        else:
+            status = "offset" if at_offset else "exact"
+        out.append(
+            RowRecord(
+                **base,
+                files=n_files,
+                hunks=n_hunks,
+                exact=exact,
+                offset=at_offset,
+                status=status,
+                note=result.error or "",
+                hunk_records=hunks,
+            )
+        )
+    return out

@@ -1,0 +1,367 @@
+"""What ``port`` returns: a verdict per hunk, file and row, the whole report, and the rebase's request
+and result. Plain data with ``to_json``; the triage fills it, the commands render it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from hyperqwen_patches.console import show
+from hyperqwen_patches.engine.applying import (
+    Policy,
+)
+from hyperqwen_patches.engine.patchset import Patch
+
+RowStatus = Literal["exact", "offset", "upstream", "partly-upstream", "conflicts", "skipped"]
+HunkStatus = Literal["exact", "offset", "upstream", "conflict"]
+DriftStatus = Literal["unchanged", "changed", "added", "removed", "absent"]
+
+ROW_STATUSES: tuple[RowStatus, ...] = (
+    "exact",
+    "offset",
+    "partly-upstream",
+    "upstream",
+    "conflicts",
+    "skipped",
+)
+
+# Lines of unchanged pristine text shown around a change in the old-vs-new pristine diffs, and how far
+# from a hunk's region a pristine change may start and still be shown as its cause.
+DIFF_CONTEXT = 3
+REGION_MARGIN = 3
+
+Reader = Callable[[bytes], bytes | None]
+
+# Forward attempts: GNU placement at fuzz 0 with ambiguity reported (a hunk that lands on one of two
+# copies of its context applies, but the report says so); no --forward short-cut, because the reverse
+# is tried per hunk below and a whole-file "already applied" would hide a partly-upstream file.
+FORWARD = Policy(ambiguity="report", forward=False)
+REVERSE = Policy(ambiguity="off", forward=False)
+
+
+@dataclass(frozen=True)
+class PortRow:
+    """A row as port tries it: its name, place and engine patch (None for a skipped row)."""
+
+    name: str
+    position: int
+    kind: Literal["patch", "files"]
+    patch: Patch | None
+    skip: str | None = None
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A line of the hunk's preimage that the new release no longer has where the hunk nearly fits."""
+
+    line: int
+    expected: bytes
+    actual: bytes | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "line": self.line,
+            "expected": show(self.expected),
+            "actual": None if self.actual is None else show(self.actual),
+        }
+
+
+@dataclass(frozen=True)
+class HunkVerdict:
+    """One hunk of a row on the new release."""
+
+    path: bytes
+    number: int
+    status: HunkStatus
+    stated_line: int
+    line: int | None  # where it applies (GNU's reported line), or where its reverse matched
+    offset: int  # GNU's cumulative offset for an applied hunk; 0 otherwise
+    other_matches: tuple[int, ...] = ()  # other places the preimage matches (ambiguity)
+    near_line: int | None = None  # conflicts: where the preimage came closest to matching
+    matched: int = 0  # conflicts: preimage lines equal at near_line
+    total: int = 0  # conflicts: preimage length
+    mismatches: tuple[Mismatch, ...] = ()
+    # The same, aligned: the hunk's preimage against the release's lines where it nearly fits, as
+    # diff lines (" " equal, "-" only in the preimage, "+" only in the release), starting at
+    # ``aligned_line``; an inserted or deleted line shows as one line, not as a shifted run.
+    aligned: bytes = b""
+    aligned_line: int | None = None
+    cause: str = ""  # one line: why it conflicts, or where the release carries it
+    pristine_diff: bytes = b""  # old-vs-new pristine diff around the hunk's region
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": show(self.path),
+            "hunk": self.number,
+            "status": self.status,
+            "stated_line": self.stated_line,
+            "line": self.line,
+            "offset": self.offset,
+            "other_matches": list(self.other_matches),
+            "near_line": self.near_line,
+            "matched": self.matched,
+            "total": self.total,
+            "mismatches": [m.to_json() for m in self.mismatches],
+            "aligned": show(self.aligned),
+            "aligned_line": self.aligned_line,
+            "cause": self.cause,
+            "pristine_diff": show(self.pristine_diff),
+        }
+
+
+@dataclass(frozen=True)
+class FileVerdict:
+    """One file of a row: its action, a file-level problem if any, and its hunks."""
+
+    path: bytes
+    action: str
+    status: HunkStatus
+    hunks: tuple[HunkVerdict, ...]
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": show(self.path),
+            "action": self.action,
+            "status": self.status,
+            "error": self.error,
+            "hunks": [h.to_json() for h in self.hunks],
+        }
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A row tried once (alone, or in sequence): its status and what each file and hunk did."""
+
+    status: RowStatus
+    files: tuple[FileVerdict, ...] = ()
+    # The changes this attempt contributes to the sequence (path -> bytes, None = delete): every hunk
+    # that applies; nothing for a conflicting row. ``carried`` is the patch that makes them (the row
+    # without its upstream hunks), which is what ``--rebase`` commits.
+    changes: Mapping[bytes, bytes | None] = field(default_factory=dict)
+    carried: Patch | None = None
+
+    @property
+    def hunks(self) -> tuple[HunkVerdict, ...]:
+        return tuple(h for f in self.files for h in f.hunks)
+
+    def count(self, status: HunkStatus) -> int:
+        return sum(1 for f in self.files for h in (f.hunks or (f,)) if h.status == status)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "counts": {s: self.count(s) for s in ("exact", "offset", "upstream", "conflict")},
+            "files": [f.to_json() for f in self.files],
+        }
+
+
+@dataclass(frozen=True)
+class FileDrift:
+    """Whether a file the row touches changed between the two releases, and by how much."""
+
+    path: bytes
+    status: DriftStatus
+    added: int = 0
+    removed: int = 0
+
+    def describe(self) -> str:
+        if self.status == "changed":
+            return f"{show(self.path)} changed (+{self.added} -{self.removed})"
+        if self.status == "unchanged":
+            return f"{show(self.path)} unchanged"
+        if self.status == "absent":
+            return f"{show(self.path)} in neither release"
+        return f"{show(self.path)} {self.status} upstream"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": show(self.path),
+            "status": self.status,
+            "added": self.added,
+            "removed": self.removed,
+        }
+
+
+@dataclass(frozen=True)
+class RowPort:
+    """One row on the new release: alone, in sequence, and how its files moved."""
+
+    name: str
+    position: int
+    kind: str
+    alone: Attempt
+    in_sequence: Attempt
+    drift: tuple[FileDrift, ...] = ()
+    skip: str | None = None
+
+    @property
+    def status(self) -> RowStatus:
+        """The headline: what a rebase in series order meets."""
+        return self.in_sequence.status
+
+    @property
+    def differs(self) -> bool:
+        return self.alone.status != self.in_sequence.status
+
+    @property
+    def changed_files(self) -> tuple[FileDrift, ...]:
+        return tuple(d for d in self.drift if d.status in ("changed", "added", "removed"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "position": self.position,
+            "kind": self.kind,
+            "status": self.status,
+            "alone": self.alone.to_json(),
+            "in_sequence": self.in_sequence.to_json(),
+            "alone_differs": self.differs,
+            "files_changed_upstream": [d.to_json() for d in self.drift],
+            "skip": self.skip,
+        }
+
+
+@dataclass(frozen=True)
+class PortReport:
+    """Every row of the series on another release."""
+
+    package: str
+    from_version: str
+    to_version: str
+    from_label: str
+    to_label: str
+    rows: tuple[RowPort, ...]
+    # Removed names and changed signatures of the added lines (statics.report.port_statics).
+    statics: Any = None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: sum(1 for r in self.rows if r.status == s) for s in ROW_STATUSES}
+
+    @property
+    def retirement_candidates(self) -> tuple[RetirementCandidate, ...]:
+        """Rows (or hunks) the new release carries, with the evidence, ready for the manifest."""
+        out: list[RetirementCandidate] = []
+        for row in self.rows:
+            if row.status not in ("upstream", "partly-upstream"):
+                continue
+            upstream = [h for h in row.in_sequence.hunks if h.status == "upstream"]
+            upstream_files = [
+                f for f in row.in_sequence.files if f.status == "upstream" and not f.hunks
+            ]
+            where = "; ".join(
+                [f"{show(h.path)} hunk #{h.number} at line {h.line}" for h in upstream]
+                + [f"{show(f.path)} ({f.action})" for f in upstream_files]
+            )
+            evidence = (
+                f"the reverse of the row applies exactly on {self.to_label} ({where}); "
+                f"found by hyperqwen-patches port --to {self.to_version}"
+            )
+            if row.status == "upstream":
+                out.append(RetirementCandidate(row.name, self.to_version, None, evidence))
+            else:
+                for h in upstream:
+                    out.append(
+                        RetirementCandidate(
+                            row.name,
+                            self.to_version,
+                            f"{show(h.path)}#{h.number}",
+                            f"hunk #{h.number} of {show(h.path)} reverse-applies exactly on "
+                            f"{self.to_label} at line {h.line}; found by hyperqwen-patches port "
+                            f"--to {self.to_version}",
+                        )
+                    )
+        return tuple(out)
+
+    @property
+    def ok(self) -> bool:
+        """Every row goes through (applies, or is carried upstream): nothing for a maintainer to fix."""
+        return not any(r.status == "conflicts" for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "package": self.package,
+            "from": self.from_version,
+            "to": self.to_version,
+            "from_source": self.from_label,
+            "to_source": self.to_label,
+            "counts": self.counts,
+            "ok": self.ok,
+            "rows": [r.to_json() for r in self.rows],
+            "retirement_candidates": [c.to_json() for c in self.retirement_candidates],
+            "statics": self.statics.to_json() if self.statics is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class RetirementCandidate:
+    """A row (``hunk`` None) or one hunk of it that the new release carries: a manifest retirement
+    waiting for its upstream reference (which a wheel cannot name: the maintainer fills it in)."""
+
+    row: str
+    pin: str
+    hunk: str | None  # "PATH#N": hunk N of PATH, the form ``check`` verifies
+    evidence: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"row": self.row, "pin": self.pin, "hunk": self.hunk, "evidence": self.evidence}
+
+    def to_yaml(self) -> str:
+        """A ``retirements:`` entry for the manifest (upstream and reason left for the maintainer)."""
+        lines = [
+            f"- row: {self.row}",
+            f'  pin: "{self.pin}"',
+            "  upstream: TODO  # the upstream PR or commit that carries it",
+            "  reason: TODO",
+            f"  evidence: {_yaml_str(self.evidence)}",
+        ]
+        if self.hunk is not None:
+            lines.append(f"  hunk: {_yaml_str(self.hunk)}")
+        return "\n".join(lines) + "\n"
+
+
+def _yaml_str(text: str) -> str:
+    import json
+
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
+
+
+@dataclass(frozen=True)
+class RebaseRequest:
+    """``--rebase``: where to build the new fork branch."""
+
+    fork: Path  # the fork repository (objects and one new ref are written; nothing else)
+    branch: str | None = None  # default: the export point's branch with the new release's version
+    force: bool = False  # move the new branch if it exists (never an export point's own branch)
+
+
+@dataclass(frozen=True)
+class RebaseResult:
+    """The new fork branch: its base, one commit per row that went through, and what was left out."""
+
+    fork: Path
+    branch: str
+    base: str
+    tip: str
+    previous: str | None
+    commits: tuple[tuple[str, str], ...]  # (row, commit SHA), in order
+    conflicts: tuple[str, ...]  # rows left for the maintainer
+    upstream: tuple[str, ...]  # rows left out because the release carries them
+    messages_from: str  # "fork" (the export point's commits) or "patch files"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fork": str(self.fork),
+            "branch": self.branch,
+            "base": self.base,
+            "tip": self.tip,
+            "previous": self.previous,
+            "commits": [{"row": r, "commit": c} for r, c in self.commits],
+            "conflicts": list(self.conflicts),
+            "upstream": list(self.upstream),
+            "messages_from": self.messages_from,
+        }
