@@ -20,8 +20,12 @@ HELP = """Apply patches to DIR at fuzz 0, all or nothing.
 Every hunk of every patch is placed in memory first, exactly as GNU patch 2.7.6 places it with
 `-p1 --fuzz 0 --forward` (offsets reported per hunk, the same lines GNU prints). Files are written only
 when all of them applied, each through a temporary file and a rename; on any failure DIR is left byte
-for byte unchanged. A patch DIR already carries (its reverse applies) is reported "already-applied",
-not a failure, so applying twice is safe.
+for byte unchanged.
+
+Applying twice is safe. A DIR that carries the whole series (layered rows included: a later row may
+edit lines an earlier one added) is left alone, exit 0; one that carries rows 1..k gets rows k+1..n.
+Any other state (a middle row missing under a later one, a row partly there) is refused with the rows
+named, exit 1, nothing written. `--check-applied` answers the same question without writing.
 
 Examples:
 
@@ -153,6 +157,12 @@ def apply_command(
         emit_json(apply_payload(result))
     else:
         _render_apply(result)
+    if result.refused:
+        raise FindingError(
+            f"{directory} is in a state no run of this series leaves: {result.refused}; "
+            "nothing was written",
+            hint="restore the pristine files (or re-install the package) and apply again",
+        )
     if not result.ok:
         failed = [p.name for p in result.series.patches if not p.ok]
         raise FindingError(
@@ -221,6 +231,8 @@ def apply_payload(result: TreeApplyResult) -> dict[str, Any]:
         "dry_run": result.dry_run,
         "ok": result.ok,
         "written": [_text(p) for p in result.written],
+        "carried": result.carried,
+        "refused": result.refused,
         "patches": [
             {
                 "name": p.name,
@@ -336,18 +348,23 @@ def _render_apply(result: TreeApplyResult) -> None:
                 )
                 _render_near_miss(hunk.near_miss)
     totals = apply_payload(result)["totals"]
+    # A failure's summary is the error line the CLI prints on stderr; it is not repeated here.
     if result.ok:
         verb = "would change" if result.dry_run else "changed"
         count = len(result.series.changes) if result.dry_run else len(result.written)
-        out.print(
-            f"ok: {totals['applied']} applied, {totals['already_applied']} already applied; "
-            f"{verb} {count} files"
-        )
-    else:
-        out.print(
-            f"not applied: {totals['failed']} of {totals['patches']} patches failed; "
-            f"nothing was written to {result.root}"
-        )
+        n = totals["patches"]
+        if result.carried == n and n:
+            out.print(f"ok: {result.root} already carries all {n} patches; nothing to write")
+        elif result.carried:
+            out.print(
+                f"ok: {result.root} carried patches 1-{result.carried} already; applied "
+                f"{totals['applied']} on top; {verb} {count} files"
+            )
+        else:
+            out.print(
+                f"ok: {totals['applied']} applied, {totals['already_applied']} already applied; "
+                f"{verb} {count} files"
+            )
 
 
 def _render_near_miss(miss: NearMiss | None) -> None:

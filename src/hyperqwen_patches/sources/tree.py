@@ -27,9 +27,9 @@ from hyperqwen_patches.engine.applying import (
     Policy,
     PresenceResult,
     SeriesResult,
-    apply_series,
     verify_applied,
 )
+from hyperqwen_patches.engine.carried import apply_carried
 from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.errors import HqpError, UsageError
 
@@ -255,6 +255,8 @@ class TreeApplyResult:
     dry_run: bool
     written: list[bytes] = field(default_factory=list)
     reads: list[bytes] = field(default_factory=list)
+    carried: int = 0  # leading rows DIR carried already (engine/carried.py)
+    refused: str | None = None  # why DIR's state was refused: rows carried out of order, or partly
 
     @property
     def ok(self) -> bool:
@@ -264,14 +266,24 @@ class TreeApplyResult:
 def apply_to_tree(
     root: Path, patches: Sequence[Patch], policy: Policy, *, dry_run: bool = False
 ) -> TreeApplyResult:
-    """Place every hunk of every patch in memory; write only when all applied (and not a dry run)."""
+    """Place every hunk of every patch in memory; write only when all applied (and not a dry run).
+
+    A tree that already carries the first rows of the series gets the rest; one that carries all of it
+    is left alone (``engine/carried.py``)."""
     tree = Tree(root)
-    series = apply_series(patches, tree.read, policy)
+    outcome = apply_carried(patches, tree.read, policy)
+    series = outcome.series
     written: list[bytes] = []
-    if series.ok and not dry_run:
+    if series.ok and not dry_run and series.changes:
         written = tree.write(series.changes, series.modes)
     return TreeApplyResult(
-        root=root, series=series, dry_run=dry_run, written=written, reads=list(tree.reads)
+        root=root,
+        series=series,
+        dry_run=dry_run,
+        written=written,
+        reads=list(tree.reads),
+        carried=outcome.carried,
+        refused=outcome.refused,
     )
 
 

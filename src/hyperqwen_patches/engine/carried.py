@@ -1,0 +1,116 @@
+"""A series onto a tree that may already carry the first rows of it: applying twice is a no-op.
+
+Per-file ``--forward`` (``applying.Policy.forward``, GNU's rule) is not enough for a layered series: when
+a later row edits lines an earlier row added, the earlier row's forward attempt on a patched tree fails
+(its context is gone) and its reverse fails too (a later row changed its added lines). So the question
+"which rows does the tree carry?" is answered the way ``--check-applied`` answers it: unapply the
+series last to first, in memory (``verify_applied``). Then exactly three states are accepted, as quilt's
+``push`` after a partial push:
+
+- the tree carries rows 1..n (all of them): nothing to write, every row "already-applied";
+- it carries rows 1..k and none of k+1..n: rows k+1..n are applied on top;
+- it carries none: an ordinary apply.
+
+Anything else (a middle row missing under a later one, a row partly there) is refused with the rows
+named, and nothing is written: it is a tree no run of this series produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from hyperqwen_patches.engine.applying import (
+    FileResult,
+    PatchResult,
+    Policy,
+    PresenceResult,
+    Reader,
+    SeriesResult,
+    apply_series,
+    verify_applied,
+)
+from hyperqwen_patches.engine.patchset import Patch
+
+
+@dataclass(slots=True)
+class CarriedResult:
+    """``apply_carried``'s outcome: the series result, and how many leading rows the tree carried."""
+
+    series: SeriesResult
+    carried: int  # rows 1..carried were in the tree already (nothing written for them)
+    refused: str | None = None  # why the tree's state was refused (then series.ok is False)
+
+    @property
+    def ok(self) -> bool:
+        return self.series.ok
+
+
+def apply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> CarriedResult:
+    """``apply_series`` that accepts a tree carrying a prefix of the series (see the module doc).
+
+    The common case costs one forward pass: the reverse pass runs only when the forward one met a row
+    that did not apply or that was (per file) already applied.
+    """
+    forward = apply_series(patches, read, policy)
+    if forward.ok and all(p.status == "applied" for p in forward.patches):
+        return CarriedResult(forward, carried=0)
+    presence = verify_applied(patches, read, policy)
+    carried = 0
+    while carried < len(presence) and presence[carried].status == "present":
+        carried += 1
+    rest = presence[carried:]
+    if all(p.status == "missing" for p in rest):
+        if carried == 0:
+            return CarriedResult(forward, carried=0)  # nothing carried: the forward result stands
+        on_top = apply_series(patches[carried:], read, replace(policy, forward=False))
+        done = [_carried(p) for p in presence[:carried]]
+        return CarriedResult(
+            SeriesResult(patches=done + on_top.patches, changes=on_top.changes, modes=on_top.modes),
+            carried=carried,
+        )
+    return _refuse(presence, carried)
+
+
+def _carried(presence: PresenceResult) -> PatchResult:
+    # The files' hunks are the reverse placements: where each hunk's lines are in the tree now.
+    files = tuple(replace(f, status="already-applied") for f in presence.files)
+    return PatchResult(presence.name, "already-applied", files)
+
+
+def _refuse(presence: Sequence[PresenceResult], carried: int) -> CarriedResult:
+    first_gap = next(i for i, p in enumerate(presence) if p.status != "present")
+    gap = presence[first_gap]
+    later = [p.name for p in presence[first_gap + 1 :] if p.status != "missing"]
+    partial = [p for p in presence if p.status == "partial"]
+    if partial:
+        p = partial[0]
+        there = ", ".join(_show(f.path) for f in p.files if f.status == "applied")
+        absent = ", ".join(_show(f.path) for f in p.files if f.status != "applied")
+        reason = f"row {p.name} is partly in the tree ({there} carry it; {absent} do not)"
+    else:
+        reason = (
+            f"the tree carries {', '.join(later)} but not {gap.name} before "
+            + ("it" if len(later) == 1 else "them")
+        )
+    results: list[PatchResult] = []
+    for i, p in enumerate(presence):
+        if i < carried:
+            results.append(_carried(p))
+            continue
+        files = tuple(_as_found(f) for f in p.files)
+        error = {
+            "present": "in the tree although an earlier row is not",
+            "partial": "partly in the tree",
+            "missing": "not in the tree",
+        }[p.status]
+        results.append(PatchResult(p.name, "failed", files, error=error))
+    return CarriedResult(SeriesResult(patches=results), carried=carried, refused=reason)
+
+
+def _as_found(file: FileResult) -> FileResult:
+    return replace(file, status="already-applied" if file.status == "applied" else "failed")
+
+
+def _show(data: bytes) -> str:
+    return data.decode("utf-8", errors="backslashreplace")
