@@ -36,19 +36,40 @@ TOP_OPTIONAL = (
     "retirements",
     "knob_prefixes",
     "accepted_names",
+    "runtime_knobs",
 )
 EXPORT_POINT_REQUIRED = ("name", "branch")
 EXPORT_POINT_OPTIONAL = ("commit", "base")
 ROW_REQUIRED = ("name", "kind", "what", "cut_against", "retires_when")
-ROW_OPTIONAL = ("patch", "files", "upstream", "export_point", "commit", "skip", "git_apply")
+ROW_OPTIONAL = (
+    "patch",
+    "files",
+    "upstream",
+    "export_point",
+    "commit",
+    "skip",
+    "git_apply",
+    "unset",
+)
+# Fields `adopt` may have had to fill in with a default (no header line in the patch): `unset` names them.
+UNSET_FIELDS = ("kind", "what", "upstream", "cut_against", "retires_when")
 RETIREMENT_REQUIRED = ("row", "pin", "upstream", "reason", "evidence")
 RETIREMENT_OPTIONAL = ("hunk",)
 ACCEPTED_NAME_REQUIRED = ("name", "reason")
+# A registered environment knob (vllm/envs.py).
+KNOB_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # PEP 440 public versions as vLLM writes them (0.29.0, 0.30.0rc1, 0.29.0.post1); not a full PEP 440 parser.
 VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?$")
+# cut_against: a version, optionally followed by a maintainer's note after ":", ",", ";" or a space
+# ("0.31.0: adapted to #54809", "0.30.0, hand-resolved against #53110"), as shell-kept series write it.
+CUT_RE = re.compile(
+    r"^(?P<version>[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?)"
+    r"(?:(?:\s*[:,;]|\s)\s*(?P<note>\S.*))?$",
+    re.S,
+)
 # Full SHA-1 or SHA-256 object names only: an abbreviated SHA can become ambiguous as the fork grows.
 COMMIT_RE = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
 # An environment knob prefix (VLLM_ and KVARN_ are always knobs; the manifest may add more).
@@ -130,6 +151,8 @@ class Row:
     # Must also pass `git apply --check --whitespace=error` in series order (statics/gitapply.py).
     git_apply: bool = False
     line: int = 0
+    cut_note: str | None = None  # the note after cut_against's version ("adapted to #54809")
+    unset: tuple[str, ...] = ()  # fields adopt filled with a default (no header line for them)
 
     @property
     def is_module(self) -> bool:
@@ -164,6 +187,15 @@ class AcceptedName:
 
 
 @dataclass(frozen=True)
+class RuntimeKnob:
+    """A knob a row may keep off compile_factors' key (it changes no generated code), and why."""
+
+    name: str
+    reason: str
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The validated manifest. ``root`` is the repository root (the parent of ``patches/``)."""
 
@@ -179,6 +211,7 @@ class Manifest:
     format: int = FORMAT
     knob_prefixes: tuple[str, ...] = ()
     accepted_names: tuple[AcceptedName, ...] = ()
+    runtime_knobs: tuple[RuntimeKnob, ...] = ()
 
     @property
     def active_rows(self) -> tuple[Row, ...]:
@@ -219,6 +252,8 @@ class Manifest:
                         "commit",
                         "skip",
                         "git_apply",
+                        "cut_note",
+                        "unset",
                     )
                 }
                 for r in self.rows
@@ -229,6 +264,7 @@ class Manifest:
             ],
             "knob_prefixes": list(self.knob_prefixes),
             "accepted_names": [{"name": a.name, "reason": a.reason} for a in self.accepted_names],
+            "runtime_knobs": [{"name": k.name, "reason": k.reason} for k in self.runtime_knobs],
         }
 
 
@@ -441,7 +477,21 @@ class _Validator:
         rows = self.rows(top.get("rows"), export_points)
         retirements = self.retirements(top.get("retirements"), rows)
         knob_prefixes = self.knob_prefixes(top.get("knob_prefixes"))
-        accepted_names = self.accepted_names(top.get("accepted_names"))
+        accepted_names = [
+            AcceptedName(*entry)
+            for entry in self.reasons(
+                top.get("accepted_names"),
+                "accepted_names",
+                DOTTED_RE,
+                "a dotted name such as vllm.envs.X",
+            )
+        ]
+        runtime_knobs = [
+            RuntimeKnob(*entry)
+            for entry in self.reasons(
+                top.get("runtime_knobs"), "runtime_knobs", KNOB_RE, "a knob name such as VLLM_X"
+            )
+        ]
 
         if self.problems:
             raise ManifestError(self.problems)
@@ -459,6 +509,7 @@ class _Validator:
             retirements=tuple(retirements),
             knob_prefixes=tuple(knob_prefixes),
             accepted_names=tuple(accepted_names),
+            runtime_knobs=tuple(runtime_knobs),
         )
 
     def format(self, node: yaml.Node | None) -> int | None:
@@ -584,9 +635,20 @@ class _Validator:
                 f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}",
             )
         what = self.string(keys.get("what"), f"{where}.what")
-        cut = self.matching(
-            keys.get("cut_against"), f"{where}.cut_against", VERSION_RE, "a release version"
-        )
+        cut_text = self.string(keys.get("cut_against"), f"{where}.cut_against")
+        cut = cut_note = None
+        if cut_text is not None:
+            m = CUT_RE.match(cut_text)
+            if m is None:
+                self.fail(
+                    keys["cut_against"],
+                    f"{where}.cut_against",
+                    f"{cut_text!r} is not a release version (optionally followed by a note, "
+                    "as in '0.31.0: adapted to #54809')",
+                )
+            else:
+                cut, cut_note = m["version"], m["note"]
+        unset = self.unset(keys.get("unset"), f"{where}.unset")
         retires = self.string(keys.get("retires_when"), f"{where}.retires_when")
         upstream = self.string(keys.get("upstream"), f"{where}.upstream", optional=True)
         skip = self.string(keys.get("skip"), f"{where}.skip")
@@ -656,6 +718,8 @@ class _Validator:
             skip=skip,
             git_apply=bool(git_apply),
             line=line,
+            cut_note=cut_note,
+            unset=unset,
         )
 
     def retirements(self, node: yaml.Node | None, rows: list[Row]) -> list[Retirement]:
@@ -707,6 +771,18 @@ class _Validator:
             return None
         return node.value.lower() in ("true", "yes", "on")
 
+    def unset(self, node: yaml.Node | None, where: str) -> tuple[str, ...]:
+        out: list[str] = []
+        for i, item in enumerate(self.sequence(node, where)):
+            value = self.string(item, f"{where}[{i}]")
+            if value is not None and value not in UNSET_FIELDS:
+                self.fail(
+                    item, f"{where}[{i}]", f"{value!r} is not one of {', '.join(UNSET_FIELDS)}"
+                )
+            elif value is not None:
+                out.append(value)
+        return tuple(out)
+
     def knob_prefixes(self, node: yaml.Node | None) -> list[str]:
         out: list[str] = []
         for i, item in enumerate(self.sequence(node, "knob_prefixes")):
@@ -717,27 +793,28 @@ class _Validator:
                 out.append(value)
         return out
 
-    def accepted_names(self, node: yaml.Node | None) -> list[AcceptedName]:
-        out: list[AcceptedName] = []
+    def reasons(
+        self, node: yaml.Node | None, key: str, pattern: re.Pattern[str], what: str
+    ) -> list[tuple[str, str, int]]:
+        """A list of ``{name, reason}`` (accepted_names, runtime_knobs): (name, reason, line) each."""
+        out: list[tuple[str, str, int]] = []
         seen: dict[str, int] = {}
-        for i, item in enumerate(self.sequence(node, "accepted_names")):
-            where = f"accepted_names[{i}]"
+        for i, item in enumerate(self.sequence(node, key)):
+            where = f"{key}[{i}]"
             keys = self.mapping(item, where, ACCEPTED_NAME_REQUIRED, ())
             if keys is None:
                 continue
-            name = self.matching(
-                keys.get("name"), f"{where}.name", DOTTED_RE, "a dotted name such as vllm.envs.X"
-            )
+            name = self.matching(keys.get("name"), f"{where}.name", pattern, what)
             reason = self.string(keys.get("reason"), f"{where}.reason")
             line = item.start_mark.line + 1
             if name is not None and name in seen:
                 self.fail(
                     item,
                     f"{where}.name",
-                    f"{name!r} is accepted twice (first on line {seen[name]})",
+                    f"{name!r} is listed twice (first on line {seen[name]})",
                 )
                 continue
             if name is not None and reason is not None:
                 seen[name] = line
-                out.append(AcceptedName(name, reason, line))
+                out.append((name, reason, line))
         return out

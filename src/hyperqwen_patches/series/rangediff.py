@@ -557,6 +557,7 @@ METADATA_FIELDS = (
     "what",
     "upstream",
     "cut_against",
+    "cut_note",
     "retires_when",
     "export_point",
     "skip",

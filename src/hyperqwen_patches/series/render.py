@@ -139,7 +139,7 @@ def render_ledger(manifest: Manifest) -> str:
                     md(r.kind),
                     md(r.what),
                     md(r.upstream),
-                    md(r.cut_against),
+                    md(r.cut_against + (f" ({r.cut_note})" if r.cut_note else "")),
                     md(r.retires_when),
                     md(r.export_point),
                     short(r.commit),

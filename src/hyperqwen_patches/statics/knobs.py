@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -367,9 +367,18 @@ class KnobReport:
     entries_after: int | None
     registered_by_rows: dict[str, str]  # knob -> row
     uses: list[KnobUse]
+    waived: dict[str, str] = field(
+        default_factory=dict
+    )  # declared runtime knob -> the row keeping it off
 
 
-def knob_report(analysis: Analysis, prefixes: Iterable[str] = ()) -> KnobReport:
+def knob_report(
+    analysis: Analysis, prefixes: Iterable[str] = (), runtime: Mapping[str, int] | None = None
+) -> KnobReport:
+    """``runtime``: the manifest's declared runtime knobs (name -> manifest line), which a row may keep
+    on compile_factors' ignore list; a declared knob no row keeps off the key is a stale waiver."""
+    runtime = runtime or {}
+    waived: dict[str, str] = {}
     prov = analysis.prov
     all_prefixes = tuple(dict.fromkeys((*DEFAULT_PREFIXES, *prefixes)))
     found: list[StaticFinding] = []
@@ -422,6 +431,9 @@ def knob_report(analysis: Analysis, prefixes: Iterable[str] = ()) -> KnobReport:
                 )
             if name in registry.ignored:
                 where = prov.owner(ENVS, registry.ignored[name])
+                if name in runtime and where is not None:
+                    waived[name] = where
+                    continue
                 by = f"row {where}" if where else "the pristine list"
                 found.append(
                     StaticFinding(
@@ -432,7 +444,8 @@ def knob_report(analysis: Analysis, prefixes: Iterable[str] = ()) -> KnobReport:
                         registry.ignored[name],
                         f"{name} is on compile_factors' ignore list ({by}): a knob that changes "
                         "generated code must be part of the compile cache key",
-                        count,
+                        "if it is read at run time only, declare it in the manifest: runtime_knobs: "
+                        f"[{{name: {name}, reason: ...}}] (docs/static-checks.md)",
                     )
                 )
         for name, line in registry.annotations.items():
@@ -448,6 +461,22 @@ def knob_report(analysis: Analysis, prefixes: Iterable[str] = ()) -> KnobReport:
                         f"{name} is annotated but has no environment_variables entry: "
                         "vllm.envs raises AttributeError when it is read",
                         count,
+                    )
+                )
+        for name, line in runtime.items():
+            if name in waived:
+                continue
+            where = prov.owner(ENVS, registry.ignored[name]) if name in registry.ignored else None
+            if where is None:
+                found.append(
+                    StaticFinding(
+                        CHECK,
+                        "error",
+                        None,
+                        b"patches/manifest.yaml",
+                        line,
+                        f"runtime_knobs declares {name}, but no row keeps it off compile_factors' "
+                        "key: a stale waiver; remove it from runtime_knobs",
                     )
                 )
         if by_rows and not registry.ignore_found:
@@ -509,25 +538,31 @@ def knob_report(analysis: Analysis, prefixes: Iterable[str] = ()) -> KnobReport:
                 "in instead (a bare read sits outside the compile cache key)",
             )
         )
-    return KnobReport(found, before, after, by_rows, uses)
+    return KnobReport(found, before, after, by_rows, uses, waived)
 
 
 def check_knobs(ctx: CheckContext) -> list[Finding]:
     """Knobs on added lines are read through vllm.envs, registered (both halves), not compile-ignored."""
     analysis = analysis_of(ctx)
-    report = knob_report(analysis, ctx.manifest.knob_prefixes)
+    runtime = {k.name: k.line for k in ctx.manifest.runtime_knobs}
+    report = knob_report(analysis, ctx.manifest.knob_prefixes, runtime)
     findings = [f.to_finding() for f in report.findings]
     if report.entries_after:  # a tree with a registry: show its size before and after
         from hyperqwen_patches.checks.context import Finding
 
         added = ", ".join(sorted(report.registered_by_rows)) or "none"
+        waived = ""
+        if report.waived:
+            waived = "; declared runtime-only, off the compile key: " + ", ".join(
+                f"{k} (row {r})" for k, r in sorted(report.waived.items())
+            )
         findings.append(
             Finding(
                 "knobs",
                 "note",
                 show(ENVS),
                 f"environment_variables: {report.entries_before} entries before the series, "
-                f"{report.entries_after} after (rows register: {added})",
+                f"{report.entries_after} after (rows register: {added}){waived}",
             )
         )
     return findings

@@ -87,7 +87,9 @@ def pin_statics(manifest: Manifest, pin: PristineTree) -> StaticsReport:
     analysis = trace_series(manifest, pin)
     series = load_series(manifest)
     patches = [s.patch for s in series if s.patch is not None]
-    knobs = knob_report(analysis, manifest.knob_prefixes)
+    knobs = knob_report(
+        analysis, manifest.knob_prefixes, {k.name: k.line for k in manifest.runtime_knobs}
+    )
     findings = compile_findings(analysis.prov, pin.read) + knobs.findings
     findings += whitespace_findings(patches, {})
     findings += gitapply_findings(manifest, series, pin.read)
