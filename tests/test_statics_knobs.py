@@ -146,3 +146,30 @@ def test_check_notes_the_registry_count_before_and_after(tmp_path: Path) -> None
         "environment_variables: 2 entries before the series, 3 after (rows register: VLLM_NEW)"
     ]
     assert report.exit_code == 0
+
+
+def test_a_declared_runtime_knob_may_stay_off_the_key(tmp_path: Path) -> None:
+    """A real series kept four runtime-only knobs (a watchdog timeout, a log interval...) off the
+    compile key on purpose, since hashing them cost a cold torch.compile each time; check could
+    never pass on it. Declared with a reason, the knob is allowed and named in the note."""
+    extra = "runtime_knobs:\n  - name: VLLM_GEN\n    reason: read by the watchdog thread only\n"
+    root = make_repo(
+        tmp_path,
+        tree(),
+        [("ign", {"vllm/envs.py": register("VLLM_GEN", ignore=True)})],
+        extra=extra,
+    )
+    assert static_findings(root, KNOBS) == []
+    [note] = [f for f in run_check(root, pipeline=(KNOBS,)).findings if f.severity == "note"]
+    assert "declared runtime-only, off the compile key: VLLM_GEN (row ign)" in note.message
+
+
+def test_a_runtime_knob_no_row_keeps_off_the_key_is_a_stale_waiver(tmp_path: Path) -> None:
+    extra = "runtime_knobs:\n  - name: VLLM_GEN\n    reason: read by the watchdog thread only\n"
+    root = make_repo(
+        tmp_path, tree(), [("reg", {"vllm/envs.py": register("VLLM_GEN")})], extra=extra
+    )
+    [finding] = static_findings(root, KNOBS)
+    assert finding.severity == "error"
+    assert finding.subject.startswith("patches/manifest.yaml:")
+    assert "runtime_knobs declares VLLM_GEN, but no row keeps it off" in finding.message

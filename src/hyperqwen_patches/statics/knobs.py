@@ -443,9 +443,9 @@ def knob_report(
                         ENVS,
                         registry.ignored[name],
                         f"{name} is on compile_factors' ignore list ({by}): a knob that changes "
-                        "generated code must be part of the compile cache key",
-                        "if it is read at run time only, declare it in the manifest: runtime_knobs: "
-                        f"[{{name: {name}, reason: ...}}] (docs/static-checks.md)",
+                        "generated code must be part of the compile cache key (one read at run "
+                        "time only may be declared in the manifest's runtime_knobs, with its reason)",
+                        count,
                     )
                 )
         for name, line in registry.annotations.items():

@@ -214,6 +214,22 @@ def check_names(ctx: CheckContext) -> list[Finding]:
     older = _older_rows(ctx.manifest)
     if not older:
         return []
+    from hyperqwen_patches.checks.context import Finding
+    from hyperqwen_patches.sources.pristine import parse_source
+
+    if parse_source(ctx.source).kind != "pypi":
+        # The cut releases are fetched from PyPI beside a PyPI pin; a series checked against a directory
+        # or a git checkout names no source for them, and guessing one would compare other code.
+        return [
+            Finding(
+                "names",
+                "note",
+                f"cut_against {version}",
+                f"not verified: rows {', '.join(sorted(rows))} were cut against {version}, and the "
+                f"pristine source {ctx.source} names no source for that release",
+            )
+            for version, rows in older.items()
+        ]
     analysis = analysis_of(ctx)
     findings: list[Finding] = []
     for version, rows in older.items():
