@@ -7,13 +7,32 @@ is never read as rich markup or recoloured, and ``:smile:`` in a subject stays t
 from __future__ import annotations
 
 import json
+import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 
-out = Console(markup=False, highlight=False, emoji=False, soft_wrap=False)
-err = Console(stderr=True, markup=False, highlight=False, emoji=False, soft_wrap=False)
+# Off a terminal (CI logs, pipes) rich would wrap at 80 columns, cutting table cells and breaking
+# ``file:line: message`` lines mid-token; a log has no width, so there lines are never wrapped.
+_LOG_WIDTH = 100_000
+
+
+def _console(stream: TextIO, **kwargs: Any) -> Console:
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else _LOG_WIDTH
+    return Console(
+        file=stream,
+        markup=False,
+        highlight=False,
+        emoji=False,
+        soft_wrap=False,
+        width=width,
+        **kwargs,
+    )
+
+
+out = _console(sys.stdout)
+err = _console(sys.stderr, stderr=True)
 
 
 def show(data: bytes | str) -> str:

@@ -10,7 +10,15 @@ those are configuration, not imports, and may name any stage.
 from __future__ import annotations
 
 # Modules every stage may import; they import nothing of the package but each other.
-SHARED: tuple[str, ...] = ("errors", "console", "cachedir", "gitrun", "resultcache", "layers")
+SHARED: tuple[str, ...] = (
+    "errors",
+    "console",
+    "cachedir",
+    "gitrun",
+    "resultcache",
+    "atomicfile",
+    "layers",
+)
 
 # Lowest first. Data flows the same way: a release and the series are read (sources, series), the
 # engine applies them, the fork is compared against them, and the commands render the results.

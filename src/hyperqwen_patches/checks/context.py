@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 # "note" is information a reviewer should see (e.g. the knob registry count); it never fails a check.
 Severity = Literal["error", "warning", "problem", "note"]
-REQUIREMENTS = "docker/requirements.txt"
 # Directories whose patch files (and module files under files/) must all be rows (invariant 2).
 CARRIED_DIRS = ("patches", "kvarn")
 PATCH_SUFFIXES = (".patch", ".diff")

@@ -5,32 +5,23 @@ files up to date (6). Each is a ``(ctx) -> list[Finding]`` listed in :data:`pipe
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hyperqwen_patches.checks.context import (
     CARRIED_DIRS,
     PATCH_SUFFIXES,
-    REQUIREMENTS,
     CheckContext,
     Finding,
 )
 from hyperqwen_patches.series.manifest import MANIFEST_RELPATH
+from hyperqwen_patches.series.requirements import REQUIREMENTS, package_pins
 
 if TYPE_CHECKING:
     from hyperqwen_patches.engine.applying import HunkResult
 
 
 # --- invariant 1: one pin -----------------------------------------------------------------------------
-
-_REQ_LINE = re.compile(
-    r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(?P<spec>[<>=!~].*)?$"
-)
-
-
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def check_pin(ctx: CheckContext) -> list[Finding]:
@@ -48,15 +39,7 @@ def check_pin(ctx: CheckContext) -> list[Finding]:
                 f"{REQUIREMENTS} does not exist; it must pin {m.package}=={m.pin}",
             )
         ]
-    pins: list[tuple[int, str]] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line or line.startswith("-"):
-            continue
-        match = _REQ_LINE.match(line)
-        if match is None or _normalize(match["name"]) != _normalize(m.package):
-            continue
-        pins.append((number, (match["spec"] or "").replace(" ", "")))
+    pins = package_pins(text, m.package)
     if not pins:
         return [
             Finding(

@@ -10,7 +10,17 @@ import importlib
 
 import typer
 
-COMMANDS: list[str] = ["check", "apply", "render", "export", "import_", "diff", "port", "statics"]
+COMMANDS: list[str] = [
+    "check",
+    "apply",
+    "adopt",
+    "render",
+    "export",
+    "import_",
+    "diff",
+    "port",
+    "statics",
+]
 
 
 def register_all(app: typer.Typer) -> None:

@@ -39,26 +39,27 @@ Examples:
 EPILOG = (
     "Exit codes: 0 every patch applied (or was already applied; with --check-applied: DIR carries every "
     "patch); 1 a hunk did not apply, nothing was written (with --check-applied: a patch is missing); "
-    "2 bad input: an unreadable or malformed patch, a path escaping DIR, a bad option."
+    "2 bad input: an unreadable or malformed patch, a path escaping DIR, a DIR that does not hold the "
+    "patched files (such as a venv root), a bad option."
 )
 
 
-def default_series(repo_root: Path) -> list[Patch]:
+def default_series(repo: Path | None) -> list[Patch]:
     """The patches ``apply`` uses when no ``--patch`` is given: the manifest's series.
 
-    The rows of ``patches/manifest.yaml`` in the repository at or above ``repo_root``, built by
-    ``series/rows.py`` (patch rows parsed, module-file rows as creations; skipped rows left out).
+    The rows of ``patches/manifest.yaml`` in ``repo`` (default: the repository at or above the
+    current directory), built by ``series/rows.py`` (patch rows parsed, module-file rows as creations;
+    skipped rows left out).
     """
     from hyperqwen_patches.series import rows as series
-    from hyperqwen_patches.series.manifest import find_repo_root
+    from hyperqwen_patches.series.manifest import find_repo_root, resolve_repo
 
-    root = find_repo_root(repo_root)
-    if root is None:
+    if repo is None and find_repo_root(Path.cwd()) is None:
         raise UsageError(
-            "no --patch given and no manifest found",
-            hint="pass the patches to apply with --patch FILE (repeatable)",
+            "no --patch given and no manifest found at or above the current directory",
+            hint="pass --repo with the repository, or the patches with --patch FILE (repeatable)",
         )
-    return series.default_series(root)
+    return series.default_series(resolve_repo(repo))
 
 
 def load_patch(path: Path, *, strip: int = 1) -> Patch:
@@ -121,6 +122,15 @@ def apply_command(
             help="A hunk whose context also matches elsewhere in its search range is an error, not a report.",
         ),
     ] = False,
+    repo: Annotated[
+        Path | None,
+        typer.Option(
+            "--repo",
+            file_okay=False,
+            help="The repository whose series to apply (without --patch); default: found upward "
+            "from the current directory.",
+        ),
+    ] = None,
     check_applied: Annotated[
         bool,
         typer.Option(
@@ -130,10 +140,19 @@ def apply_command(
     ] = False,
 ) -> None:
     from hyperqwen_patches.engine.applying import Policy
-    from hyperqwen_patches.sources.tree import apply_to_tree
+    from hyperqwen_patches.sources.tree import apply_to_tree, misplaced
     from hyperqwen_patches.sources.tree import check_applied as check_tree
 
-    patches = [load_patch(p) for p in patch] if patch else default_series(Path.cwd())
+    if patch and repo is not None:
+        raise UsageError("give --patch FILE or --repo DIR, not both")
+    patches = [load_patch(p) for p in patch] if patch else default_series(repo)
+    wrong = misplaced(directory, patches)
+    if wrong:
+        raise UsageError(
+            f"{directory} does not look like the directory the patches apply in: {wrong}",
+            hint="give the directory that holds the patched package (site-packages, or a release's "
+            "root: the one with vllm/ in it)",
+        )
     policy = Policy(max_offset=max_offset, exact=exact, ambiguity="error" if strict else "report")
     if check_applied:
         checked = check_tree(directory, patches, policy)

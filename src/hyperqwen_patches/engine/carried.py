@@ -89,9 +89,8 @@ def _refuse(presence: Sequence[PresenceResult], carried: int) -> CarriedResult:
         absent = ", ".join(_show(f.path) for f in p.files if f.status != "applied")
         reason = f"row {p.name} is partly in the tree ({there} carry it; {absent} do not)"
     else:
-        reason = (
-            f"the tree carries {', '.join(later)} but not {gap.name} before "
-            + ("it" if len(later) == 1 else "them")
+        reason = f"the tree carries {', '.join(later)} but not {gap.name} before " + (
+            "it" if len(later) == 1 else "them"
         )
     results: list[PatchResult] = []
     for i, p in enumerate(presence):

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from hyperqwen_patches import gitrun, resultcache
+from hyperqwen_patches.atomicfile import write_atomic
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
-from hyperqwen_patches.series.manifest import Manifest
+from hyperqwen_patches.series.manifest import Manifest, yaml_scalar
 from hyperqwen_patches.sources import basecommit
 
 if TYPE_CHECKING:
@@ -687,44 +688,12 @@ def write_export(plan: ExportPlan) -> list[str]:
         if change.new is None:
             target.unlink(missing_ok=True)
         else:
-            _atomic_write(target, change.new)
+            write_atomic(target, change.new)
         written.append(change.path)
     return written
 
 
-def _atomic_write(target: Path, data: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # --- targeted edits of the manifest's text (its comments and formatting are kept) ---------------------
-
-
-def _scalar(value: str) -> str:
-    """A YAML scalar for ``value``: plain when unambiguous, double-quoted (JSON) otherwise; object names
-    always quoted, so every SHA in the manifest looks the same (one that is all digits would be a number)."""
-    if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value):
-        return json.dumps(value)
-    if re.fullmatch(r"[a-z][a-z0-9._/-]*", value) and value not in (
-        "null",
-        "true",
-        "false",
-        "yes",
-        "no",
-        "on",
-        "off",
-    ):
-        return value
-    return json.dumps(value, ensure_ascii=False)
 
 
 def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str, str]]) -> bytes:
@@ -744,7 +713,7 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
         for k, v in node.value:
             if k.value == key:
                 quoted = v.style in ('"', "'")
-                text_value = json.dumps(value) if quoted else _scalar(value)
+                text_value = json.dumps(value) if quoted else yaml_scalar(value)
                 edits.append((v.start_mark.index, v.end_mark.index, text_value))
                 return
         inserts.setdefault(id(node), (node, {}))[1][key] = value
@@ -754,7 +723,7 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
         order = ("export_point", "commit", "base")
         for node, keys in inserts.values():
             column = node.value[0][0].start_mark.column
-            lines = [f"{' ' * column}{k}: {_scalar(keys[k])}" for k in order if k in keys]
+            lines = [f"{' ' * column}{k}: {yaml_scalar(keys[k])}" for k in order if k in keys]
             end = node.value[-1][1].end_mark.index
             if end > 0 and source[end - 1] == "\n":  # a block scalar ends at the next line's start
                 edits.append((end, end, "\n".join(lines) + "\n"))
@@ -806,8 +775,8 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
             dash = " " * 2
             lines = []
             for row in new_rows:
-                lines.append(f"{dash}- {keys[0]}: {_scalar(row[keys[0]])}")
-                lines += [f"{dash}  {k}: {_scalar(row[k])}" for k in keys[1:]]
+                lines.append(f"{dash}- {keys[0]}: {yaml_scalar(row[keys[0]])}")
+                lines += [f"{dash}  {k}: {yaml_scalar(row[k])}" for k in keys[1:]]
             del column
             start = rows_node.start_mark.index
             while start > 0 and source[start - 1] == " ":  # "rows: []" becomes "rows:" + block
@@ -818,8 +787,8 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
             key_col = rows_node.value[0].start_mark.column
             lines = []
             for row in new_rows:
-                lines.append(f"{' ' * dash_col}- {keys[0]}: {_scalar(row[keys[0]])}")
-                lines += [f"{' ' * key_col}{k}: {_scalar(row[k])}" for k in keys[1:]]
+                lines.append(f"{' ' * dash_col}- {keys[0]}: {yaml_scalar(row[keys[0]])}")
+                lines += [f"{' ' * key_col}{k}: {yaml_scalar(row[k])}" for k in keys[1:]]
             at = rows_node.end_mark.index
             prefix = "" if at == 0 or source[at - 1] == "\n" else "\n"
             edits.append((at, at, prefix + "\n".join(lines) + "\n"))
@@ -840,6 +809,17 @@ def check_unfilled_rows(ctx: CheckContext) -> list[Finding]:
 
     findings: list[Finding] = []
     for row in ctx.manifest.rows:
+        if row.unset:
+            findings.append(
+                Finding(
+                    "unfilled-rows",
+                    "warning",
+                    row.name,
+                    f"row {row.name} was adopted without header lines for {', '.join(row.unset)}; "
+                    f"defaults stand in for them: fill them in and drop `unset` "
+                    f"({row.source_path}, manifest line {row.line})",
+                )
+            )
         empty = [
             f for f in ("what", "retires_when") if getattr(row, f).strip().startswith(TODO_MARK)
         ]

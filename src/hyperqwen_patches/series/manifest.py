@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -266,6 +267,24 @@ class Manifest:
             "accepted_names": [{"name": a.name, "reason": a.reason} for a in self.accepted_names],
             "runtime_knobs": [{"name": k.name, "reason": k.reason} for k in self.runtime_knobs],
         }
+
+
+def yaml_scalar(value: str) -> str:
+    """A YAML scalar for ``value``: plain when unambiguous, double-quoted (JSON) otherwise; object names
+    always quoted, so every SHA in the manifest looks the same (one that is all digits would be a number)."""
+    if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value):
+        return json.dumps(value)
+    if re.fullmatch(r"[a-z][a-z0-9._/-]*", value) and value not in (
+        "null",
+        "true",
+        "false",
+        "yes",
+        "no",
+        "on",
+        "off",
+    ):
+        return value
+    return json.dumps(value, ensure_ascii=False)
 
 
 def default_source(package: str, pin: str) -> str:

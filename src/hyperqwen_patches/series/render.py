@@ -11,10 +11,10 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
+from hyperqwen_patches.atomicfile import write_atomic
 from hyperqwen_patches.series.manifest import Manifest, Row
 
 LEDGER = "PATCHES.md"
@@ -227,16 +227,6 @@ def write(manifest: Manifest) -> list[str]:
                 continue
         except FileNotFoundError:
             pass
-        file.parent.mkdir(parents=True, exist_ok=True)
-        mode = file.stat().st_mode & 0o777 if file.exists() else 0o644
-        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
-        try:
-            os.fchmod(fd, mode)  # mkstemp makes 0600; keep the file's mode (0644 when new)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(wanted)
-            os.replace(tmp, file)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(file, wanted)
         changed.append(rel)
     return changed

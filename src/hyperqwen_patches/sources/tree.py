@@ -303,3 +303,26 @@ def check_applied(root: Path, patches: Sequence[Patch], policy: Policy) -> TreeC
     """Verify, in memory and read-only, that ``root`` already carries every patch."""
     tree = Tree(root)
     return TreeCheckResult(root=root, patches=verify_applied(patches, tree.read, policy))
+
+
+def misplaced(root: Path, patches: Sequence[Patch]) -> str | None:
+    """Why ``root`` cannot be the directory the patches apply in, or None.
+
+    A series edits existing files; when not one of the top-level directories those files live in
+    exists under ``root`` (a venv root given for its site-packages), every hunk would fail, and 17
+    "file not found" errors hide the one mistake.
+    """
+    if not root.is_dir():
+        return "it is not a directory" if root.exists() else "it does not exist"
+    tops = sorted(
+        {
+            fp.old_path.split(b"/", 1)[0]
+            for patch in patches
+            for fp in patch.files
+            if fp.old_path is not None and b"/" in fp.old_path
+        }
+    )
+    if not tops or any(os.path.isdir(os.path.join(os.fsencode(root), top)) for top in tops):
+        return None
+    names = ", ".join(t.decode("utf-8", errors="backslashreplace") + "/" for t in tops)
+    return f"the patches edit files under {names} and {root} has no such directory"

@@ -1,0 +1,176 @@
+"""``adopt SERIES_FILE``: write a manifest for a series kept with shell scripts (series/adopt.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.series.adopt import AdoptPlan
+
+HELP = """Adopt an existing series: write patches/manifest.yaml for it, then render.
+
+SERIES_FILE is a quilt-style series file (one patch per line, relative to the file; `#` comments,
+blank lines and `-p1` allowed). Each row's metadata comes from its patch's header lines (`Kind:`,
+`What:`, `Upstream:`, `Cut-against:`, `Retires-when:`; `Cut-against: 0.31.0: adapted to #54809` keeps
+its note). A field without its header line gets a default and is listed in the row's `unset`, which
+`check` reports as a warning. The path convention (`a/vllm/...` or package-relative `a/v1/...`) is
+detected from the patches, the pin taken from docker/requirements.txt unless --pin is given. Patch
+files are never written: every one stays byte for byte as it was. PATCHES.md and patches/series are
+then what `render` writes (an existing hand-written PATCHES.md is replaced; your version control
+keeps it).
+
+Refused, naming file and line, with nothing written: a missing file, a file listed twice, a file that
+is not a patch, a header value that cannot be read, an existing manifest (unless --force).
+
+Examples:
+
+  hyperqwen-patches adopt patches/series --pin 0.31.0
+
+  hyperqwen-patches adopt patches/series --append kvarn/apply-order --modules kvarn/modules
+
+  hyperqwen-patches adopt patches/series --dry-run --json     # what it would write
+
+Then run `hyperqwen-patches check`.
+"""
+
+EPILOG = (
+    "Exit codes: 0 written (or, with --dry-run, planned); 2 the series cannot be adopted as it is "
+    "(the message names the file and line) or a manifest exists already."
+)
+
+
+def adopt_command(
+    series_file: Annotated[
+        Path,
+        typer.Argument(metavar="SERIES_FILE", help="The series file (quilt format)."),
+    ],
+    pin: Annotated[
+        str | None,
+        typer.Option(
+            "--pin",
+            metavar="VERSION",
+            help="The release the series is cut against; default: docker/requirements.txt's pin.",
+        ),
+    ] = None,
+    append: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--append",
+            metavar="FILE",
+            help="Another ordered list of patch files, applied after the series (repeatable).",
+        ),
+    ] = None,
+    modules: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--modules",
+            metavar="DIR",
+            help="A module directory copied into the tree, as a row after the patches (repeatable).",
+        ),
+    ] = None,
+    into: Annotated[
+        Path | None,
+        typer.Option(
+            "--into",
+            metavar="DIR",
+            file_okay=False,
+            help="The repository to write into (every named file must lie inside it); default: "
+            "the current directory.",
+        ),
+    ] = None,
+    package: Annotated[
+        str, typer.Option("--package", help="The upstream package the series patches.")
+    ] = "vllm",
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source",
+            help="Record a default pristine source in the manifest (pypi:PKG==VER, git:PATH@REF, "
+            "dir:PATH); default: none, so check reads pypi:<package>==<pin>.",
+        ),
+    ] = None,
+    runtime_knob: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--runtime-knob",
+            metavar="'NAME: REASON'",
+            help="A knob a row keeps off compile_factors' key on purpose, with the reason "
+            "(repeatable; written to runtime_knobs, docs/static-checks.md).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing patches/manifest.yaml.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Read everything and report; write nothing.")
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the plan as JSON (rows, writes, replaced files).")
+    ] = False,
+) -> None:
+    from hyperqwen_patches.errors import UsageError
+    from hyperqwen_patches.series.adopt import plan_adopt, write_adopt
+
+    knobs: list[tuple[str, str]] = []
+    for spec in runtime_knob or ():
+        name, sep, reason = spec.partition(":")
+        if not sep or not name.strip() or not reason.strip():
+            raise UsageError(
+                f"--runtime-knob {spec!r}: expected 'NAME: REASON'",
+                hint="--runtime-knob 'VLLM_WATCHDOG_TIMEOUT_S: read by the watchdog thread only'",
+            )
+        knobs.append((name.strip(), reason.strip()))
+
+    plan = plan_adopt(
+        (into or Path.cwd()),
+        series_file,
+        pin=pin,
+        appends=tuple(append or ()),
+        modules=tuple(modules or ()),
+        package=package,
+        source=source,
+        runtime_knobs=tuple(knobs),
+        force=force,
+    )
+    written = [] if dry_run else write_adopt(plan)
+    if json_output:
+        from hyperqwen_patches.console import emit_json
+
+        emit_json(plan.to_json() | {"dry_run": dry_run, "written": written})
+        return
+    _render(plan, dry_run)
+
+
+def _render(plan: AdoptPlan, dry_run: bool) -> None:
+    from rich.table import Table
+
+    from hyperqwen_patches.console import err, out
+
+    table = Table(title=f"adopt → {plan.root}", title_justify="left")
+    for column in ("#", "row", "kind", "file", "from", "unset"):
+        table.add_column(column, justify="right" if column == "#" else "left")
+    for i, row in enumerate(plan.rows, 1):
+        source = row.patch if row.patch is not None else f"{row.files}/"
+        table.add_row(str(i), row.name, row.kind, source, row.origin, ", ".join(row.unset) or "-")
+    out.print(table)
+    unset = sum(1 for r in plan.rows if r.unset)
+    verb = "would write" if dry_run else "wrote"
+    replaced = f" (replacing {', '.join(plan.replaced)})" if plan.replaced else ""
+    err.print(
+        f"adopt: {len(plan.rows)} rows, pin {plan.pin} (from {plan.pin_from}), paths: {plan.paths}; "
+        f"{verb} {', '.join(sorted(plan.files))}{replaced}",
+    )
+    if unset:
+        err.print(f"adopt: {unset} rows have unset fields (no header line); check lists them")
+    if not dry_run:
+        err.print(
+            "next: hyperqwen-patches check"
+            + (f" --repo {plan.root}" if plan.root != Path.cwd().resolve() else "")
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("adopt", help=HELP, epilog=EPILOG)(adopt_command)
