@@ -201,7 +201,9 @@ class _Builder:
         """One edit of ``path``: two lines inserted after a body line, or a body line changed."""
         lines = self.state[path]
         rng = self.rng
-        body = [i for i, text in enumerate(lines) if text.startswith("    y = ") and "# row" not in text]
+        body = [
+            i for i, text in enumerate(lines) if text.startswith("    y = ") and "# row" not in text
+        ]
         spot = rng.choice(body) + 1
         if rng.random() < 0.6:
             lines[spot:spot] = [
@@ -209,13 +211,17 @@ class _Builder:
                 f"    scale = max(scale, {rng.randint(1, 9)}.0)  # row {row}: floor\n",
             ]
         else:
-            lines[spot - 1] = lines[spot - 1].rstrip("\n") + f" - {rng.randint(1, 9)}  # row {row}: tweak\n"
+            lines[spot - 1] = (
+                lines[spot - 1].rstrip("\n") + f" - {rng.randint(1, 9)}  # row {row}: tweak\n"
+            )
 
     def revise(self, row: int, earlier: int) -> str:
         """Rewrite a line ``earlier`` added: the later row's context is the earlier row's lines."""
         path, i = self.rng.choice(self.added_by(earlier))
         text = self.state[path][i]
-        self.state[path][i] = text.replace(f"# row {earlier}:", f"# row {row}: revised row {earlier}:")
+        self.state[path][i] = text.replace(
+            f"# row {earlier}:", f"# row {row}: revised row {earlier}:"
+        )
         return path
 
 
@@ -280,7 +286,10 @@ def write_project(dest: Path, *, seed: int = 31) -> Project:
                 f'    "{k}": lambda: int(os.getenv("{k}", "0")),\n' for k in RUNTIME_KNOBS
             ]
             ign = env.index("    ignored_factors = {\n") + 1
-            env[ign:ign] = [f'        "{k}",  # runtime only: hashing it cost a cold compile\n' for k in RUNTIME_KNOBS]
+            env[ign:ign] = [
+                f'        "{k}",  # runtime only: hashing it cost a cold compile\n'
+                for k in RUNTIME_KNOBS
+            ]
             touched.append("envs.py")
         elif n in layered_later:
             touched.append(b.revise(n, layered_later[n]))
@@ -314,9 +323,13 @@ def write_project(dest: Path, *, seed: int = 31) -> Project:
         if meta["Kind"] == "backport":
             meta["Upstream"] = f"https://github.com/vllm-project/vllm/pull/{50000 + n}"
         if n in q.missing_headers:
-            meta = {"Kind": None, "What": None, "Upstream": None, "Cut-against": None, "Retires-when": None} | (
-                {"What": meta["What"]} if n == q.missing_headers[0] else {}
-            )
+            meta = {
+                "Kind": None,
+                "What": None,
+                "Upstream": None,
+                "Cut-against": None,
+                "Retires-when": None,
+            } | ({"What": meta["What"]} if n == q.missing_headers[0] else {})
         patches[n] = "".join(_preamble(n, name, meta, n == q.lone_dashes) + out)
 
     root = dest / "project"
@@ -346,7 +359,9 @@ def write_project(dest: Path, *, seed: int = 31) -> Project:
     (root / "kvarn/apply-order").write_text("".join(append_lines), encoding="utf-8")
     modules = root / "kvarn/modules/v1/attention/ops/kvarn"
     modules.mkdir(parents=True)
-    (modules / "__init__.py").write_text('"""KVarN ops (module directory copied into the tree)."""\n')
+    (modules / "__init__.py").write_text(
+        '"""KVarN ops (module directory copied into the tree)."""\n'
+    )
     (modules / "codec.py").write_text("def encode(x):\n    return x  # ü\n", encoding="utf-8")
     (root / "docker").mkdir()
     (root / "docker/requirements.txt").write_text(f"# the pin\nvllm=={PIN}\ntransformers>=4.50\n")

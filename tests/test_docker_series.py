@@ -155,7 +155,8 @@ def test_a_module_file_missing_from_the_installed_tree_fails_the_verify_step(
     payload = json.loads(again.stdout)
     row = next(p for p in payload["patches"] if p["name"] == "docker-test-module")
     assert row["status"] == "failed"
-    assert "partly applied already" in row["error"]
+    assert row["error"] == "partly in the tree"
+    assert "row docker-test-module is partly in the tree" in payload["refused"]
     assert payload["written"] == []
     assert not victim.exists()
 

@@ -7,7 +7,6 @@ is never read as rich markup or recoloured, and ``:smile:`` in a subject stays t
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any, TextIO
 
@@ -19,15 +18,10 @@ _LOG_WIDTH = 100_000
 
 
 def _console(stream: TextIO, **kwargs: Any) -> Console:
-    width = None if stream.isatty() or os.environ.get("COLUMNS") else _LOG_WIDTH
+    # The stream is looked up at print time (tests swap sys.stdout); its width is decided once.
+    width = None if stream.isatty() else _LOG_WIDTH
     return Console(
-        file=stream,
-        markup=False,
-        highlight=False,
-        emoji=False,
-        soft_wrap=False,
-        width=width,
-        **kwargs,
+        markup=False, highlight=False, emoji=False, soft_wrap=False, width=width, **kwargs
     )
 
 

@@ -44,22 +44,25 @@ EPILOG = (
 )
 
 
-def default_series(repo: Path | None) -> list[Patch]:
+def default_series(start: Path, *, repo: Path | None = None) -> list[Patch]:
     """The patches ``apply`` uses when no ``--patch`` is given: the manifest's series.
 
-    The rows of ``patches/manifest.yaml`` in ``repo`` (default: the repository at or above the
-    current directory), built by ``series/rows.py`` (patch rows parsed, module-file rows as creations;
-    skipped rows left out).
+    The rows of ``patches/manifest.yaml`` in ``repo``, else in the repository at or above ``start``,
+    built by ``series/rows.py`` (patch rows parsed, module-file rows as creations; skipped rows left
+    out).
     """
     from hyperqwen_patches.series import rows as series
     from hyperqwen_patches.series.manifest import find_repo_root, resolve_repo
 
-    if repo is None and find_repo_root(Path.cwd()) is None:
+    if repo is not None:
+        return series.default_series(resolve_repo(repo))
+    root = find_repo_root(start)
+    if root is None:
         raise UsageError(
-            "no --patch given and no manifest found at or above the current directory",
+            "no --patch given and no manifest found",
             hint="pass --repo with the repository, or the patches with --patch FILE (repeatable)",
         )
-    return series.default_series(resolve_repo(repo))
+    return series.default_series(root)
 
 
 def load_patch(path: Path, *, strip: int = 1) -> Patch:
@@ -145,7 +148,7 @@ def apply_command(
 
     if patch and repo is not None:
         raise UsageError("give --patch FILE or --repo DIR, not both")
-    patches = [load_patch(p) for p in patch] if patch else default_series(repo)
+    patches = [load_patch(p) for p in patch] if patch else default_series(Path.cwd(), repo=repo)
     wrong = misplaced(directory, patches)
     if wrong:
         raise UsageError(

@@ -89,7 +89,8 @@ def _refuse(presence: Sequence[PresenceResult], carried: int) -> CarriedResult:
         absent = ", ".join(_show(f.path) for f in p.files if f.status != "applied")
         reason = f"row {p.name} is partly in the tree ({there} carry it; {absent} do not)"
     else:
-        reason = f"the tree carries {', '.join(later)} but not {gap.name} before " + (
+        shown = ", ".join(later[:5]) + (f" and {len(later) - 5} more" if len(later) > 5 else "")
+        reason = f"the tree carries {shown} but not {gap.name} before " + (
             "it" if len(later) == 1 else "them"
         )
     results: list[PatchResult] = []
