@@ -308,3 +308,30 @@ def test_write_keeps_modes_and_applies_new_ones(tree: Path) -> None:
     )
     assert stat.S_IMODE(envs.stat().st_mode) == 0o600
     assert stat.S_IMODE((tree / "vllm/run.sh").stat().st_mode) == 0o755
+
+
+def test_a_lopsided_hunk_says_why_it_cannot_match(tree: Path, tmp_path: Path) -> None:
+    """A hunk with more leading than trailing context matches, line for line, at its stated place,
+    and still fails: at fuzz 0 GNU patch places it only at the end of the file. The report used to
+    say "4 of 4 lines equal; differing:" and list nothing. GNU patch is the oracle for the failure."""
+    from conftest import require_gnu_patch
+
+    data = b"--- a/vllm/envs.py\n+++ b/vllm/envs.py\n@@ -2,3 +2,4 @@\n \n A = 1\n+Z = 0\n B = 2\n"
+    patch = write(tmp_path, "lopsided.patch", data)
+    gnu = subprocess.run(
+        [require_gnu_patch(), "-p1", "--fuzz", "0", "--dry-run", "-i", str(patch)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert gnu.returncode == 1 and "Hunk #1 FAILED at 2." in gnu.stdout
+    proc = run(tree, "--patch", patch)
+    assert proc.returncode == 1
+    assert (
+        f"hunk #1 (stated line 2, {patch}:3): its 2 leading and 1 trailing context lines"
+        in proc.stdout
+    )
+    assert "can only match at the end of the file" in proc.stdout
+    assert "its lines match at line 2: all 3 equal" in proc.stdout
+    assert proc.stdout.count("nothing was written") + proc.stderr.count("nothing was written") == 1

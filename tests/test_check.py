@@ -298,8 +298,9 @@ def test_invariant_3_failed_hunk_names_row_file_hunk_and_near_miss(tmp_path: Pat
     assert report.exit_code == ExitCode.FINDING
     [finding] = [f for f in report.findings if f.check == "apply"]
     assert finding.subject == "row envs-knob: vllm/envs.py hunk #1"
+    # The hunk's own line in its patch file comes first: that is where a maintainer looks.
     assert finding.message.startswith(
-        "does not apply at fuzz 0 (stated line 8; GNU patch: FAILED at 8)"
+        "patches/0001-envs-knob.patch:7: does not apply at fuzz 0 (stated line 8; GNU patch: FAILED at 8)"
     )
     assert "line 9: expected 'VAR_9 = 9\\n'" in finding.detail
     assert "found    'VAR_9 = 99\\n'" in finding.detail
@@ -307,7 +308,8 @@ def test_invariant_3_failed_hunk_names_row_file_hunk_and_near_miss(tmp_path: Pat
     proc = hqp("check", "--repo", str(root))
     assert proc.returncode == 1
     assert (
-        "FAIL [apply] row envs-knob: vllm/envs.py hunk #1: does not apply at fuzz 0" in proc.stdout
+        "FAIL [apply] row envs-knob: vllm/envs.py hunk #1: patches/0001-envs-knob.patch:7: does not apply at fuzz 0"
+        in proc.stdout
     )
     assert proc.stderr.startswith("error: check: 1 finding (")
     assert proc.stderr.rstrip().endswith("checks); 1 of 2 rows applied")
@@ -344,7 +346,9 @@ def test_invariant_3_ambiguous_placement_fails(tmp_path: Path) -> None:
     assert report.rows[0].status == "ambiguous"
     [finding] = [f for f in report.findings if f.check == "apply"]
     assert finding.subject == "row ambiguous: vllm/worker.py hunk #1"
-    assert finding.message == "ambiguous: its context matches at line 3 and also at 7"
+    assert finding.message == (
+        "patches/0001-envs-knob.patch:3: ambiguous: its context matches at line 3 and also at 7"
+    )
 
 
 def test_invariant_3_already_upstream(tmp_path: Path) -> None:

@@ -191,6 +191,8 @@ def _hunk_message(h: HunkResult, max_offset: int | None) -> str:
 def _near_miss_text(nm: Any) -> str:
     from hyperqwen_patches.console import show
 
+    if not nm.differences:
+        return f"its lines match at line {nm.line}, all {nm.total} equal"
     lines = [f"closest place: line {nm.line}, {nm.matched} of {nm.total} context lines equal"]
     for d in nm.differences:
         actual = "(end of file)" if d.actual is None else repr(show(d.actual))
@@ -208,6 +210,14 @@ def check_apply(ctx: CheckContext) -> list[Finding]:
         if s.row.skip is None and s.error is not None:
             findings.append(Finding("apply", "error", f"row {s.row.name}", s.error))
     result = ctx.applied
+    # Where each hunk is in its patch file (patches/0002-x.patch:116), for the person who opens it.
+    at = {
+        (s.row.name, fp.path, h.number): f"{s.row.patch}:{h.patch_line}"
+        for s in ctx.series
+        if s.patch is not None and s.row.patch is not None
+        for fp in s.patch.files
+        for h in fp.hunks
+    }
     for patch in result.patches:
         subject_row = f"row {patch.name}"
         if patch.status == "already-applied":
@@ -241,12 +251,13 @@ def check_apply(ctx: CheckContext) -> list[Finding]:
                 if h.ok and not over:
                     continue
                 detail = _near_miss_text(h.near_miss) if h.near_miss is not None else ""
+                where = at.get((patch.name, file.path, h.number))
                 findings.append(
                     Finding(
                         "apply",
                         "error",
                         f"{subject_row}: {path} hunk #{h.number}",
-                        _hunk_message(h, ctx.max_offset),
+                        (f"{where}: " if where else "") + _hunk_message(h, ctx.max_offset),
                         detail,
                     )
                 )

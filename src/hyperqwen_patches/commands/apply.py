@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -176,9 +177,9 @@ def apply_command(
     if json_output:
         from hyperqwen_patches.console import emit_json
 
-        emit_json(apply_payload(result))
+        emit_json(apply_payload(result, patches))
     else:
-        _render_apply(result)
+        _render_apply(result, patches)
     if result.refused:
         raise FindingError(
             f"{directory} is in a state no run of this series leaves: {result.refused}; "
@@ -220,8 +221,22 @@ def _near_miss_record(miss: NearMiss | None) -> dict[str, Any] | None:
     }
 
 
-def _hunk_record(hunk: HunkResult) -> dict[str, Any]:
+PatchLines = dict[tuple[str, bytes, int], int]
+
+
+def _patch_lines(patches: Sequence[Patch]) -> PatchLines:
+    """(patch, file, hunk number) -> the hunk's ``@@`` line in its patch file, for messages."""
     return {
+        (patch.name, fp.path, h.number): h.patch_line
+        for patch in patches
+        for fp in patch.files
+        for h in fp.hunks
+    }
+
+
+def _hunk_record(hunk: HunkResult, patch_line: int | None = None) -> dict[str, Any]:
+    return {
+        "patch_line": patch_line,
         "number": hunk.number,
         "stated_line": hunk.stated_line,
         "applied_line": hunk.applied_line,
@@ -234,19 +249,23 @@ def _hunk_record(hunk: HunkResult) -> dict[str, Any]:
     }
 
 
-def _file_record(file: FileResult) -> dict[str, Any]:
+def _file_record(
+    file: FileResult, patch: str = "", lines: PatchLines | None = None
+) -> dict[str, Any]:
+    lines = lines or {}
     return {
         "path": _text(file.path),
         "old_path": _text(file.old_path),
         "action": file.action,
         "status": file.status,
         "error": file.error,
-        "hunks": [_hunk_record(h) for h in file.hunks],
+        "hunks": [_hunk_record(h, lines.get((patch, file.path, h.number))) for h in file.hunks],
     }
 
 
-def apply_payload(result: TreeApplyResult) -> dict[str, Any]:
+def apply_payload(result: TreeApplyResult, patches: Sequence[Patch] = ()) -> dict[str, Any]:
     series = result.series
+    lines = _patch_lines(patches)
     statuses = [p.status for p in series.patches]
     return {
         "directory": str(result.root),
@@ -260,7 +279,7 @@ def apply_payload(result: TreeApplyResult) -> dict[str, Any]:
                 "name": p.name,
                 "status": p.status,
                 "error": p.error,
-                "files": [_file_record(f) for f in p.files],
+                "files": [_file_record(f, p.name, lines) for f in p.files],
             }
             for p in series.patches
         ],
@@ -310,7 +329,7 @@ def check_payload(result: TreeCheckResult) -> dict[str, Any]:
 # --- presentation ----------------------------------------------------------------------------------
 
 
-def _render_apply(result: TreeApplyResult) -> None:
+def _render_apply(result: TreeApplyResult, patches: Sequence[Patch] = ()) -> None:
     from rich.table import Table
 
     from hyperqwen_patches.console import out, show
@@ -354,6 +373,7 @@ def _render_apply(result: TreeApplyResult) -> None:
                     status,
                 )
     out.print(table)
+    lines = _patch_lines(patches)
     for patch in result.series.patches:
         if patch.ok:
             continue
@@ -365,11 +385,14 @@ def _render_apply(result: TreeApplyResult) -> None:
             for hunk in file.hunks:
                 if hunk.ok:
                     continue
+                at = lines.get((patch.name, file.path, hunk.number))
+                where = f", {patch.name}:{at}" if at else ""
                 out.print(
-                    f"    hunk #{hunk.number} (stated line {hunk.stated_line}): {hunk.reason}"
+                    f"    hunk #{hunk.number} (stated line {hunk.stated_line}{where}): {hunk.reason}"
                 )
                 _render_near_miss(hunk.near_miss)
     totals = apply_payload(result)["totals"]
+
     # A failure's summary is the error line the CLI prints on stderr; it is not repeated here.
     if result.ok:
         verb = "would change" if result.dry_run else "changed"
@@ -393,6 +416,9 @@ def _render_near_miss(miss: NearMiss | None) -> None:
     from hyperqwen_patches.console import out, show
 
     if miss is None:
+        return
+    if not miss.differences:
+        out.print(f"      its lines match at line {miss.line}: all {miss.total} equal")
         return
     out.print(
         f"      closest match at line {miss.line}: {miss.matched} of {miss.total} lines equal; differing:"

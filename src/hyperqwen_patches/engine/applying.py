@@ -468,6 +468,7 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
             failed = True
             # GNU patch reports a hunk it could not locate at its stated line plus out_offset only.
             reported = first_line(hunk) + out_offset
+            miss = near_miss(hunk, file, placed.first_guess)
             results.append(
                 HunkResult(
                     number=hunk.number,
@@ -476,8 +477,8 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
                     offset=in_offset,
                     status="failed",
                     reported_line=reported,
-                    near_miss=near_miss(hunk, file, placed.first_guess),
-                    reason="the preimage does not match exactly anywhere in the search range",
+                    near_miss=miss,
+                    reason=_unlocated(hunk, miss),
                     line_endings_differ=_endings_differ(hunk, lines, reported),
                 )
             )
@@ -542,6 +543,20 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
         return _Outcome("failed", None, tuple(results), _failure_summary(results))
     output.extend(lines[copied:])
     return _Outcome("applied", b"".join(output), tuple(results))
+
+
+def _unlocated(hunk: Hunk, miss: NearMiss | None) -> str:
+    """Why a hunk was not found. A preimage that matches somewhere, line for line, failed only for
+    GNU's context-asymmetry rule: say so, or the report shows "4 of 4 lines equal" and no reason."""
+    lead, trail = hunk.prefix_context, hunk.suffix_context
+    if miss is not None and not miss.differences and lead != trail:
+        where, fewer = ("end", "trailing") if trail < lead else ("start", "leading")
+        return (
+            f"its {lead} leading and {trail} trailing context lines differ, so at fuzz 0 it can "
+            f"only match at the {where} of the file (a hunk with fewer {fewer} lines was cut "
+            f"there); its lines match at line {miss.line}, which is not the {where}"
+        )
+    return "the preimage does not match exactly anywhere in the search range"
 
 
 def _endings_differ(hunk: Hunk, lines: Sequence[bytes], where: int) -> bool:
