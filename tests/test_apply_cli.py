@@ -118,8 +118,9 @@ def test_a_failed_hunk_writes_nothing_and_shows_the_near_miss(tree: Path, tmp_pa
     assert proc.returncode == 1
     assert snapshot(tree) == before
     assert "FAILED" in proc.stdout and "bad.patch" in proc.stdout
-    assert "closest match at line 1: 1 of 3 lines equal" in proc.stdout
-    assert "expected 'nope\\n', found '\\n'" in proc.stdout
+    # The aligned view: "nope" is the one line the file lacks (positionally, 2 of 3 would differ).
+    assert "closest match at line 1: 2 of 3 preimage lines are there" in proc.stdout
+    assert "\n         import os\n        -nope\n" in proc.stdout
     assert "nothing was written" in proc.stderr
     payload = json.loads(run(tree, "--patch", good, "--patch", bad, "--json").stdout)
     assert [p["status"] for p in payload["patches"]] == ["applied", "failed"]

@@ -221,3 +221,26 @@ def test_unequal_context_anchors_like_gnu_patch() -> None:
     assert not result.ok
     assert result.patches[0].files[0].hunks[0].gnu_message() == "Hunk #1 FAILED at 1."
     assert run_gnu(tree, data).files["f"].messages == ["Hunk #1 FAILED at 1."]
+
+
+def test_a_line_inserted_upstream_is_one_inserted_line_in_the_near_miss() -> None:
+    """A real series' report listed six "differing" lines for a hunk whose region had gained one line
+    upstream (positional comparison at GNU's spot); the aligned view shows the one line."""
+    from hyperqwen_patches.engine.applying import apply_patch
+    from hyperqwen_patches.engine.patchset import parse_patch
+    from hyperqwen_patches.engine.placement import aligned_summary
+
+    old = b"".join(b"line %d\n" % i for i in range(1, 21))
+    new_file = old.replace(b"line 9\n", b"line 9\nupstream line\n")
+    patch = parse_patch(
+        b"--- a/f\n+++ b/f\n@@ -7,7 +7,7 @@\n line 7\n line 8\n line 9\n-line 10\n+ten\n"
+        b" line 11\n line 12\n line 13\n",
+        name="p",
+    )
+    [hunk] = apply_patch(patch, {b"f": new_file}.get).patches[0].files[0].hunks
+    assert hunk.status == "failed" and hunk.near_miss is not None
+    miss = hunk.near_miss
+    assert len(miss.differences) == 3  # what the positional comparison says
+    assert miss.aligned.count(b"\n+") + miss.aligned.startswith(b"+") == 1
+    assert b"+upstream line\n" in miss.aligned
+    assert aligned_summary(miss) == "7 of 7 preimage lines are there, with 1 other line among them"

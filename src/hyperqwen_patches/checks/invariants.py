@@ -193,11 +193,13 @@ def _near_miss_text(nm: Any) -> str:
 
     if not nm.differences:
         return f"its lines match at line {nm.line}, all {nm.total} equal"
-    lines = [f"closest place: line {nm.line}, {nm.matched} of {nm.total} context lines equal"]
-    for d in nm.differences:
-        actual = "(end of file)" if d.actual is None else repr(show(d.actual))
-        lines.append(f"  line {d.line}: expected {show(d.expected)!r}")
-        lines.append(f"  {' ' * len(str(d.line))}       found    {actual}")
+    from hyperqwen_patches.engine.placement import aligned_summary
+
+    lines = [
+        f"closest place: line {nm.aligned_line or nm.line}: {aligned_summary(nm)} "
+        "(- the patch expects, + the release has):"
+    ]
+    lines += [f"  {line}" for line in show(nm.aligned).splitlines()]
     return "\n".join(lines)
 
 

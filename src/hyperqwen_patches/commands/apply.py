@@ -218,6 +218,8 @@ def _near_miss_record(miss: NearMiss | None) -> dict[str, Any] | None:
             {"line": d.line, "expected": _text(d.expected), "actual": _text(d.actual)}
             for d in miss.differences
         ],
+        "aligned_line": miss.aligned_line,
+        "aligned": _text(miss.aligned),
     }
 
 
@@ -420,14 +422,19 @@ def _render_near_miss(miss: NearMiss | None) -> None:
     if not miss.differences:
         out.print(f"      its lines match at line {miss.line}: all {miss.total} equal")
         return
+    # The aligned view (engine.placement.align): a line inserted upstream is one "+" line, where a
+    # positional comparison would call every later line different.
+    diff = show(miss.aligned).splitlines()
+    from hyperqwen_patches.engine.placement import aligned_summary
+
     out.print(
-        f"      closest match at line {miss.line}: {miss.matched} of {miss.total} lines equal; differing:"
+        f"      closest match at line {miss.aligned_line or miss.line}: {aligned_summary(miss)}"
+        " (- the patch expects, + the file has):"
     )
-    for diff in miss.differences[:12]:
-        actual = "<end of file>" if diff.actual is None else repr(show(diff.actual))
-        out.print(f"        line {diff.line}: expected {show(diff.expected)!r}, found {actual}")
-    if len(miss.differences) > 12:
-        out.print(f"        ... and {len(miss.differences) - 12} more")
+    for line in diff[:16]:
+        out.print(f"        {line}")
+    if len(diff) > 16:
+        out.print(f"        ... and {len(diff) - 16} more lines")
 
 
 def _render_check(result: TreeCheckResult) -> None:

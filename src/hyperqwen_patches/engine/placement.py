@@ -21,6 +21,7 @@ match in the search range, which is what ambiguity detection reports.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,7 +44,11 @@ class NearMiss:
     line: int  # where the preimage would start (1-based, in the file before this patch)
     matched: int  # how many preimage lines are equal there
     total: int  # preimage length
-    differences: tuple[LineDiff, ...]
+    differences: tuple[LineDiff, ...]  # line by line at ``line`` (what GNU compared)
+    # The preimage aligned with the file there (``align``): " "/"-"/"+" lines, so a line inserted
+    # upstream inside the region reads as one inserted line, not as every later line differing.
+    aligned_line: int | None = None
+    aligned: bytes = b""
 
 
 class FileLines:
@@ -243,9 +248,56 @@ def near_miss(hunk: Hunk, file: FileLines, first_guess: int) -> NearMiss | None:
         actual = file.lines[number - 1] if number <= len(file.lines) else None
         if actual != expected:
             differences.append(LineDiff(number, expected, actual))
+    aligned_line, aligned = align(pattern, file.lines, best) if differences else (None, b"")
     return NearMiss(
         line=best,
         matched=len(pattern) - len(differences),
         total=len(pattern),
         differences=tuple(differences),
+        aligned_line=aligned_line,
+        aligned=aligned,
     )
+
+
+def aligned_summary(miss: NearMiss) -> str:
+    """``4 of 4 preimage lines are there, with 1 other line among them`` (from the aligned view)."""
+    lines = miss.aligned.splitlines()
+    same = sum(1 for x in lines if x[:1] == b" ")
+    other = sum(1 for x in lines if x[:1] == b"+")
+    text = f"{same} of {miss.total} preimage lines are there"
+    if other:
+        text += f", with {other} other line{'s' if other != 1 else ''} among them"
+    return text
+
+
+def align(pattern: Sequence[bytes], lines: Sequence[bytes], near: int) -> tuple[int, bytes]:
+    """The preimage aligned with the file around 1-based line ``near``: (first file line, diff lines
+    of preimage against file). The window reaches one preimage length either side, so lines inserted
+    or deleted inside the region show as such."""
+    lo = max(0, near - 1 - len(pattern))
+    hi = min(len(lines), near - 1 + 2 * len(pattern))
+    window = list(lines[lo:hi])
+    matcher = difflib.SequenceMatcher(None, list(pattern), window, autojunk=False)
+    blocks = [b for b in matcher.get_matching_blocks() if b.size]
+    if blocks:
+        first, last = blocks[0], blocks[-1]
+        start = max(0, first.b - first.a)
+        end = min(len(window), last.b + last.size + (len(pattern) - last.a - last.size))
+    else:
+        start = max(0, near - 1 - lo)
+        end = min(len(window), start + len(pattern))
+    span = window[start:end]
+    out: list[bytes] = []
+    ops = difflib.SequenceMatcher(None, list(pattern), span, autojunk=False).get_opcodes()
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal":
+            out += [b" " + eol_marked(x) for x in pattern[i1:i2]]
+            continue
+        out += [b"-" + eol_marked(x) for x in pattern[i1:i2]]
+        out += [b"+" + eol_marked(x) for x in span[j1:j2]]
+    return lo + start + 1, b"".join(out)
+
+
+def eol_marked(line: bytes) -> bytes:
+    """A line as a diff shows it: a last line without newline gets GNU's marker line."""
+    return line if line.endswith(b"\n") else line + b"\n\\ No newline at end of file\n"

@@ -8,6 +8,7 @@ import difflib
 from collections.abc import Sequence
 
 from hyperqwen_patches.engine.patchset import split_lines
+from hyperqwen_patches.engine.placement import eol_marked
 from hyperqwen_patches.port.model import DIFF_CONTEXT, REGION_MARGIN, FileDrift
 from hyperqwen_patches.sources.pristine import PristineTree
 
@@ -136,11 +137,11 @@ def _format_ops(
         body: list[bytes] = []
         i = i_start
         for _, i1, i2, j1, j2 in group:
-            body += [b" " + _eol(x) for x in a[i:i1]]
-            body += [b"-" + _eol(x) for x in a[i1:i2]]
-            body += [b"+" + _eol(x) for x in b[j1:j2]]
+            body += [b" " + eol_marked(x) for x in a[i:i1]]
+            body += [b"-" + eol_marked(x) for x in a[i1:i2]]
+            body += [b"+" + eol_marked(x) for x in b[j1:j2]]
             i = i2
-        body += [b" " + _eol(x) for x in a[i:i_end]]
+        body += [b" " + eol_marked(x) for x in a[i:i_end]]
         header = b"@@ -%d,%d +%d,%d @@\n" % (
             i_start + 1,
             i_end - i_start,
@@ -150,7 +151,3 @@ def _format_ops(
         out.append(header)
         out += body
     return b"".join(out)
-
-
-def _eol(line: bytes) -> bytes:
-    return line if line.endswith(b"\n") else line + b"\n\\ No newline at end of file\n"

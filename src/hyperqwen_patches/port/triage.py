@@ -22,7 +22,6 @@ Everything here returns result objects; the command renders them (table, JSON, m
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
@@ -34,7 +33,14 @@ from hyperqwen_patches.engine.applying import (
     apply_patch,
 )
 from hyperqwen_patches.engine.patchset import FilePatch, Hunk, Patch, split_lines
-from hyperqwen_patches.engine.placement import FileLines, LineDiff, NearMiss, locate, near_miss
+from hyperqwen_patches.engine.placement import (
+    FileLines,
+    LineDiff,
+    NearMiss,
+    align,
+    locate,
+    near_miss,
+)
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.port.model import (
     FORWARD,
@@ -49,7 +55,7 @@ from hyperqwen_patches.port.model import (
     RowPort,
     RowStatus,
 )
-from hyperqwen_patches.port.pristinediff import PristinePair, _eol
+from hyperqwen_patches.port.pristinediff import PristinePair
 from hyperqwen_patches.sources.pristine import PristineTree
 
 # --- classification -------------------------------------------------------------------------------
@@ -266,34 +272,6 @@ def _near_region(hunk: Hunk, content: bytes, center: int) -> NearMiss | None:
     return NearMiss(line=start, matched=matched, total=len(pattern), differences=differences)
 
 
-def _align(pattern: Sequence[bytes], lines: Sequence[bytes], near: int) -> tuple[int, bytes]:
-    """The preimage aligned with the file around 1-based line ``near``: (first file line, diff
-    lines). The window reaches one preimage length either side, so lines inserted or deleted
-    upstream inside the region show as such."""
-    lo = max(0, near - 1 - len(pattern))
-    hi = min(len(lines), near - 1 + 2 * len(pattern))
-    window = list(lines[lo:hi])
-    matcher = difflib.SequenceMatcher(None, list(pattern), window, autojunk=False)
-    blocks = [b for b in matcher.get_matching_blocks() if b.size]
-    if blocks:
-        first, last = blocks[0], blocks[-1]
-        start = max(0, first.b - first.a)
-        end = min(len(window), last.b + last.size + (len(pattern) - last.a - last.size))
-    else:
-        start = max(0, near - 1 - lo)
-        end = min(len(window), start + len(pattern))
-    span = window[start:end]
-    out: list[bytes] = []
-    ops = difflib.SequenceMatcher(None, list(pattern), span, autojunk=False).get_opcodes()
-    for tag, i1, i2, j1, j2 in ops:
-        if tag == "equal":
-            out += [b" " + _eol(x) for x in pattern[i1:i2]]
-            continue
-        out += [b"-" + _eol(x) for x in pattern[i1:i2]]
-        out += [b"+" + _eol(x) for x in span[j1:j2]]
-    return lo + start + 1, b"".join(out)
-
-
 def _conflict(
     path: bytes,
     hunk: Hunk,
@@ -319,7 +297,7 @@ def _conflict(
     aligned, aligned_line = b"", None
     current = read(source)
     if miss is not None and current:
-        aligned_line, aligned = _align(hunk.old_lines, split_lines(current), miss.line)
+        aligned_line, aligned = align(hunk.old_lines, split_lines(current), miss.line)
     cause = _conflict_cause(fp, fwd, result, pair)
     placed_by_content = result.near_miss is not None and not (result.reason or "").startswith(
         "misordered"
