@@ -140,7 +140,7 @@ def test_policies_from_the_command_line(tree: Path, tmp_path: Path) -> None:
     shown = run(tree, "--patch", patch, "--max-offset", "3", "--dry-run")
     assert shown.returncode == 0
     row = next(line for line in shown.stdout.splitlines() if "worker.py" in line)
-    assert [cell.strip() for cell in row.split("│")[3:8]] == ["#1", "9", "12", "+3", "offset"]
+    assert [cell.strip() for cell in row.split("│")[2:7]] == ["#1", "9", "12", "+3", "offset"]
     worker.write_bytes(worker.read_bytes() + b"line 9\nline 10\nline 11\n")  # a decoy copy
     assert run(tree, "--patch", patch, "--dry-run").returncode == 0
     strict = run(tree, "--patch", patch, "--strict", "--dry-run")

@@ -145,17 +145,28 @@ def adopt_command(
 
 
 def _render(plan: AdoptPlan, dry_run: bool) -> None:
-    from rich.table import Table
+    from hyperqwen_patches.console import err, out, table_lines
 
-    from hyperqwen_patches.console import err, out
-
-    table = Table(title=f"adopt → {plan.root}", title_justify="left")
-    for column in ("#", "row", "kind", "file", "from", "unset"):
-        table.add_column(column, justify="right" if column == "#" else "left")
-    for i, row in enumerate(plan.rows, 1):
-        source = row.patch if row.patch is not None else f"{row.files}/"
-        table.add_row(str(i), row.name, row.kind, source, row.origin, ", ".join(row.unset) or "-")
-    out.print(table)
+    columns = [
+        ("#", "right"),
+        ("row", "left"),
+        ("kind", "left"),
+        ("file", "left"),
+        ("from", "left"),
+        ("unset", "left"),
+    ]
+    rows = [
+        (
+            str(i),
+            row.name,
+            row.kind,
+            row.patch if row.patch is not None else f"{row.files}/",
+            row.origin,
+            ", ".join(row.unset) or "-",
+        )
+        for i, row in enumerate(plan.rows, 1)
+    ]
+    out.print("\n".join([f"adopt → {plan.root}", *table_lines(columns, rows)]), soft_wrap=True)
     unset = sum(1 for r in plan.rows if r.unset)
     verb = "would write" if dry_run else "wrote"
     replaced = f" (replacing {', '.join(plan.replaced)})" if plan.replaced else ""

@@ -332,21 +332,24 @@ def check_payload(result: TreeCheckResult) -> dict[str, Any]:
 
 
 def _render_apply(result: TreeApplyResult, patches: Sequence[Patch] = ()) -> None:
-    from rich.table import Table
+    from hyperqwen_patches.console import out, show, table_lines
 
-    from hyperqwen_patches.console import out, show
-
-    table = Table(title=f"apply → {result.root}", title_justify="left")
-    for column in ("patch", "file", "hunk", "stated", "applied", "offset", "status"):
-        table.add_column(
-            column, justify="right" if column in ("hunk", "stated", "applied", "offset") else "left"
-        )
+    columns = [
+        ("patch", "left"),
+        ("file", "left"),
+        ("hunk", "right"),
+        ("stated", "right"),
+        ("applied", "right"),
+        ("offset", "right"),
+        ("status", "left"),
+    ]
+    rows: list[tuple[str, ...]] = []
     for patch in result.series.patches:
         for file in patch.files:
             label = show(file.path)
             if not file.hunks or file.status == "already-applied":
                 count = f"{len(file.hunks)} hunks" if file.hunks else ""
-                table.add_row(patch.name, label, count, "", "", "", file.status)
+                rows.append((patch.name, label, count, "", "", "", file.status))
                 continue
             # Hunks that landed exactly where stated, with no other match, fold into one row: the
             # table is for what a maintainer must look at (offsets, ambiguity, failures).
@@ -354,27 +357,30 @@ def _render_apply(result: TreeApplyResult, patches: Sequence[Patch] = ()) -> Non
             if len(quiet) == 1:
                 (one,) = quiet
                 line = str(one.applied_line)
-                table.add_row(
-                    patch.name, label, f"#{one.number}", str(one.stated_line), line, "0", "exact"
+                rows.append(
+                    (patch.name, label, f"#{one.number}", str(one.stated_line), line, "0", "exact")
                 )
             elif quiet:
-                table.add_row(patch.name, label, f"{len(quiet)} hunks", "", "", "0", "exact")
+                rows.append((patch.name, label, f"{len(quiet)} hunks", "", "", "0", "exact"))
             for hunk in file.hunks:
                 if hunk.status == "exact" and not hunk.other_matches:
                     continue
                 status = hunk.status
                 if hunk.other_matches and hunk.ok:
                     status += " (also at " + ", ".join(map(str, hunk.other_matches)) + ")"
-                table.add_row(
-                    patch.name,
-                    label,
-                    f"#{hunk.number}",
-                    str(hunk.stated_line),
-                    "" if hunk.applied_line is None else str(hunk.applied_line),
-                    "" if not hunk.ok else f"{hunk.offset:+d}" if hunk.offset else "0",
-                    status,
+                rows.append(
+                    (
+                        patch.name,
+                        label,
+                        f"#{hunk.number}",
+                        str(hunk.stated_line),
+                        "" if hunk.applied_line is None else str(hunk.applied_line),
+                        "" if not hunk.ok else f"{hunk.offset:+d}" if hunk.offset else "0",
+                        status,
+                    )
                 )
-    out.print(table)
+    # One print for the whole block: rich's per-call overhead adds up over hundreds of rows.
+    out.print("\n".join([f"apply → {result.root}", *table_lines(columns, rows)]), soft_wrap=True)
     lines = _patch_lines(patches)
     for patch in result.series.patches:
         if patch.ok:
@@ -438,19 +444,17 @@ def _render_near_miss(miss: NearMiss | None) -> None:
 
 
 def _render_check(result: TreeCheckResult) -> None:
-    from rich.table import Table
+    from hyperqwen_patches.console import out, show, table_lines
 
-    from hyperqwen_patches.console import out, show
-
-    table = Table(title=f"check-applied → {result.root}", title_justify="left")
-    for column in ("patch", "status", "files not carried"):
-        table.add_column(column)
-    for patch in result.patches:
-        missing = [show(f.path) for f in patch.files if f.status != "applied"]
-        table.add_row(patch.name, patch.status, ", ".join(missing))
-    out.print(table)
+    columns = [("patch", "left"), ("status", "left"), ("files not carried", "left")]
+    rows = [
+        (p.name, p.status, ", ".join(show(f.path) for f in p.files if f.status != "applied"))
+        for p in result.patches
+    ]
+    lines = [f"check-applied → {result.root}", *table_lines(columns, rows)]
     bad = [p.name for p in result.patches if p.status != "present"]
     if bad:
-        out.print(f"not carried: {', '.join(bad)}")
+        lines.append(f"not carried: {', '.join(bad)}")
     else:
-        out.print(f"ok: {result.root} carries all {len(result.patches)} patches")
+        lines.append(f"ok: {result.root} carries all {len(result.patches)} patches")
+    out.print("\n".join(lines), soft_wrap=True)

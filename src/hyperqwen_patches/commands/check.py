@@ -111,23 +111,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 
 
 def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
-    """The table in rich's look (heavy head, no outer edge), formatted here as plain text.
+    """The row table (console.table_lines with check's columns)."""
+    from hyperqwen_patches.console import table_lines as lines
 
-    rich's Table took 0.44 s for a 1,000-row series (measuring and wrapping every cell), more than
-    the checks themselves (docs/performance.md); this takes milliseconds. Lines are never wrapped or
-    cut: a terminal narrower than the table soft-wraps them.
-    """
-    widths = [max([len(name)] + [len(r[i]) for r in rows]) for i, (name, _) in enumerate(COLUMNS)]
-
-    def line(cells: tuple[str, ...], sep: str) -> str:
-        parts = []
-        for cell, width, (_, justify) in zip(cells, widths, COLUMNS, strict=True):
-            parts.append(cell.rjust(width) if justify == "right" else cell.ljust(width))
-        return sep.join(f" {p} " for p in parts)
-
-    head = line(tuple(name for name, _ in COLUMNS), "┃")
-    rule = "╇".join("━" * (w + 2) for w in widths)
-    return [head, rule, *(line(r, "│") for r in rows)]
+    return lines(COLUMNS, rows)
 
 
 def render_table(report: CheckReport) -> str:
