@@ -13,8 +13,16 @@ USER_TEXT = "fix :smile: and :warning: in [PATCH 1/3] [bold]x[/bold]"
 
 
 @pytest.mark.parametrize("which", ["out", "err"])
-def test_consoles_print_emoji_codes_as_text(which: str) -> None:
-    sink: Console = getattr(console, which)
+def test_consoles_print_emoji_codes_as_text(which: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Plain text goes to the stream as it is (the sink does not even import rich for it)."""
+    getattr(console, which).print(USER_TEXT)
+    captured = capsys.readouterr()
+    assert getattr(captured, which) == USER_TEXT + "\n"
+
+
+@pytest.mark.parametrize("which", ["out", "err"])
+def test_the_rich_console_behind_the_sink_prints_emoji_codes_as_text(which: str) -> None:
+    sink: Console = getattr(console, which).rich
     with sink.capture() as captured:
         sink.print(USER_TEXT)
     assert captured.get() == USER_TEXT + "\n"
@@ -23,7 +31,7 @@ def test_consoles_print_emoji_codes_as_text(which: str) -> None:
 @pytest.mark.parametrize("which", ["out", "err"])
 def test_table_cells_keep_emoji_codes(which: str) -> None:
     """Tables (the check report's rows) render cells through the same console settings."""
-    sink: Console = getattr(console, which)
+    sink: Console = getattr(console, which).rich
     table = Table("row")
     table.add_row(":smile:-row")
     with sink.capture() as captured:
@@ -38,3 +46,13 @@ def test_a_default_console_would_replace_the_code() -> None:
     with default.capture() as captured:
         default.print(":smile:")
     assert captured.get() != ":smile:\n"
+
+
+def test_off_a_terminal_long_lines_are_not_wrapped(capsys: pytest.CaptureFixture[str]) -> None:
+    """CI logs: rich wrapped at 80 columns off a terminal, splitting `file:line: message` lines."""
+    line = "patches/0002-x.patch:116: " + "word " * 60
+    console.err.print(line)
+    assert capsys.readouterr().err == line + "\n"
+    assert (
+        console.out.rich.width > 10_000
+    )  # not a terminal here: the rich side does not wrap either

@@ -28,15 +28,8 @@ import pytest
 
 from hyperqwen_patches.cachedir import cache_dir
 from hyperqwen_patches.errors import EnvironmentProblem, UsageError
-from hyperqwen_patches.sources.pristine import (
-    PypiCache,
-    SourceSpec,
-    SourceSpecError,
-    WheelTree,
-    _Quiet,
-    open_pristine,
-    parse_source,
-)
+from hyperqwen_patches.sources.pristine import PypiCache, WheelTree, _Quiet, open_pristine
+from hyperqwen_patches.sources.spec import SourceSpec, SourceSpecError, parse_source
 
 PKG = "hqpfake"
 ELF = b"\x7fELF\x02\x01\x01\x00" + b"\x00" * 64

@@ -10,13 +10,11 @@ environment problem; 3 git failed.
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import typer
 
 from hyperqwen_patches import __version__
-from hyperqwen_patches.console import err
 from hyperqwen_patches.errors import HqpError
 
 EPILOG = (
@@ -54,11 +52,10 @@ def _root(
         False, "--verbose", "-v", help="Log git commands and cache steps to stderr."
     ),
 ) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    if verbose:  # logging costs 10 ms to import; gitrun and pristine log at debug level only
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s", stream=sys.stderr)
 
 
 # Commands register themselves here, one line each (heavy imports stay inside the command bodies).
@@ -73,6 +70,8 @@ def main() -> None:
     Standalone mode lets click turn usage errors into exit 2 and ``typer.Exit(n)`` into exit n; only our
     own typed errors are mapped here.
     """
+    from hyperqwen_patches.console import err
+
     try:
         app()
     except HqpError as exc:

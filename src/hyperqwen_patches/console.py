@@ -9,25 +9,65 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Off a terminal (CI logs, pipes) rich would wrap at 80 columns, cutting table cells and breaking
 # ``file:line: message`` lines mid-token; a log has no width, so there lines are never wrapped.
 _LOG_WIDTH = 100_000
 
 
-def _console(stream: TextIO, **kwargs: Any) -> Console:
-    # The stream is looked up at print time (tests swap sys.stdout); its width is decided once.
-    width = None if stream.isatty() else _LOG_WIDTH
-    return Console(
-        markup=False, highlight=False, emoji=False, soft_wrap=False, width=width, **kwargs
-    )
+class Sink:
+    """stdout or stderr. Plain text is written straight to the stream (with markup, highlighting and
+    emoji off, rich would add nothing to it but its 30 ms import); rich renderables (tables, styled
+    text), spinners and ``rich`` itself are created on first use. The stream is looked up at write
+    time, so tests that swap ``sys.stdout`` see the output."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._rich: Console | None = None
+
+    @property
+    def file(self) -> TextIO:
+        stream: TextIO = getattr(sys, self._name)
+        return stream
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.file.isatty()
+
+    @property
+    def rich(self) -> Console:
+        if self._rich is None:
+            from rich.console import Console
+
+            width = None if self.is_terminal else _LOG_WIDTH
+            self._rich = Console(
+                stderr=self._name == "stderr",
+                markup=False,
+                highlight=False,
+                emoji=False,
+                soft_wrap=False,
+                width=width,
+            )
+        return self._rich
+
+    def print(self, *objects: Any, end: str = "\n", **kwargs: Any) -> None:
+        if all(isinstance(o, str) for o in objects) and set(kwargs) <= {"soft_wrap"}:
+            stream = self.file
+            stream.write(" ".join(objects) + end)
+            stream.flush()
+            return
+        self.rich.print(*objects, end=end, **kwargs)
+
+    def status(self, *args: Any, **kwargs: Any) -> Any:
+        return self.rich.status(*args, **kwargs)
 
 
-out = _console(sys.stdout)
-err = _console(sys.stderr, stderr=True)
+out = Sink("stdout")
+err = Sink("stderr")
 
 
 def show(data: bytes | str) -> str:

@@ -174,7 +174,7 @@ def run_check(
     root = root.resolve()
     manifest = load_manifest(root)
     if source is not None:
-        from hyperqwen_patches.sources.pristine import parse_source
+        from hyperqwen_patches.sources.spec import parse_source
 
         parse_source(source)  # a malformed --source is a usage error before anything runs
     ctx = CheckContext(

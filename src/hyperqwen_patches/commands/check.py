@@ -89,7 +89,7 @@ class TerminalProgress:
             DownloadColumn(),
             TransferSpeedColumn(),
             TimeElapsedColumn(),
-            console=err,
+            console=err.rich,
             transient=True,
         ) as bar:
             task = bar.add_task(label, total=None)

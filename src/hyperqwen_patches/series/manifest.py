@@ -549,7 +549,7 @@ class _Validator:
         return FORMAT
 
     def source(self, node: yaml.Node | None, package: str | None, pin: str | None) -> str | None:
-        from hyperqwen_patches.sources.pristine import SourceSpecError, parse_source
+        from hyperqwen_patches.sources.spec import SourceSpecError, parse_source
 
         value = self.string(node, "source")
         if value is None:

@@ -48,12 +48,12 @@ import zlib
 from base64 import urlsafe_b64encode
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from hyperqwen_patches.cachedir import cache_dir
 from hyperqwen_patches.errors import EnvironmentProblem, UsageError
+from hyperqwen_patches.sources.spec import parse_source
 
 if TYPE_CHECKING:
     import zipfile
@@ -69,57 +69,8 @@ _READABLE_FORMATS = (1, 2)
 SNIFF_BYTES = 8000  # git's buffer for its binary heuristic (a NUL byte in the first 8,000 bytes)
 
 
-class SourceSpecError(UsageError):
-    """A pristine source string that does not parse."""
-
-
 class CorruptCacheError(EnvironmentProblem):
     """A cached file failed its integrity check (it is discarded and fetched again)."""
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    kind: str  # "pypi" | "git" | "dir"
-    package: str | None = None
-    version: str | None = None
-    sdist: bool = False
-    path: str | None = None
-    ref: str | None = None
-
-
-_PYPI_RE = re.compile(r"^(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!-]+)$")
-SOURCE_FORMS = "pypi:vllm==0.29.0, pypi:vllm==0.29.0#sdist, git:PATH@REF, dir:PATH"
-
-
-def parse_source(text: str) -> SourceSpec:
-    """Parse a source string (see the module docstring); raise :class:`SourceSpecError`."""
-    scheme, sep, rest = text.partition(":")
-    if text == "pypi" or text.startswith(("pypi:", "pypi#")):
-        body, _, option = text[len("pypi") :].removeprefix(":").partition("#")
-        if option not in ("", "sdist"):
-            raise SourceSpecError(
-                f"source {text!r}: unknown option #{option} (the only one is #sdist)"
-            )
-        if not body:
-            return SourceSpec("pypi", sdist=option == "sdist")
-        m = _PYPI_RE.match(body)
-        if m is None:
-            raise SourceSpecError(
-                f"source {text!r}: expected pypi:PACKAGE==VERSION, such as pypi:vllm==0.29.0"
-            )
-        return SourceSpec(
-            "pypi", package=m["package"], version=m["version"], sdist=option == "sdist"
-        )
-    if scheme == "git" and sep:
-        path, at, ref = rest.rpartition("@")
-        if not at or not path or not ref:
-            raise SourceSpecError(
-                f"source {text!r}: expected git:PATH@REF, such as git:../vllm@v0.29.0"
-            )
-        return SourceSpec("git", path=path, ref=ref)
-    if scheme == "dir" and sep and rest:
-        return SourceSpec("dir", path=rest)
-    raise SourceSpecError(f"source {text!r} is not understood; the forms are {SOURCE_FORMS}")
 
 
 class Progress(Protocol):

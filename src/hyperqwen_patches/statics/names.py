@@ -215,7 +215,7 @@ def check_names(ctx: CheckContext) -> list[Finding]:
     if not older:
         return []
     from hyperqwen_patches.checks.context import Finding
-    from hyperqwen_patches.sources.pristine import parse_source
+    from hyperqwen_patches.sources.spec import parse_source
 
     if parse_source(ctx.source).kind != "pypi":
         # The cut releases are fetched from PyPI beside a PyPI pin; a series checked against a directory
