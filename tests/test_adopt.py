@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from realseries import PIN, RUNTIME_KNOBS, Project, write_project
 
 from hyperqwen_patches.engine.applying import apply_series
 from hyperqwen_patches.series.manifest import load_manifest
-from hyperqwen_patches.series.rows import default_series
+from hyperqwen_patches.series.rows import SeriesRow, default_series
 from hyperqwen_patches.sources.tree import Tree
 
 KNOB_ARGS = [x for k in RUNTIME_KNOBS for x in ("--runtime-knob", f"{k}: read at run time only")]
@@ -135,14 +136,14 @@ def test_a_layered_series_cannot_be_re_applied_forward(generated: Project, tmp_p
     """Why re-apply needs more than GNU's per-file --forward: on the patched tree the layered rows'
     forward and reverse attempts both fail (what `apply` did before engine/carried.py)."""
     tree = gnu_tree(generated, tmp_path / "gnu")
-    manifest_free = [p.patch for p in default_series_of(generated, tmp_path) if p.patch is not None]
-    again = apply_series(manifest_free, Tree(tree).read)
+    patches = [p.patch for p in default_series_of(generated, tmp_path) if p.patch is not None]
+    again = apply_series(patches, Tree(tree).read)
     failed = [p.name for p in again.patches if not p.ok]
     earlier, _ = generated.quirks.layered[0]
     assert failed and any(name.endswith(f"-{earlier}") for name in failed)
 
 
-def default_series_of(project: Project, tmp_path: Path):  # type: ignore[no-untyped-def]
+def default_series_of(project: Project, tmp_path: Path) -> list[SeriesRow]:
     """The rows as SeriesRow objects, through an adopted copy of the project."""
     from hyperqwen_patches.series.rows import load_series
 
@@ -282,7 +283,9 @@ def test_apply_on_a_directory_without_the_package_is_a_usage_error(
     ],
     ids=["missing", "duplicate", "not-a-patch", "p0"],
 )
-def test_bad_series_is_refused_naming_file_and_line(project: Project, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_series_is_refused_naming_file_and_line(
+    project: Project, edit: Callable[[Path], object], message: str
+) -> None:
     edit(project.root)
     lines = (project.root / "patches/series").read_text().splitlines()
     proc = adopt(project)

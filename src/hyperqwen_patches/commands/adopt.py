@@ -82,12 +82,14 @@ def adopt_command(
         ),
     ] = None,
     package: Annotated[
-        str, typer.Option("--package", help="The upstream package the series patches.")
+        str,
+        typer.Option("--package", metavar="NAME", help="The upstream package the series patches."),
     ] = "vllm",
     source: Annotated[
         str | None,
         typer.Option(
             "--source",
+            metavar="SOURCE",
             help="Record a default pristine source in the manifest (pypi:PKG==VER, git:PATH@REF, "
             "dir:PATH); default: none, so check reads pypi:<package>==<pin>.",
         ),

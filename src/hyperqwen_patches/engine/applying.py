@@ -542,6 +542,13 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
     if failed:
         return _Outcome("failed", None, tuple(results), _failure_summary(results))
     output.extend(lines[copied:])
+    unended = any(not x.endswith(b"\n") for h in hunks for x in h.new_lines)
+    if unended or (lines and not lines[-1].endswith(b"\n")):
+        # A line without newline that is no longer the last one (an insertion after a last line
+        # without newline, a marker on a context line) gets one, as GNU patch writes it.
+        for k in range(len(output) - 1):
+            if not output[k].endswith(b"\n"):
+                output[k] += b"\n"
     return _Outcome("applied", b"".join(output), tuple(results))
 
 

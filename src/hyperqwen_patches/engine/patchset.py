@@ -29,6 +29,7 @@ _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _GIT_HEADER = re.compile(rb"^diff --git ")
 _MODE = re.compile(rb"^[0-7]{6}$")
 _NO_NEWLINE = b"\\"
+LINENUM_MAX = 2**63 - 1  # GNU patch's LINENUM (a signed 64-bit long)
 _EOL = b"\r\n"
 
 
@@ -570,6 +571,16 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
         new_start = int(match[3])
         new_len = int(match[4]) if match[4] is not None else 1
         header = i + 1
+        # GNU patch's line numbers are 64-bit and it refuses a header whose range would overflow
+        # them ("malformed patch"); Python's integers would not, and placed the hunk anyway.
+        if (
+            old_start >= LINENUM_MAX - old_len
+            or new_start >= LINENUM_MAX - new_len
+            or old_len + new_len >= LINENUM_MAX - 8
+        ):
+            raise PatchParseError(
+                name, header, f"line numbers too large in {_show(lines[i].rstrip(_EOL))!r}"
+            )
         number = len(hunks) + 1
         old_left, new_left = old_len, new_len
         body: list[tuple[int, bytes]] = []
@@ -580,6 +591,7 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
         append, old_append, new_append = body.append, old.append, new.append
         first_change = -1
         last_change = -1
+        marked = False  # the previous line was a "\ No newline" marker
         i += 1
         while old_left > 0 or new_left > 0:
             if i >= n:
@@ -591,6 +603,12 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                     "header still missing",
                 )
             line = lines[i]
+            if not line.endswith(b"\n"):
+                # GNU: "patch unexpectedly ends in middle of line" (exit 2): a file cut off inside
+                # its last line, not a last line without newline (that carries its marker).
+                raise PatchParseError(
+                    name, i + 1, f"hunk #{number}: the patch ends in the middle of a line"
+                )
             lead = line[0]  # split_lines never yields an empty line
             # The common kinds first: this loop runs once per line of every patch.
             if lead == CONTEXT:
@@ -612,16 +630,30 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                 else:
                     new_left -= 1
                     new_append(text)
-            elif line == b"\n" or line == b"\r\n":
+            elif line == b"\n":
                 # An empty line is a context line whose leading space was eaten by an editor or a
-                # mailer; GNU patch accepts it as such.
+                # mailer; GNU patch accepts it as such (but not a bare CR LF line: malformed).
                 old_left -= 1
                 new_left -= 1
                 append((CONTEXT, line))
                 old_append(line)
                 new_append(line)
             elif lead == 0x5C:  # "\ No newline at end of file"
+                # GNU reads the marker only after the last line of a side (the last old line for a
+                # removal or context line, the last new one for an addition or context line);
+                # anywhere else, or twice, it is a malformed line.
+                kind = body[-1][0] if body else None
+                last_old = old_left == 0 and kind in (REMOVED, CONTEXT)
+                last_new = new_left == 0 and kind in (ADDED, CONTEXT)
+                if marked or not (last_old or last_new):
+                    raise PatchParseError(
+                        name,
+                        i + 1,
+                        f"malformed hunk #{number}: '\\ No newline at end of file' after a line "
+                        "that is not the last of its side",
+                    )
                 _drop_newline(body, old, new, name=name, line=i + 1)
+                marked = True
                 i += 1
                 continue
             else:
@@ -632,6 +664,7 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                     f"context, removal or addition ({old_left} old and {new_left} new lines "
                     "of its header still expected)",
                 )
+            marked = False
             if old_left < 0 or new_left < 0:
                 raise PatchParseError(
                     name,
@@ -640,7 +673,7 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                     f"@@ -{old_start},{old_len} +{new_start},{new_len} @@ states",
                 )
             i += 1
-        if i < n and lines[i].startswith(_NO_NEWLINE):
+        if i < n and lines[i].startswith(_NO_NEWLINE) and not marked:
             _drop_newline(body, old, new, name=name, line=i + 1)
             i += 1
         if i < n and _looks_like_hunk_line(lines[i]):
