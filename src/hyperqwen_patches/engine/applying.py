@@ -47,6 +47,7 @@ PatchStatus = Literal["applied", "already-applied", "failed"]
 FileAction = Literal["modify", "create", "delete", "rename", "copy"]
 
 Reader = Callable[[bytes], bytes | None]
+INDEXED_FROM = 16  # hunks in one file
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,7 +433,9 @@ class _Outcome:
 def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outcome:
     """Place and apply the hunks of one file, as GNU patch's main loop does for one file."""
     lines = split_lines(content)
-    file = FileLines(lines)
+    # Past a few hunks, one index of the file's lines beats a scan per hunk (placement stays linear
+    # in the hunks over a file of repeated lines); below that the C-level scan is cheaper.
+    file = FileLines(lines, indexed=len(hunks) > INDEXED_FROM)
     in_offset = 0
     out_offset = 0
     last_frozen = 0
