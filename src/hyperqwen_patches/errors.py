@@ -16,6 +16,9 @@ class ExitCode(IntEnum):
     FINDING = 1  # a check failed, a hunk did not apply: the input is wrong, the tool worked
     USAGE = 2  # bad options or arguments, unreadable or invalid input files, environment problems
     GIT = 3  # git (or another external tool) failed or a repository is unusable
+    INTERRUPTED = (
+        130  # Ctrl-C or SIGTERM; what was being written was put back (the shell's 128 + 2)
+    )
 
 
 class HqpError(Exception):
@@ -47,3 +50,9 @@ class FindingError(HqpError):
     """The inputs are well-formed but a check or an application failed."""
 
     exit_code = ExitCode.FINDING
+
+
+class Interrupted(HqpError):
+    """A signal stopped the work; the message says what state the files were left in."""
+
+    exit_code = ExitCode.INTERRUPTED

@@ -174,6 +174,14 @@ def apply_command(
             )
         return
     result = apply_to_tree(directory, patches, policy, dry_run=dry_run)
+    if result.recovered is not None:
+        from hyperqwen_patches.console import err
+
+        done = result.recovered
+        err.print(
+            f"apply: {directory} held an interrupted write; undone first "
+            f"({len(done.restored)} files put back, {len(done.removed)} created files removed)"
+        )
     if json_output:
         from hyperqwen_patches.console import emit_json
 
@@ -276,6 +284,12 @@ def apply_payload(result: TreeApplyResult, patches: Sequence[Patch] = ()) -> dic
         "written": [_text(p) for p in result.written],
         "carried": result.carried,
         "refused": result.refused,
+        "recovered": None
+        if result.recovered is None
+        else {
+            "restored": [_text(p) for p in result.recovered.restored],
+            "removed": [_text(p) for p in result.recovered.removed],
+        },
         "patches": [
             {
                 "name": p.name,

@@ -4,10 +4,12 @@
 through a symlink pointing outside it) and records what it read, so tests can show that applying a
 series reads only the files the patches touch.
 
-``Tree.write`` is all or nothing: every new file is first written to a temporary file beside its target,
-and only when all of them are written are they renamed into place; the original bytes and permissions
-stay in memory until the last rename succeeded, so a failure midway puts every file back. On any
-failure the directory is left byte for byte as it was.
+``Tree.write`` is all or nothing, even when the process is killed: a journal of every touched file's
+original bytes is written into the directory first (``journal.py``), then every new file to a temporary
+file beside its target, then all are renamed into place, then the journal is removed. A failure or a
+signal midway puts every file back from the journal; a kill leaves the journal, and the next ``apply``
+puts the files back before anything else. Each rename re-checks that no directory on the way was
+swapped for a symlink since the paths were resolved.
 
 ``apply_to_tree`` and ``check_applied`` are the two operations ``apply`` runs: parse nothing, place
 everything in memory (``engine.apply_series``), then write only if every hunk of every patch applied.
@@ -17,9 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
 import tempfile
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,9 +35,9 @@ from hyperqwen_patches.engine.applying import (
 )
 from hyperqwen_patches.engine.carried import apply_carried
 from hyperqwen_patches.engine.patchset import Patch
-from hyperqwen_patches.errors import HqpError, UsageError
-
-_TEMP_PREFIX = b".hqp-tmp-"
+from hyperqwen_patches.errors import HqpError, Interrupted, UsageError
+from hyperqwen_patches.sources import journal
+from hyperqwen_patches.sources.journal import TEMP_PREFIX as _TEMP_PREFIX
 
 
 class TreeError(UsageError):
@@ -61,6 +65,18 @@ class Tree:
         self.reads: list[bytes] = []
         self._dirs: dict[bytes, bytes] = {}
         self._seen: dict[bytes, bytes] = {}
+        self.recovered: journal.Recovery | None = None
+
+    def refuse_if_interrupted(self) -> None:
+        """For the commands that promise to write nothing: a directory an interrupted write left
+        half done is not read as if it were a state of the series."""
+        if journal.exists(self._real_root):
+            raise TreeError(
+                f"{self.root} holds the journal of an interrupted write "
+                f"({_show(journal.path_of(self._real_root))}): some files may be half written",
+                hint="run apply on it (without --dry-run or --check-applied): it puts every file "
+                "back first",
+            )
 
     def resolve(self, path: bytes) -> bytes:
         """The real on-disk path for ``path``; raises TreeError if it would leave the directory."""
@@ -93,6 +109,19 @@ class Tree:
         real = self.resolve(path)
         self.reads.append(path)
         try:
+            info = os.stat(real)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise TreeError(f"cannot read {_show(path)} in {self.root}: {exc.strerror}") from None
+        if stat.S_ISDIR(info.st_mode):
+            raise TreeError(f"{_show(path)} is a directory in {self.root}, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            # A FIFO would block the read forever, a device be read until memory runs out.
+            raise TreeError(
+                f"{_show(path)} in {self.root} is not a regular file (GNU patch: can't patch it)"
+            )
+        try:
             with open(real, "rb") as handle:
                 content = handle.read()
             self._seen[path] = content  # kept to restore the file if a later write fails
@@ -111,17 +140,22 @@ class Tree:
     ) -> list[bytes]:
         """Write ``changes`` (None = delete) all or nothing; returns the paths changed, sorted.
 
-        Phase 1 writes every new content to a temporary file beside its target (nothing visible
-        yet); phase 2 renames each into place (atomic per file) and removes deletions. If anything
-        fails, temporary files are removed and every file already replaced or removed is put back
-        from the original bytes kept in memory (the engine read them all before deciding), with its
-        permissions. No backup files are made: on a disk mounted with ``discard`` each extra file
-        created and removed costs more than the whole engine.
+        The journal first (the originals: the engine read them all before deciding), then phase 1
+        writes every new content to a temporary file beside its target (nothing visible yet), phase
+        2 renames each into place (atomic per file) and removes deletions, then the journal goes. On
+        an error or a signal (SIGINT, SIGTERM, SIGHUP) the directory is put back from the journal
+        (``journal.recover``, the same code that repairs a killed run) before the error is raised.
         """
+        self.recover_interrupted(strict=True)
         modes = modes or {}
         plan = [(path, self.resolve(path), changes[path]) for path in sorted(changes)]
         originals: dict[bytes, tuple[bytes, int] | None] = {}
-        for path, real, _content in plan:
+        for path, real, content in plan:
+            if content is None and os.path.islink(self._unresolved(path)):
+                raise TreeError(
+                    f"{_show(path)} is a symbolic link in {self.root}: deleting it would delete "
+                    "what it points to (GNU patch refuses too)"
+                )
             seen = self._seen.get(path)
             if seen is None:
                 originals[real] = _snapshot_file(real)
@@ -130,42 +164,109 @@ class Tree:
                     originals[real] = (seen, stat.S_IMODE(os.stat(real).st_mode))
                 except (FileNotFoundError, NotADirectoryError):
                     originals[real] = None
-        temps: dict[bytes, bytes] = {}  # real target -> temp
-        made_dirs: list[bytes] = []
-        known_dirs: set[bytes] = set()
-        done: list[bytes] = []  # real targets already replaced or removed
+        new_dirs = _missing_dirs(os.path.dirname(real) for _p, real, c in plan if c is not None)
+        root = self._real_root
+        current = journal.path_of(root)
         try:
-            for path, real, content in plan:
-                if content is None:
-                    continue
-                parent = os.path.dirname(real)
-                if parent not in known_dirs:
-                    made_dirs.extend(_make_dirs(parent))
-                    known_dirs.add(parent)
-                original = originals[real]
-                mode = _mode_for(original[1] if original else None, modes.get(path))
-                temps[real] = _write_temp(parent, content, mode)
-            for _path, real, content in plan:
-                if content is None:
-                    if originals[real] is not None:
-                        os.unlink(real)
-                else:
-                    os.replace(temps[real], real)
-                    del temps[real]  # only once renamed: a failed rename leaves it to clean up
-                done.append(real)
+            with _signals_raise():
+                journal.write(root, journal.entries_for(root, originals), new_dirs)
+                for directory in new_dirs:
+                    current = directory
+                    os.mkdir(directory)
+                temps: dict[bytes, bytes] = {}  # real target -> temp
+                for path, real, content in plan:
+                    if content is None:
+                        continue
+                    current = real
+                    original = originals[real]
+                    mode = _mode_for(original[1] if original else None, modes.get(path))
+                    temps[real] = _write_temp(os.path.dirname(real), content, mode)
+                for _path, real, content in plan:
+                    current = real
+                    self._recheck(real)
+                    if content is None:
+                        if originals[real] is not None:
+                            os.unlink(real)
+                    else:
+                        os.replace(temps[real], real)
+                journal.remove(root)
         except OSError as exc:
-            _rollback(temps, originals, done, made_dirs)
-            name = _show(os.fsencode(exc.filename)) if exc.filename else "?"
+            name = _show(os.fsencode(exc.filename)) if exc.filename else _show(current)
             raise TreeWriteError(
-                f"writing to {self.root} failed ({exc.strerror}: {name}); nothing was changed"
+                f"writing to {self.root} failed ({exc.strerror}: {name}); " + self._put_back()
+            ) from None
+        except (KeyboardInterrupt, _Signalled) as exc:
+            signame = exc.name if isinstance(exc, _Signalled) else "SIGINT"
+            raise Interrupted(
+                f"interrupted by {signame} while writing to {self.root}; " + self._put_back()
             ) from None
         except BaseException:
-            _rollback(temps, originals, done, made_dirs)
+            self._put_back()
             raise
         for _path, real, content in plan:
             if content is None:
                 self._remove_empty_parents(real)
         return [path for path, _real, _content in plan]
+
+    def recover_interrupted(self, *, strict: bool = False) -> journal.Recovery | None:
+        """Undo an earlier write that was killed midway (its journal is still here); None if none.
+
+        With ``strict`` (a write is about to start) a recovery that cannot finish is an error."""
+        if not journal.exists(self._real_root):
+            return None
+        try:
+            with _signals_blocked():
+                done = journal.recover(self._real_root)
+        except OSError as exc:
+            raise TreeWriteError(
+                f"{self.root} holds the journal of an interrupted write that cannot be read: "
+                f"{exc.strerror}",
+                hint=f"restore the directory from the package (reinstall it), then remove "
+                f"{_show(journal.path_of(self._real_root))}",
+            ) from None
+        self.recovered = done
+        if done.failed and strict:
+            raise TreeWriteError(self._failed_text(done))
+        return done
+
+    def _put_back(self) -> str:
+        """Roll back from the journal; the text says what is now on disk (never a guess)."""
+        with _signals_blocked():
+            if not journal.exists(self._real_root):  # stopped while the journal was written
+                journal.remove_temps(self._real_root)
+                return "nothing was changed"
+            try:
+                done = journal.recover(self._real_root)
+            except OSError as exc:
+                return f"putting it back failed ({exc.strerror}); run apply again to finish"
+        if done.failed:
+            return self._failed_text(done)
+        return "nothing was changed (every file was put back)"
+
+    def _failed_text(self, done: journal.Recovery) -> str:
+        shown = ", ".join(f"{_show(p)} ({why})" for p, why in done.failed[:5])
+        more = f" and {len(done.failed) - 5} more" if len(done.failed) > 5 else ""
+        return (
+            f"putting back {len(done.failed)} files failed: {shown}{more}; they may still be "
+            f"patched; the journal {_show(journal.path_of(self._real_root))} keeps their "
+            "originals: run apply again to finish putting them back"
+        )
+
+    def _unresolved(self, path: bytes) -> bytes:
+        parent, _, name = path.rpartition(b"/")
+        real_parent = self._dirs.get(parent) or os.path.realpath(
+            os.path.join(self._real_root, parent)
+        )
+        return os.path.join(real_parent, name)
+
+    def _recheck(self, real: bytes) -> None:
+        """The write-time half of the path check: no directory on the way became a symlink (or
+        moved) since ``resolve``; otherwise the rename would land wherever the link points."""
+        parent = os.path.dirname(real)
+        if os.path.realpath(parent) != parent:
+            raise OSError(
+                0, "a directory on the way was replaced by a symlink during the write", real
+            )
 
     def _remove_empty_parents(self, real: bytes) -> None:
         """After a deletion, remove the directories it left empty, as GNU patch does."""
@@ -204,16 +305,15 @@ def _write_temp(parent: bytes, content: bytes, mode: int) -> bytes:
     return temp
 
 
-def _make_dirs(parent: bytes) -> list[bytes]:
-    """Create missing directories; return the ones created (outermost first) for rollback."""
-    missing: list[bytes] = []
-    current = parent
-    while not os.path.isdir(current):
-        missing.append(current)
-        current = os.path.dirname(current)
-    for directory in reversed(missing):
-        os.mkdir(directory)
-    return list(reversed(missing))
+def _missing_dirs(parents: Iterable[bytes]) -> list[bytes]:
+    """The directories a write must create, outermost first (recorded in the journal first)."""
+    missing: set[bytes] = set()
+    for parent in set(parents):
+        current = parent
+        while current not in missing and not os.path.isdir(current):
+            missing.add(current)
+            current = os.path.dirname(current)
+    return sorted(missing, key=lambda d: (d.count(b"/"), d))
 
 
 def _mode_for(existing: int | None, wanted: int | None) -> int:
@@ -223,27 +323,45 @@ def _mode_for(existing: int | None, wanted: int | None) -> int:
     return existing if existing is not None else 0o644
 
 
-def _rollback(
-    temps: Mapping[bytes, bytes],
-    originals: Mapping[bytes, tuple[bytes, int] | None],
-    done: Sequence[bytes],
-    made_dirs: Sequence[bytes],
-) -> None:
-    """Put the directory back as it was: restore replaced or deleted files, drop temps and new dirs."""
-    for real in done:
-        original = originals[real]
-        with contextlib.suppress(OSError):
-            if original is None:
-                os.unlink(real)  # a file we created
-            else:
-                content, mode = original
-                os.replace(_write_temp(os.path.dirname(real), content, mode), real)
-    for temp in temps.values():
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-    for directory in reversed(made_dirs):
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
+class _Signalled(BaseException):
+    """SIGTERM or SIGHUP during a write: raised in the main thread so the rollback runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """While files are being replaced, SIGTERM (what ``timeout`` and ``docker stop`` send) and
+    SIGHUP interrupt like Ctrl-C does, so the write is undone instead of stopping half done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        raise _Signalled(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """A rollback is not itself interrupted (a second Ctrl-C would leave it half done)."""
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @dataclass(slots=True)
@@ -257,6 +375,7 @@ class TreeApplyResult:
     reads: list[bytes] = field(default_factory=list)
     carried: int = 0  # leading rows DIR carried already (engine/carried.py)
     refused: str | None = None  # why DIR's state was refused: rows carried out of order, or partly
+    recovered: journal.Recovery | None = None  # an interrupted earlier write, undone first
 
     @property
     def ok(self) -> bool:
@@ -271,6 +390,10 @@ def apply_to_tree(
     A tree that already carries the first rows of the series gets the rest; one that carries all of it
     is left alone (``engine/carried.py``)."""
     tree = Tree(root)
+    if dry_run:
+        tree.refuse_if_interrupted()
+    else:
+        tree.recover_interrupted(strict=True)
     outcome = apply_carried(patches, tree.read, policy)
     series = outcome.series
     written: list[bytes] = []
@@ -284,6 +407,7 @@ def apply_to_tree(
         reads=list(tree.reads),
         carried=outcome.carried,
         refused=outcome.refused,
+        recovered=tree.recovered,
     )
 
 
@@ -302,6 +426,7 @@ class TreeCheckResult:
 def check_applied(root: Path, patches: Sequence[Patch], policy: Policy) -> TreeCheckResult:
     """Verify, in memory and read-only, that ``root`` already carries every patch."""
     tree = Tree(root)
+    tree.refuse_if_interrupted()
     return TreeCheckResult(root=root, patches=verify_applied(patches, tree.read, policy))
 
 

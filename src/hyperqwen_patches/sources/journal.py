@@ -1,0 +1,220 @@
+"""The write journal: what makes ``apply`` all or nothing even when the process is killed.
+
+Before the first file of a directory is replaced, ``DIR/.hqp-journal`` is written (to a temporary
+name, flushed to disk, then renamed into place): for every file the write will touch, its path, its
+original bytes and mode, or that it did not exist; and the directories the write will create. The
+journal is removed only after the last rename. So a directory holding a journal is one whose write
+was interrupted (SIGKILL, a power loss, a rollback that failed), at any point: before its first
+rename, between two, or after its last. ``recover`` puts every journaled file back as it was, removes
+the files the write created, its temporary files and the directories it made, then the journal; the
+directory is then byte for byte what it was before the interrupted run. The next ``apply`` on the
+directory does this first and says so; ``apply --check-applied`` and ``--dry-run``, which promise to
+write nothing, refuse to read a directory in that state.
+
+The format is JSON (one object, base64 for bytes), read only by this module.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+JOURNAL = b".hqp-journal"
+TEMP_PREFIX = b".hqp-tmp-"
+FORMAT = 1
+
+
+class JournalError(OSError):
+    """The journal cannot be read (damaged); raised with the path so the caller can name it."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: bytes  # relative to the directory's real path
+    original: bytes | None  # None: the file did not exist before the write
+    mode: int | None
+
+
+@dataclass
+class Recovery:
+    """What ``recover`` did: files put back, files removed, and what it could not do."""
+
+    restored: list[bytes] = field(default_factory=list)
+    removed: list[bytes] = field(default_factory=list)
+    failed: list[tuple[bytes, str]] = field(default_factory=list)  # (path, why)
+
+
+def path_of(root: bytes) -> bytes:
+    return os.path.join(root, JOURNAL)
+
+
+def exists(root: bytes) -> bool:
+    return os.path.lexists(path_of(root))
+
+
+def write(root: bytes, entries: Sequence[Entry], made_dirs: Sequence[bytes]) -> None:
+    """Write the journal durably: a temporary file, fsync, rename, fsync of the directory."""
+    doc = {
+        "format": FORMAT,
+        "entries": [
+            {
+                "path": _b64(e.path),
+                "original": None if e.original is None else _b64(e.original),
+                "mode": e.mode,
+            }
+            for e in entries
+        ],
+        "made_dirs": [_b64(os.path.relpath(d, root)) for d in made_dirs],
+    }
+    data = json.dumps(doc, sort_keys=True).encode("ascii")
+    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=root)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    os.close(fd)
+    os.replace(temp, path_of(root))
+    _fsync_dir(root)
+
+
+def remove(root: bytes) -> None:
+    os.unlink(path_of(root))
+    _fsync_dir(root)
+
+
+def read(root: bytes) -> tuple[list[Entry], list[bytes]]:
+    """The journal's entries and created directories (absolute); JournalError if it is damaged."""
+    where = path_of(root)
+    try:
+        with open(where, "rb") as fh:
+            doc = json.loads(fh.read())
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"format {doc.get('format')!r}")
+        entries = [
+            Entry(
+                _unb64(e["path"]),
+                None if e["original"] is None else _unb64(e["original"]),
+                e["mode"],
+            )
+            for e in doc["entries"]
+        ]
+        dirs = [os.path.join(root, _unb64(d)) for d in doc["made_dirs"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise JournalError(0, f"the write journal is damaged ({exc})", os.fsdecode(where)) from None
+    for e in entries:
+        if e.path.startswith(b"/") or b".." in e.path.split(b"/"):
+            raise JournalError(0, "the write journal names a path outside the directory", where)
+    return entries, dirs
+
+
+def recover(root: bytes) -> Recovery:
+    """Undo an interrupted write (see the module doc); the journal goes only if everything worked."""
+    entries, made_dirs = read(root)
+    done = Recovery()
+    for entry in entries:
+        real = os.path.join(root, entry.path)
+        try:
+            if entry.original is None:
+                # Only a regular file can be one the write created; anything else was there before.
+                if os.path.isfile(real) and not os.path.islink(real):
+                    os.unlink(real)
+                    done.removed.append(entry.path)
+                continue
+            current = _read_regular(real)
+            if current != entry.original or _mode(real) != entry.mode:
+                restore(real, entry.original, entry.mode or 0o644)
+                done.restored.append(entry.path)
+        except OSError as exc:
+            done.failed.append((entry.path, exc.strerror or str(exc)))
+    for directory in {os.path.dirname(os.path.join(root, e.path)) for e in entries}:
+        remove_temps(directory)
+    for directory in sorted(made_dirs, key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+    if not done.failed:
+        remove(root)
+    return done
+
+
+def restore(real: bytes, content: bytes, mode: int) -> None:
+    """Put ``content`` back at ``real`` through a temporary file and a rename."""
+    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=os.path.dirname(real))
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    os.close(fd)
+    os.replace(temp, real)
+
+
+def remove_temps(directory: bytes) -> None:
+    """Remove this tool's temporary files from ``directory`` (debris of an interrupted write)."""
+    with contextlib.suppress(OSError), os.scandir(directory) as it:
+        for item in it:
+            if item.name.startswith(TEMP_PREFIX) and item.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(item.path)
+
+
+def entries_for(root: bytes, originals: Mapping[bytes, tuple[bytes, int] | None]) -> list[Entry]:
+    return [
+        Entry(
+            os.path.relpath(real, root),
+            None if orig is None else orig[0],
+            None if orig is None else orig[1],
+        )
+        for real, orig in originals.items()
+    ]
+
+
+def _read_regular(real: bytes) -> bytes | None:
+    try:
+        info = os.lstat(real)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(0, "not a regular file", real)
+    with open(real, "rb") as fh:
+        return fh.read()
+
+
+def _mode(real: bytes) -> int | None:
+    try:
+        return stat.S_IMODE(os.stat(real).st_mode)
+    except OSError:
+        return None
+
+
+def _fsync_dir(directory: bytes) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
