@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -336,3 +337,65 @@ def test_a_lopsided_hunk_says_why_it_cannot_match(tree: Path, tmp_path: Path) ->
     assert "can only match at the end of the file" in proc.stdout
     assert "its lines match at line 2: all 3 equal" in proc.stdout
     assert proc.stdout.count("nothing was written") + proc.stderr.count("nothing was written") == 1
+
+
+def test_a_git_rename_keeps_the_mode_as_git_does(tree: Path, tmp_path: Path) -> None:
+    """A git rename without mode lines turned a 0755 file into 0644; git (the oracle) keeps it."""
+    (tree / "vllm/run.sh").write_bytes(b"#!/bin/sh\necho one\n")
+    (tree / "vllm/run.sh").chmod(0o755)
+    data = (
+        b"diff --git a/vllm/run.sh b/vllm/start.sh\nsimilarity index 80%\n"
+        b"rename from vllm/run.sh\nrename to vllm/start.sh\n--- a/vllm/run.sh\n+++ b/vllm/start.sh\n"
+        b"@@ -1,2 +1,2 @@\n #!/bin/sh\n-echo one\n+echo two\n"
+    )
+    patch = write(tmp_path, "rename.patch", data)
+    oracle = tmp_path / "oracle"
+    shutil.copytree(tree, oracle)
+    subprocess.run(["git", "apply", str(patch)], cwd=oracle, check=True)
+    assert run(tree, "--patch", patch).returncode == 0
+    for root in (tree, oracle):
+        assert not (root / "vllm/run.sh").exists()
+    assert (tree / "vllm/start.sh").read_bytes() == (oracle / "vllm/start.sh").read_bytes()
+    assert stat.S_IMODE((tree / "vllm/start.sh").stat().st_mode) == 0o755
+    assert stat.S_IMODE((oracle / "vllm/start.sh").stat().st_mode) == 0o755
+
+
+@pytest.mark.parametrize("mode", ["120000", "160000"])
+def test_symlinks_and_gitlinks_are_refused_by_name(tree: Path, tmp_path: Path, mode: str) -> None:
+    """They were written as plain files holding the link target (or the submodule's SHA)."""
+    data = (
+        f"diff --git a/vllm/link b/vllm/link\nnew file mode {mode}\nindex 0000000..1111111\n"
+        "--- /dev/null\n+++ b/vllm/link\n@@ -0,0 +1 @@\n+envs.py\n\\ No newline at end of file\n"
+    ).encode()
+    before = snapshot(tree)
+    proc = run(tree, "--patch", write(tmp_path, "link.patch", data))
+    assert proc.returncode == 2
+    assert f"link.patch:2: mode {mode} is a" in proc.stderr
+    assert snapshot(tree) == before
+
+
+def test_a_fifo_is_refused_not_read_forever(tree: Path, tmp_path: Path) -> None:
+    """A FIFO where a file is expected hung the read forever (GNU: "not a regular file")."""
+    os.unlink(tree / "vllm/envs.py")
+    os.mkfifo(tree / "vllm/envs.py")
+    proc = subprocess.run(
+        [sys.executable, "-m", "hyperqwen_patches", "apply", str(tree), "--patch",
+         str(write(tmp_path, "e.patch", ENVS))],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "vllm/envs.py" in proc.stderr and "not a regular file" in proc.stderr
+
+
+def test_deleting_a_symlink_is_refused_and_its_target_kept(tree: Path, tmp_path: Path) -> None:
+    """Deleting a file that is a symlink inside DIR deleted the link's target instead."""
+    (tree / "vllm/alias.py").symlink_to("envs.py")
+    target = (tree / "vllm/envs.py").read_bytes()
+    data = b"--- a/vllm/alias.py\n+++ /dev/null\n@@ -1,5 +0,0 @@\n" + b"".join(
+        b"-" + line for line in target.splitlines(keepends=True)
+    )
+    proc = run(tree, "--patch", write(tmp_path, "del.patch", data))
+    assert proc.returncode == 2
+    assert "is a symbolic link" in proc.stderr
+    assert (tree / "vllm/envs.py").read_bytes() == target
+    assert (tree / "vllm/alias.py").is_symlink()

@@ -139,6 +139,9 @@ class SeriesResult:
     patches: list[PatchResult]
     changes: dict[bytes, bytes | None] = field(default_factory=dict)
     modes: dict[bytes, int] = field(default_factory=dict)
+    # A renamed or copied file without a mode line keeps its source's mode, which only the tree
+    # knows: target -> the source path in the tree before the series.
+    moved: dict[bytes, bytes] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -161,6 +164,7 @@ class _Overlay:
         self._read = read
         self.changes: dict[bytes, bytes | None] = dict(base or {})
         self.modes: dict[bytes, int] = {}
+        self.moved: dict[bytes, bytes] = {}  # rename/copy target -> source (its mode goes along)
 
     def read(self, path: bytes) -> bytes | None:
         if path in self.changes:
@@ -173,6 +177,8 @@ class _Overlay:
     def merge(self, child: _Overlay) -> None:
         self.changes.update(child.changes)
         self.modes.update(child.modes)
+        for target, source in child.moved.items():
+            self.moved[target] = self.moved.get(source, source)
 
 
 class _Cache:
@@ -204,7 +210,9 @@ def apply_series(
         results.append(result)
         if result.ok:
             state.merge(local)
-    return SeriesResult(patches=results, changes=state.changes, modes=state.modes)
+    return SeriesResult(
+        patches=results, changes=state.changes, modes=state.modes, moved=state.moved
+    )
 
 
 def apply_patch(patch: Patch, read: Reader, policy: Policy | None = None) -> SeriesResult:
@@ -336,6 +344,8 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
     state.changes[target] = outcome.output
     if fp.new_mode is not None:
         state.modes[target] = fp.new_mode
+    elif target != source:
+        state.moved[target] = source  # git keeps the mode across a rename or copy
     return FileResult(target, action, "applied", outcome.hunks, old_path=source)
 
 

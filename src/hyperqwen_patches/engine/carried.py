@@ -66,7 +66,12 @@ def apply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> Car
         on_top = apply_series(patches[carried:], read, replace(policy, forward=False))
         done = [_carried(p) for p in presence[:carried]]
         return CarriedResult(
-            SeriesResult(patches=done + on_top.patches, changes=on_top.changes, modes=on_top.modes),
+            SeriesResult(
+                patches=done + on_top.patches,
+                changes=on_top.changes,
+                modes=on_top.modes,
+                moved=on_top.moved,
+            ),
             carried=carried,
         )
     return _refuse(presence, carried)

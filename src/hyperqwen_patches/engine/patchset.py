@@ -374,7 +374,17 @@ def _mode(value: bytes, *, patch: str, line: int) -> int:
         raise PatchParseError(
             patch, line, f"bad file mode {_show(value)!r} (expected six octal digits)"
         )
-    return int(value, 8)
+    mode = int(value, 8)
+    kind = {0o120000: "a symbolic link", 0o160000: "a submodule (gitlink)"}.get(mode & 0o170000)
+    if kind is not None:
+        # Writing its target as a plain file (what happened) is worse than refusing by name.
+        raise PatchParseError(
+            patch,
+            line,
+            f"mode {value.decode()} is {kind}: the tool writes regular files only",
+            hint="carry the link in a module row's directory, or make the change by hand",
+        )
+    return mode
 
 
 def _is_file_header(lines: list[bytes], i: int) -> bool:

@@ -67,6 +67,14 @@ class Tree:
         self._seen: dict[bytes, bytes] = {}
         self.recovered: journal.Recovery | None = None
 
+    def modes_of(self, moved: Mapping[bytes, bytes]) -> dict[bytes, int]:
+        """The git modes of rename and copy sources, for targets that keep them (0755 stays 0755)."""
+        out: dict[bytes, int] = {}
+        for target, source in moved.items():
+            with contextlib.suppress(OSError):
+                out[target] = 0o100000 | stat.S_IMODE(os.stat(self.resolve(source)).st_mode)
+        return out
+
     def refuse_if_interrupted(self) -> None:
         """For the commands that promise to write nothing: a directory an interrupted write left
         half done is not read as if it were a state of the series."""
@@ -398,7 +406,7 @@ def apply_to_tree(
     series = outcome.series
     written: list[bytes] = []
     if series.ok and not dry_run and series.changes:
-        written = tree.write(series.changes, series.modes)
+        written = tree.write(series.changes, {**tree.modes_of(series.moved), **series.modes})
     return TreeApplyResult(
         root=root,
         series=series,
