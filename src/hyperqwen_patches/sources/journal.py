@@ -73,19 +73,7 @@ def write(root: bytes, entries: Sequence[Entry], made_dirs: Sequence[bytes]) -> 
         "made_dirs": [_b64(os.path.relpath(d, root)) for d in made_dirs],
     }
     data = json.dumps(doc, sort_keys=True).encode("ascii")
-    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=root)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    os.close(fd)
-    os.replace(temp, path_of(root))
+    os.replace(write_temp(root, data, 0o600, sync=True), path_of(root))
     _fsync_dir(root)
 
 
@@ -150,19 +138,27 @@ def recover(root: bytes) -> Recovery:
 
 def restore(real: bytes, content: bytes, mode: int) -> None:
     """Put ``content`` back at ``real`` through a temporary file and a rename."""
-    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=os.path.dirname(real))
+    os.replace(write_temp(os.path.dirname(real), content, mode), real)
+
+
+def write_temp(directory: bytes, content: bytes, mode: int, *, sync: bool = False) -> bytes:
+    """A new temporary file in ``directory`` (this tool's prefix, so ``remove_temps`` finds it)
+    holding ``content`` with permissions ``mode``; removed again if writing it fails."""
+    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
     try:
         view = memoryview(content)
-        while view:
+        while view:  # os.write may write less than asked
             view = view[os.write(fd, view) :]
         os.fchmod(fd, mode)
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
     os.close(fd)
-    os.replace(temp, real)
+    return temp
 
 
 def remove_temps(directory: bytes) -> None:

@@ -21,7 +21,6 @@ import contextlib
 import os
 import signal
 import stat
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,6 @@ from hyperqwen_patches.engine.carried import apply_carried
 from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.errors import HqpError, Interrupted, UsageError
 from hyperqwen_patches.sources import journal
-from hyperqwen_patches.sources.journal import TEMP_PREFIX as _TEMP_PREFIX
 
 
 class TreeError(UsageError):
@@ -188,7 +186,7 @@ class Tree:
                     current = real
                     original = originals[real]
                     mode = _mode_for(original[1] if original else None, modes.get(path))
-                    temps[real] = _write_temp(os.path.dirname(real), content, mode)
+                    temps[real] = journal.write_temp(os.path.dirname(real), content, mode)
                 for _path, real, content in plan:
                     current = real
                     self._recheck(real)
@@ -295,22 +293,6 @@ def _snapshot_file(real: bytes) -> tuple[bytes, int] | None:
             return handle.read(), stat.S_IMODE(info.st_mode)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None  # no file there (a directory in the way fails later, at the rename)
-
-
-def _write_temp(parent: bytes, content: bytes, mode: int) -> bytes:
-    """A new temporary file beside its target holding ``content`` with permissions ``mode``."""
-    fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=parent)
-    try:
-        view = memoryview(content)
-        while view:  # os.write may write less than asked
-            view = view[os.write(fd, view) :]
-        os.fchmod(fd, mode)
-    except BaseException:
-        os.close(fd)
-        os.unlink(temp)
-        raise
-    os.close(fd)
-    return temp
 
 
 def _missing_dirs(parents: Iterable[bytes]) -> list[bytes]:
