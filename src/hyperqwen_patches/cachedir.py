@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -12,3 +14,22 @@ def cache_dir() -> Path:
         return Path(os.environ["HQP_CACHE"])
     xdg = os.environ.get("XDG_CACHE_HOME")
     return Path(xdg or Path.home() / ".cache") / "hyperqwen-patches"
+
+
+@contextlib.contextmanager
+def entry_lock(cache_root: Path, name: str) -> Iterator[None]:
+    """Hold the exclusive lock for building the cache entry ``name`` (``locks/<name>.lock``).
+
+    Entries are still built under a temporary name and published by one rename; the lock is what
+    stops a second process from judging a half-published entry unusable and removing it while the
+    first uses it (8 concurrent cold runs: 4-6 failed). Whoever waited re-checks the entry first."""
+    import fcntl
+
+    locks = cache_root / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{name}.lock", "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -14,6 +14,7 @@ repository (alternates) and never write to it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from hyperqwen_patches import gitrun
+from hyperqwen_patches.cachedir import entry_lock
 from hyperqwen_patches.fork import reading as forkgit
 
 SUBDIR = "bundles"
@@ -45,11 +47,26 @@ def cached_heads(
     heads = _valid(entry)
     if heads is not None:
         return entry, heads
+    with contextlib.ExitStack() as stack:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(entry_lock(cache_root, entry.name))
+        except OSError:
+            return None  # a cache that cannot be written only costs the speed-up
+        heads = _valid(entry)  # built by the process we waited for
+        if heads is not None:
+            return entry, heads
+        return _build(entry, root, bundle, prerequisites)
+
+
+def _build(
+    entry: Path, root: Path, bundle: Path, prerequisites: Path
+) -> tuple[Path, dict[str, str]] | None:
+    """Fetch the bundle into a temporary repository and publish it as ``entry`` (lock held)."""
     try:
-        root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
     except OSError:
-        return None  # a cache that cannot be written only costs the speed-up
+        return None
     try:
         gitrun.init_bare(tmp)
         alternates = tmp / "objects" / "info" / "alternates"

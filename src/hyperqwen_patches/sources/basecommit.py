@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hyperqwen_patches import gitrun
+from hyperqwen_patches.cachedir import entry_lock
 from hyperqwen_patches.errors import UsageError
 
 BASE_NAME = "hyperqwen-patches"
@@ -220,24 +221,28 @@ def cached_base(
     if found is not None:
         return entry, found
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
-    try:
-        gitrun.init_bare(tmp)
-        commit = write_base_commit(tmp, tree, package=package, version=version).commit
-        (tmp / BASE_MARKER).write_text(commit + "\n")
-        if entry.exists():  # unusable (no marker, or a missing object): replace it
-            shutil.rmtree(entry, ignore_errors=True)
-        try:
-            os.rename(tmp, entry)
-        except OSError:
-            found = _valid_entry(entry)  # another process renamed first
-            if found is None:
-                raise
+    with entry_lock(cache_root, entry.name):
+        found = _valid_entry(entry)  # built by the process we waited for
+        if found is not None:
             return entry, found
-        return entry, commit
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+        try:
+            gitrun.init_bare(tmp)
+            commit = write_base_commit(tmp, tree, package=package, version=version).commit
+            (tmp / BASE_MARKER).write_text(commit + "\n")
+            if entry.exists():  # unusable (no marker, or a missing object): replace it
+                shutil.rmtree(entry, ignore_errors=True)
+            try:
+                os.rename(tmp, entry)
+            except OSError:
+                found = _valid_entry(entry)  # another process renamed first
+                if found is None:
+                    raise
+                return entry, found
+            return entry, commit
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _valid_entry(entry: Path) -> str | None:
@@ -325,25 +330,29 @@ def _cached_dir_base(
     if time.time() - fingerprint.newest < RACY_SECONDS:
         return None
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
-    try:
-        gitrun.init_bare(tmp)
-        commit = write_base_commit(tmp, tree, package=package, version=version).commit
-        (tmp / FINGERPRINT).write_text(fingerprint.digest + "\n")
-        (tmp / BASE_MARKER).write_text(commit + "\n")
-        if entry.exists():
-            shutil.rmtree(entry, ignore_errors=True)
-        try:
-            os.rename(tmp, entry)
-        except OSError:
-            found = _valid_entry(entry)
-            if found is None:
-                raise
+    with entry_lock(cache_root, entry.name):
+        found = _valid_entry(entry)  # built by the process we waited for
+        if found is not None and (entry / FINGERPRINT).read_text().strip() == fingerprint.digest:
             return entry, found
-        for old in root.glob(f"dir_{key}_*.git"):
-            if old != entry and time.time() - old.stat().st_mtime > STALE_SECONDS:
-                shutil.rmtree(old, ignore_errors=True)
-        return entry, commit
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+        try:
+            gitrun.init_bare(tmp)
+            commit = write_base_commit(tmp, tree, package=package, version=version).commit
+            (tmp / FINGERPRINT).write_text(fingerprint.digest + "\n")
+            (tmp / BASE_MARKER).write_text(commit + "\n")
+            if entry.exists():
+                shutil.rmtree(entry, ignore_errors=True)
+            try:
+                os.rename(tmp, entry)
+            except OSError:
+                found = _valid_entry(entry)
+                if found is None:
+                    raise
+                return entry, found
+            for old in root.glob(f"dir_{key}_*.git"):
+                if old != entry and time.time() - old.stat().st_mtime > STALE_SECONDS:
+                    shutil.rmtree(old, ignore_errors=True)
+            return entry, commit
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
