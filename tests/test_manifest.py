@@ -277,3 +277,32 @@ def test_cli_reports_every_problem_and_writes_nothing(tmp_path: Path) -> None:
         )
         assert "Traceback" not in proc.stderr
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("value", ["0x1", "0b1", "1:00"])
+def test_format_in_another_integer_spelling_is_a_problem_not_a_traceback(value: str) -> None:
+    """YAML 1.1 reads 0x1, 0b1 and 1:00 as integers; int() of them raised a raw ValueError."""
+    got = problems(VALID.replace("format: 1", f"format: {value}"))
+    assert got == [
+        f"patches/manifest.yaml:1: format: must be the integer 1 written plainly, got '{value}'"
+    ]
+
+
+@pytest.mark.parametrize(("char", "shown"), [("\\0", "'\\x00'"), ("\\e[31m", "'\\x1b'")])
+def test_control_characters_in_strings_are_refused(char: str, shown: str) -> None:
+    """A NUL in a row path was a traceback; an ESC in a string recoloured terminals and PATCHES.md."""
+    text = VALID.replace("kind: fix", f'kind: fix\n    upstream: "x{char}y"', 1)
+    got = problems(text)
+    assert any(f"upstream: contains the control character {shown}" in g for g in got), got
+
+
+def test_a_manifest_that_is_not_utf8_names_line_and_column() -> None:
+    data = VALID.encode().replace(b"format: 1\n", b"format: 1\n# caf\xe9\n", 1)
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(data, path=Path("patches/manifest.yaml"), root=Path("."))
+    [got] = [str(p) for p in info.value.problems]
+    assert got.startswith("patches/manifest.yaml:")
+    assert "not UTF-8: byte 0xe9 at column 6" in got
+    utf16 = VALID.encode("utf-16")
+    with pytest.raises(ManifestError, match="UTF-16"):
+        parse_manifest(utf16, path=Path("patches/manifest.yaml"), root=Path("."))

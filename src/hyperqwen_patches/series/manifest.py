@@ -80,6 +80,8 @@ DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 PATCH_SUFFIXES = (".patch", ".diff")
 
 _STR = "tag:yaml.org,2002:str"
+# Control characters other than tab and newline (which block scalars carry).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _INT = "tag:yaml.org,2002:int"
 _TAG_WORDS = {
     "tag:yaml.org,2002:str": "a string",
@@ -411,6 +413,17 @@ class _Validator:
         if not value.strip():
             self.fail(node, where, "must not be empty")
             return None
+        control = _CONTROL.search(value)
+        if control is not None:
+            # Manifest strings reach terminals, CI logs and PATCHES.md: an ESC would recolour or
+            # rewrite them, a NUL cut a path short.
+            self.fail(
+                node,
+                where,
+                f"contains the control character {control.group()!r} "
+                f"(at character {control.start() + 1}); write it out or leave it out",
+            )
+            return None
         # Block scalars (what: |) end in a newline; surrounding white space never carries meaning.
         return value.strip()
 
@@ -462,6 +475,22 @@ class _Validator:
         import yaml
 
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        if self.data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            self.fail(None, "", "the manifest is UTF-16; save it as UTF-8", line=1)
+            raise ManifestError(self.problems)
+        try:
+            self.data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = self.data.count(b"\n", 0, exc.start) + 1
+            column = exc.start - (self.data.rfind(b"\n", 0, exc.start) + 1) + 1
+            byte = self.data[exc.start : exc.start + 1].hex()
+            self.fail(
+                None,
+                "",
+                f"not UTF-8: byte 0x{byte} at column {column}; save it as UTF-8",
+                line=line,
+            )
+            raise ManifestError(self.problems) from None
         try:
             root_node = yaml.compose(self.data, Loader=loader)
         except yaml.MarkedYAMLError as exc:
@@ -538,6 +567,11 @@ class _Validator:
             return None
         if not isinstance(node, yaml.ScalarNode) or node.tag != _INT:
             self.fail(node, "format", f"must be the integer {FORMAT}, got {_what(node)}")
+            return None
+        if not node.value.isdigit():  # YAML 1.1 ints also read 0x1, 0b1 and 1:00 (sexagesimal)
+            self.fail(
+                node, "format", f"must be the integer {FORMAT} written plainly, got {node.value!r}"
+            )
             return None
         if int(node.value) != FORMAT:
             self.fail(
