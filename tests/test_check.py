@@ -518,3 +518,21 @@ def test_check_never_writes_even_when_everything_fails(tmp_path: Path) -> None:
     proc = hqp("check", "--repo", str(root))
     assert proc.returncode == 1
     assert snapshot(tmp_path) == before
+
+
+def test_a_cache_path_that_is_a_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """It was a raw NotADirectoryError traceback (exit 1). The shipped series reads the release
+    through the cache (a dir: source would not touch it)."""
+    root = Path(__file__).resolve().parent.parent
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-m", "hyperqwen_patches", "check", "--repo", str(root)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HQP_CACHE": str(blocker)},
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and "hint: the cache is" in proc.stderr

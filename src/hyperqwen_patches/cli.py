@@ -15,7 +15,7 @@ import sys
 import typer
 
 from hyperqwen_patches import __version__
-from hyperqwen_patches.errors import HqpError
+from hyperqwen_patches.errors import ExitCode, HqpError
 
 EPILOG = (
     "Exit codes: 0 ok; 1 a finding (a check failed, a hunk did not apply); "
@@ -82,3 +82,17 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except OSError as exc:
+        # The last net: an operating-system error no typed error named (a cache directory that is a
+        # file or read-only, a full disk) is one line and exit 2, never a traceback.
+        from hyperqwen_patches.cachedir import cache_dir
+
+        where = f": {exc.filename}" if exc.filename else ""
+        err.print(f"error: {exc.strerror or exc}{where}")
+        root = cache_dir()
+        if exc.filename and str(exc.filename).startswith(str(root)):
+            err.print(
+                f"hint: the cache is {root} ($HQP_CACHE): it must be a writable directory; "
+                "point HQP_CACHE elsewhere or fix its permissions"
+            )
+        sys.exit(int(ExitCode.USAGE))
