@@ -281,13 +281,22 @@ def test_export_point_option(tmp_path: Path) -> None:
     )
 
 
-def test_no_fork_is_a_warning_not_a_silent_pass(tmp_path: Path) -> None:
+def test_no_fork_is_not_verified_not_a_silent_pass(tmp_path: Path) -> None:
+    """A passing check used to say "all 15 checks hold" with no fork: two had not looked."""
     _fork, series, _base, _ = setup(tmp_path)
     found = findings(series, tmp_path, None)
     assert {(f.check, f.severity) for f in found} == {
-        ("replay-identity", "warning"),
-        ("fork-commits", "warning"),
+        ("replay-identity", "unverified"),
+        ("export", "unverified"),
+        ("fork-commits", "unverified"),
     }
+    report = run_check(series, source=pristine_dir(tmp_path), pipeline=FORK_CHECKS)
+    assert report.not_verified == ("replay-identity", "export", "fork-commits")
+    assert report.exit_code == 0 and report.to_json()["not_verified"] == list(report.not_verified)
+    strict = run_check(
+        series, source=pristine_dir(tmp_path), pipeline=FORK_CHECKS, require_fork=True
+    )
+    assert strict.exit_code == 1
 
 
 def test_check_command_end_to_end_exit_codes(tmp_path: Path) -> None:
@@ -344,7 +353,7 @@ def test_a_fork_without_export_points_is_a_warning(tmp_path: Path) -> None:
     text = text[:start] + "export_points: []\n" + text[end:]
     path.write_text(re.sub(r"\n    (export_point|commit): .*", "", text))
     found = findings(series, tmp_path, str(fork))
-    assert [(f.check, f.severity) for f in found] == [("replay-identity", "warning")]
+    assert [(f.check, f.severity) for f in found] == [("replay-identity", "unverified")]
     assert "names no export point" in found[0].message
 
 

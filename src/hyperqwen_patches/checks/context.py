@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 
 # "note" is information a reviewer should see (e.g. the knob registry count); it never fails a check.
-Severity = Literal["error", "warning", "problem", "note"]
+# "unverified": the check could not look (no fork given, no source for a release); it is never
+# counted as holding, and ``check --require-fork`` fails on the fork checks' ones.
+Severity = Literal["error", "warning", "problem", "note", "unverified"]
 # Directories whose patch files (and module files under files/) must all be rows (invariant 2).
 CARRIED_DIRS = ("patches", "kvarn")
 PATCH_SUFFIXES = (".patch", ".diff")

@@ -50,6 +50,9 @@ PIPELINE: tuple[str, ...] = (
     "hyperqwen_patches.statics.gitapply:check_git_apply",  # git_apply rows pass git apply --check
 )
 
+# The checks that read the fork; --require-fork fails when they could not (names as check_name gives).
+FORK_CHECK_NAMES = frozenset({"replay-identity", "export", "fork-commits"})
+
 # Checks whose time is mostly spent waiting on git processes (opening the fork bundle, export's git
 # runs). run_check runs them, in this order, on one worker thread while the others run on the calling
 # thread: the GIL is free while a child process runs, so the two overlap. They share nothing with the
@@ -137,12 +140,21 @@ class CheckReport:
     checks: tuple[str, ...]
     rows: tuple[RowRecord, ...]
     findings: tuple[Finding, ...]
+    require_fork: bool = False  # the fork checks' "not verified" fails (check --require-fork)
+
+    @property
+    def not_verified(self) -> tuple[str, ...]:
+        """The checks that could not look, in pipeline order: never counted as holding."""
+        names = {f.check for f in self.findings if f.severity == "unverified"}
+        return tuple(c for c in self.checks if c in names)
 
     @property
     def exit_code(self) -> ExitCode:
         if any(f.severity == "problem" for f in self.findings):
             return ExitCode.USAGE
         if any(f.severity == "error" for f in self.findings):
+            return ExitCode.FINDING
+        if self.require_fork and set(self.not_verified) & FORK_CHECK_NAMES:
             return ExitCode.FINDING
         return ExitCode.OK
 
@@ -152,6 +164,7 @@ class CheckReport:
             "pin": self.pin,
             "source": self.source,
             "checks": list(self.checks),
+            "not_verified": list(self.not_verified),
             "ok": self.exit_code == ExitCode.OK,
             "exit_code": int(self.exit_code),
             "rows": [r.to_json() for r in self.rows],
@@ -168,6 +181,7 @@ def run_check(
     fork: str | None = None,
     export_point: str | None = None,
     pipeline: tuple[str, ...] = PIPELINE,
+    require_fork: bool = False,
 ) -> CheckReport:
     """Run every check of the pipeline; an invalid manifest raises ``ManifestError`` (exit 2) first."""
     # git runs in scratch directories, where a relative root would name nothing.
@@ -221,6 +235,7 @@ def run_check(
         checks=tuple(check_name(t) for t in pipeline),
         rows=tuple(rows),
         findings=tuple(findings),
+        require_fork=require_fork,
     )
 
 

@@ -44,7 +44,9 @@ Examples:
 """
 
 EPILOG = (
-    "Exit codes: 0 every invariant holds; 1 a finding (an invariant is broken); 2 a usage or environment "
+    "Exit codes: 0 every invariant holds or could not be verified (the summary names those: 'not "
+    "verified' never counts as holding; --require-fork fails on the fork's); 1 a finding (an invariant is "
+    "broken); 2 a usage or environment "
     "problem (bad option, invalid manifest, the pristine tree cannot be obtained)."
 )
 
@@ -139,7 +141,13 @@ def render_table(report: CheckReport) -> str:
     else:
         out.print(f"series on {report.source}: no rows", soft_wrap=True)
     for f in report.findings:
-        label = {"error": "FAIL", "warning": "warn", "problem": "ERROR", "note": "note"}[f.severity]
+        label = {
+            "error": "FAIL",
+            "warning": "warn",
+            "problem": "ERROR",
+            "note": "note",
+            "unverified": "NOT VERIFIED",
+        }[f.severity]
         out.print(f"{label} [{f.check}] {f.subject}: {f.message}", soft_wrap=True)
         if f.detail:
             for line in f.detail.rstrip("\n").splitlines():
@@ -149,13 +157,24 @@ def render_table(report: CheckReport) -> str:
     applied = sum(1 for r in report.rows if r.status in ("exact", "offset"))
     applicable = sum(1 for r in report.rows if r.status != "skipped")
     n = len(report.checks)
+    unseen = report.not_verified
     if report.exit_code == 0:
+        if unseen:
+            return (
+                f"check: {n - len(unseen)} of {n} checks hold, {len(unseen)} not verified "
+                f"({', '.join(unseen)}); {applied} rows applied onto {report.source}"
+            )
         return f"check: all {n} checks hold; {applied} rows applied onto {report.source}"
     parts = []
     if errors:
         parts.append(f"{errors} finding{'s' if errors != 1 else ''}")
     if problems:
         parts.append(f"{problems} check{'s' if problems != 1 else ''} could not run")
+    if unseen:
+        parts.append(
+            f"{len(unseen)} not verified ({', '.join(unseen)})"
+            + ("; --require-fork" if report.require_fork else "")
+        )
     summary = f"check: {', '.join(parts)} ({n} checks); {applied} of {applicable} rows applied"
     return summary
 
@@ -197,6 +216,14 @@ def check_command(
         bool,
         typer.Option("--json", help="Print the records (rows, hunks, findings) as JSON on stdout."),
     ] = False,
+    require_fork: Annotated[
+        bool,
+        typer.Option(
+            "--require-fork",
+            help="Fail (exit 1) when replay identity, export or fork commits could not be verified "
+            "(no fork given and no patches/fork.bundle): what a reviewer's run should use.",
+        ),
+    ] = False,
 ) -> None:
     from hyperqwen_patches.checks.pipeline import run_check
     from hyperqwen_patches.console import emit_json, out
@@ -212,6 +239,7 @@ def check_command(
             progress=TerminalProgress(),
             fork=fork,
             export_point=export_point,
+            require_fork=require_fork,
         )
     except ManifestError as exc:
         # --json readers get the manifest's problems as records too (the error still goes to stderr).

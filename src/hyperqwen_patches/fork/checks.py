@@ -155,7 +155,9 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
 def _finding(problem: Problem) -> Finding:
     from hyperqwen_patches.checks.context import Finding
 
-    severity: Literal["error", "warning"] = "error" if problem.severity == "error" else "warning"
+    severity: Literal["error", "warning", "unverified"] = (
+        problem.severity if problem.severity in ("error", "unverified") else "warning"
+    )
     return Finding(problem.check, severity, problem.subject, problem.message, problem.detail)
 
 
@@ -209,7 +211,7 @@ def _no_fork_warning(ctx: CheckContext, check: str) -> list[Finding]:
         _finding(
             Problem(
                 check,
-                "warning",
+                "unverified",
                 "fork",
                 f"not verified: no fork given and no {BUNDLE} in the repository",
                 "pass --fork PATH|URL|BUNDLE, or ship the bundle (docs/fork.md)",
@@ -227,7 +229,7 @@ def check_replay_identity(ctx: CheckContext) -> list[Finding]:
         message = (
             "not verified: the manifest names no export point (export_points in docs/manifest.md)"
         )
-        return [_finding(Problem("replay-identity", "warning", "fork", message))]
+        return [_finding(Problem("replay-identity", "unverified", "fork", message))]
     return [_finding(p) for r in reports for p in r.problems if p.check == "replay-identity"]
 
 
@@ -276,7 +278,7 @@ def check_export(ctx: CheckContext) -> list[Finding]:
 
     session = fork_session(ctx)
     if session is None:
-        return []
+        return _no_fork_warning(ctx, "export")
     tips = {p.name: session.tips[p.name] for p in _points(ctx) if p.name in session.tips}
     if not tips:
         return []

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from hyperqwen_patches.engine.patchset import Patch
     from hyperqwen_patches.series.manifest import Manifest
 
-Severity = Literal["error", "warning", "info"]
+Severity = Literal["error", "warning", "info", "unverified"]
 Reader = Callable[[bytes], bytes | None]
 
 DEFAULT_MODE = 0o100644

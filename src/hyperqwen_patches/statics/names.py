@@ -223,7 +223,7 @@ def check_names(ctx: CheckContext) -> list[Finding]:
         return [
             Finding(
                 "names",
-                "note",
+                "unverified",
                 f"cut_against {version}",
                 f"not verified: rows {', '.join(sorted(rows))} were cut against {version}, and the "
                 f"pristine source {ctx.source} names no source for that release",
