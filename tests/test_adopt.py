@@ -335,3 +335,56 @@ def test_default_series_of_the_adopted_repository(project: Project) -> None:
     patches = default_series(project.root)
     assert len(patches) == 53
     assert all(fp.path.startswith(b"vllm/") for p in patches for fp in p.files)
+
+
+def test_status_upto_and_unapply_walk_the_series(project: Project, tmp_path: Path) -> None:
+    """quilt's applied / push ROW / pop -a, on the realistic series; GNU patch is the oracle for
+    the half-way tree, the release itself for the tree unapplied."""
+    assert adopt(project, *KNOB_ARGS).returncode == 0
+    site = tmp_path / "site"
+    shutil.copytree(project.pristine, site)
+
+    def status() -> dict[str, object]:
+        proc = hqp("status", site, "--repo", project.root, "--json")
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    assert (status()["state"], status()["carried"]) == ("pristine", 0)
+    twentieth = load_manifest(project.root).rows[19].name
+    assert hqp("apply", site, "--repo", project.root, "--upto", twentieth).returncode == 0
+    assert same_tree(site, gnu_tree(project, tmp_path / "gnu20", rows=list(range(1, 21))))
+    assert (status()["state"], status()["carried"]) == ("partial", 20)
+    assert hqp("apply", site, "--repo", project.root).returncode == 0
+    assert (status()["state"], status()["carried"]) == ("complete", 53)
+    proc = hqp("unapply", site, "--repo", project.root, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["taken_out"][0] == load_manifest(project.root).rows[-1].name
+    assert same_tree(site, project.pristine)
+    assert (status()["state"], status()["carried"]) == ("pristine", 0)
+    bad = hqp("apply", site, "--repo", project.root, "--upto", "no-such-row")
+    assert bad.returncode == 2 and "no such row" in bad.stderr
+
+
+def test_status_names_a_state_no_run_leaves(project: Project, tmp_path: Path) -> None:
+    assert adopt(project, *KNOB_ARGS).returncode == 0
+    missing = next(
+        n
+        for n in range(2, 40)
+        if not touched(project, n) & set().union(*(touched(project, m) for m in range(n + 1, 53)))
+    )
+    site = gnu_tree(project, tmp_path / "site", rows=[n for n in range(1, 53) if n != missing])
+    before = snapshot(site)
+    assert hqp("status", site, "--repo", project.root).returncode == 1
+    refused = hqp("unapply", site, "--repo", project.root)
+    assert refused.returncode == 1 and "nothing was written" in refused.stderr
+    assert snapshot(site) == before
+
+
+def test_list_reads_the_manifest_only(project: Project) -> None:
+    assert adopt(project).returncode == 0
+    proc = hqp("list", "--json", cwd=project.root)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    assert [r["patch"] for r in rows[:52]] == project.series_files
+    table = hqp("list", cwd=project.root).stdout
+    assert "0.31.0 (adapted to #54809)" in table

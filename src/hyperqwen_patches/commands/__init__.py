@@ -13,6 +13,8 @@ import typer
 COMMANDS: list[str] = [
     "check",
     "apply",
+    "status",
+    "list_",
     "adopt",
     "render",
     "export",

@@ -66,6 +66,27 @@ def default_series(start: Path, *, repo: Path | None = None) -> list[Patch]:
     return series.default_series(root)
 
 
+def up_to(patches: list[Patch], row: str) -> list[Patch]:
+    """The series up to and including ``row`` (a row name, or a patch file as given with --patch)."""
+    names = [p.name for p in patches]
+    if row not in names:
+        shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+        raise UsageError(f"--upto {row!r}: no such row in the series ({shown})")
+    return patches[: names.index(row) + 1]
+
+
+def refuse_misplaced(directory: Path, patches: list[Patch]) -> None:
+    from hyperqwen_patches.sources.tree import misplaced
+
+    wrong = misplaced(directory, patches)
+    if wrong:
+        raise UsageError(
+            f"{directory} does not look like the directory the patches apply in: {wrong}",
+            hint="give the directory that holds the patched package (site-packages, or a release's "
+            "root: the one with vllm/ in it)",
+        )
+
+
 def load_patch(path: Path, *, strip: int = 1) -> Patch:
     """Read and parse one patch file; an unreadable file is a usage error naming it."""
     from hyperqwen_patches.engine.patchset import parse_patch
@@ -135,6 +156,15 @@ def apply_command(
             "from the current directory.",
         ),
     ] = None,
+    upto: Annotated[
+        str | None,
+        typer.Option(
+            "--upto",
+            metavar="ROW",
+            help="Apply the series up to and including ROW only (quilt's push ROW); rows after it "
+            "are never taken out (unapply does that).",
+        ),
+    ] = None,
     check_applied: Annotated[
         bool,
         typer.Option(
@@ -144,19 +174,15 @@ def apply_command(
     ] = False,
 ) -> None:
     from hyperqwen_patches.engine.applying import Policy
-    from hyperqwen_patches.sources.tree import apply_to_tree, misplaced
+    from hyperqwen_patches.sources.tree import apply_to_tree
     from hyperqwen_patches.sources.tree import check_applied as check_tree
 
     if patch and repo is not None:
         raise UsageError("give --patch FILE or --repo DIR, not both")
     patches = [load_patch(p) for p in patch] if patch else default_series(Path.cwd(), repo=repo)
-    wrong = misplaced(directory, patches)
-    if wrong:
-        raise UsageError(
-            f"{directory} does not look like the directory the patches apply in: {wrong}",
-            hint="give the directory that holds the patched package (site-packages, or a release's "
-            "root: the one with vllm/ in it)",
-        )
+    if upto is not None:
+        patches = up_to(patches, upto)
+    refuse_misplaced(directory, patches)
     policy = Policy(max_offset=max_offset, exact=exact, ambiguity="error" if strict else "report")
     if check_applied:
         checked = check_tree(directory, patches, policy)

@@ -56,11 +56,8 @@ def apply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> Car
     if forward.ok and all(p.status == "applied" for p in forward.patches):
         return CarriedResult(forward, carried=0)
     presence = verify_applied(patches, read, policy)
-    carried = 0
-    while carried < len(presence) and presence[carried].status == "present":
-        carried += 1
-    rest = presence[carried:]
-    if all(p.status == "missing" for p in rest):
+    carried = carried_prefix(presence)
+    if carried is not None:
         if carried == 0:
             return CarriedResult(forward, carried=0)  # nothing carried: the forward result stands
         on_top = apply_series(patches[carried:], read, replace(policy, forward=False))
@@ -74,7 +71,35 @@ def apply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> Car
             ),
             carried=carried,
         )
-    return _refuse(presence, carried)
+    return _refuse(presence, _leading(presence))
+
+
+def carried_prefix(presence: Sequence[PresenceResult]) -> int | None:
+    """k when the tree carries exactly rows 1..k of the series (0: none), else None."""
+    k = _leading(presence)
+    return k if all(p.status == "missing" for p in presence[k:]) else None
+
+
+def _leading(presence: Sequence[PresenceResult]) -> int:
+    k = 0
+    while k < len(presence) and presence[k].status == "present":
+        k += 1
+    return k
+
+
+def unapply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> CarriedResult:
+    """Take the rows a tree carries (1..k) out again, last first: the pristine tree's bytes.
+
+    Refused, as ``apply_carried`` refuses, when the tree is not in a state a run of the series
+    leaves. ``carried`` is k; the result's patches are the reversed rows, in the order undone."""
+    presence = verify_applied(patches, read, policy)
+    carried = carried_prefix(presence)
+    if carried is None:
+        return _refuse(presence, _leading(presence))
+    undo = [p.reversed() for p in reversed(patches[:carried])]
+    # Each reverse was just shown to apply in this order (verify_applied unapplies the same way).
+    result = apply_series(undo, read, replace(policy, forward=False))
+    return CarriedResult(result, carried=carried)
 
 
 def _carried(presence: PresenceResult) -> PatchResult:

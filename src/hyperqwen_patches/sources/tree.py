@@ -32,7 +32,7 @@ from hyperqwen_patches.engine.applying import (
     SeriesResult,
     verify_applied,
 )
-from hyperqwen_patches.engine.carried import apply_carried
+from hyperqwen_patches.engine.carried import apply_carried, unapply_carried
 from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.errors import HqpError, Interrupted, UsageError
 from hyperqwen_patches.sources import journal
@@ -441,3 +441,29 @@ def misplaced(root: Path, patches: Sequence[Patch]) -> str | None:
         return None
     names = ", ".join(t.decode("utf-8", errors="backslashreplace") + "/" for t in tops)
     return f"the patches edit files under {names} and {root} has no such directory"
+
+
+def unapply_tree(
+    root: Path, patches: Sequence[Patch], policy: Policy, *, dry_run: bool = False
+) -> TreeApplyResult:
+    """Take the rows ``root`` carries out again, all or nothing (journaled like ``apply_to_tree``)."""
+    tree = Tree(root)
+    if dry_run:
+        tree.refuse_if_interrupted()
+    else:
+        tree.recover_interrupted(strict=True)
+    outcome = unapply_carried(patches, tree.read, policy)
+    series = outcome.series
+    written: list[bytes] = []
+    if series.ok and not dry_run and series.changes:
+        written = tree.write(series.changes, {**tree.modes_of(series.moved), **series.modes})
+    return TreeApplyResult(
+        root=root,
+        series=series,
+        dry_run=dry_run,
+        written=written,
+        reads=list(tree.reads),
+        carried=outcome.carried,
+        refused=outcome.refused,
+        recovered=tree.recovered,
+    )

@@ -1,0 +1,163 @@
+"""``status DIR`` (which rows DIR carries, quilt's ``applied``) and ``unapply DIR`` (take them out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from hyperqwen_patches.errors import FindingError
+
+DirArgument = Annotated[
+    Path,
+    typer.Argument(metavar="DIR", help="The patched directory (holds the package: site-packages)."),
+]
+RepoOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--repo",
+        file_okay=False,
+        help="The repository whose series to compare with; default: found upward from the current "
+        "directory.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+STATUS_HELP = """Say which rows of the series DIR carries (quilt's `applied`), writing nothing.
+
+The rows are unapplied last to first in memory (as `apply --check-applied` does): DIR carries rows
+1..k when those reverse-apply and none of the others is there. Any other state (a middle row missing,
+a row partly there) is named.
+
+Examples:
+
+  hyperqwen-patches status site-packages
+
+  hyperqwen-patches status site-packages --repo ../series --json
+"""
+
+STATUS_EPILOG = (
+    "Exit codes: 0 DIR carries rows 1..k (none, some or all); 1 DIR is in a state no run of the series "
+    "leaves; 2 bad input (no manifest, DIR not the package's parent, an interrupted write in DIR)."
+)
+
+UNAPPLY_HELP = """Take the rows DIR carries out again, last first, all or nothing (quilt's `pop -a`).
+
+DIR must carry rows 1..k of the series (see `status`); the reverse of each is applied at fuzz 0 in
+memory, then written through the same journal as `apply`, so DIR ends pristine or untouched.
+
+Examples:
+
+  hyperqwen-patches unapply site-packages
+
+  hyperqwen-patches unapply site-packages --dry-run
+"""
+
+UNAPPLY_EPILOG = (
+    "Exit codes: 0 the rows were taken out (or DIR carried none); 1 DIR is in a state no run of the "
+    "series leaves, nothing written; 2 bad input; 130 interrupted, DIR put back."
+)
+
+
+def _series(directory: Path, repo: Path | None) -> list[Any]:
+    from hyperqwen_patches.commands.apply import default_series, refuse_misplaced
+
+    patches = default_series(Path.cwd(), repo=repo)
+    refuse_misplaced(directory, patches)
+    return patches
+
+
+def status_command(
+    directory: DirArgument, repo: RepoOption = None, json_output: JsonOption = False
+) -> None:
+    from hyperqwen_patches.engine.applying import Policy
+    from hyperqwen_patches.engine.carried import carried_prefix
+    from hyperqwen_patches.sources.tree import check_applied
+
+    patches = _series(directory, repo)
+    checked = check_applied(directory, patches, Policy())
+    carried = carried_prefix(checked.patches)
+    total = len(patches)
+    if carried is None:
+        state = "inconsistent"
+    else:
+        state = "pristine" if carried == 0 else "complete" if carried == total else "partial"
+    payload = {
+        "directory": str(directory),
+        "state": state,
+        "carried": carried,
+        "total": total,
+        "rows": [{"name": p.name, "status": p.status} for p in checked.patches],
+    }
+    if json_output:
+        from hyperqwen_patches.console import emit_json
+
+        emit_json(payload)
+    else:
+        from hyperqwen_patches.console import out, table_lines
+
+        rows = [(str(i), p.name, p.status) for i, p in enumerate(checked.patches, 1)]
+        lines = table_lines([("#", "right"), ("row", "left"), ("in DIR", "left")], rows)
+        out.print("\n".join([f"status → {directory}", *lines]), soft_wrap=True)
+        if carried is not None:
+            nxt = f"; next: {patches[carried].name}" if carried < total else ""
+            out.print(f"{directory} carries {carried} of {total} rows ({state}){nxt}")
+    if carried is None:
+        odd = [p.name for p in checked.patches if p.status != "missing"]
+        raise FindingError(
+            f"{directory} is in a state no run of this series leaves: rows {', '.join(odd[:6])} "
+            "are there, but not as a prefix of the series",
+            hint="restore the pristine files (or re-install the package), then apply",
+        )
+
+
+def unapply_command(
+    directory: DirArgument,
+    repo: RepoOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check that it would work; write nothing.")
+    ] = False,
+    json_output: JsonOption = False,
+) -> None:
+    from hyperqwen_patches.engine.applying import Policy
+    from hyperqwen_patches.sources.tree import unapply_tree
+
+    patches = _series(directory, repo)
+    result = unapply_tree(directory, patches, Policy(), dry_run=dry_run)
+    payload = {
+        "directory": str(directory),
+        "dry_run": dry_run,
+        "ok": result.ok,
+        "refused": result.refused,
+        "taken_out": [patches[i].name for i in reversed(range(result.carried))]
+        if result.ok
+        else [],
+        "written": [p.decode("utf-8", "backslashreplace") for p in result.written],
+    }
+    if json_output:
+        from hyperqwen_patches.console import emit_json
+
+        emit_json(payload)
+    if result.refused:
+        raise FindingError(
+            f"{directory} is in a state no run of this series leaves: {result.refused}; "
+            "nothing was written"
+        )
+    if not result.ok:
+        failed = [p.name for p in result.series.patches if not p.ok]
+        raise FindingError(f"the reverse of {', '.join(failed)} did not apply; nothing was written")
+    if not json_output:
+        from hyperqwen_patches.console import out
+
+        verb = "would take" if dry_run else "took"
+        count = len(result.series.changes) if dry_run else len(result.written)
+        out.print(
+            f"ok: {verb} {result.carried} rows out of {directory} "
+            f"({'would change' if dry_run else 'changed'} {count} files)"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status", help=STATUS_HELP, epilog=STATUS_EPILOG)(status_command)
+    app.command("unapply", help=UNAPPLY_HELP, epilog=UNAPPLY_EPILOG)(unapply_command)
