@@ -183,11 +183,10 @@ def test_exit_codes_are_documented_in_help() -> None:
     proc = hqp("check", "--help")
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
-    assert (
-        "Exit codes: 0 every invariant holds; 1 a finding (an invariant is broken); 2 a usage or environment problem"
-        in text
-    )
-    for option in ("--repo", "--source", "--max-offset", "--json"):
+    assert "Exit codes: 0 every invariant holds or could not be verified" in text
+    assert "'not verified' never counts as holding" in text
+    assert "1 a finding (an invariant is broken); 2 a usage or environment problem" in text
+    for option in ("--repo", "--source", "--max-offset", "--json", "--require-fork"):
         assert option in text
 
 
