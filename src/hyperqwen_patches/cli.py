@@ -19,7 +19,8 @@ from hyperqwen_patches.errors import ExitCode, HqpError
 
 EPILOG = (
     "Exit codes: 0 ok; 1 a finding (a check failed, a hunk did not apply); "
-    "2 usage, input or environment problem; 3 git failed."
+    "2 usage, input or environment problem; 3 git failed; 130 interrupted (what apply was writing "
+    "was put back)."
 )
 
 app = typer.Typer(
