@@ -5,7 +5,7 @@ renders its result object. This module only registers them and maps typed errors
 place.
 
 Exit codes (every command): 0 ok; 1 a finding (a check failed, a hunk did not apply); 2 usage, input or
-environment problem; 3 git failed.
+environment problem; 3 git failed; 130 interrupted.
 """
 
 from __future__ import annotations
