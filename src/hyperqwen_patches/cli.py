@@ -79,6 +79,7 @@ def main() -> None:
         err.print(f"error: {exc.message}")
         if exc.hint:
             err.print(f"hint: {exc.hint}")
+        _json_error(int(exc.exit_code), exc.message, exc.hint)
         sys.exit(int(exc.exit_code))
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -96,4 +97,16 @@ def main() -> None:
                 f"hint: the cache is {root} ($HQP_CACHE): it must be a writable directory; "
                 "point HQP_CACHE elsewhere or fix its permissions"
             )
+        _json_error(int(ExitCode.USAGE), f"{exc.strerror or exc}{where}", None)
         sys.exit(int(ExitCode.USAGE))
+
+
+def _json_error(code: int, message: str, hint: str | None) -> None:
+    """A ``--json`` caller that got no document (the error came first) gets one describing it, so a
+    script always has JSON to parse; one that got its document is not given a second."""
+    from hyperqwen_patches.console import emit_json, json_emitted
+
+    args = sys.argv[1:]
+    wanted = "--json" in (args[: args.index("--")] if "--" in args else args)
+    if wanted and not json_emitted():
+        emit_json({"ok": False, "exit_code": code, "error": message, "hint": hint})

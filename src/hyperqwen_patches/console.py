@@ -77,10 +77,20 @@ def show(data: bytes | str) -> str:
     return data.decode("utf-8", errors="backslashreplace")
 
 
+_json_emitted = False
+
+
 def emit_json(payload: Any) -> None:
     """Print a JSON document to stdout: sorted keys, stable, one trailing newline."""
+    global _json_emitted
     sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+    _json_emitted = True
+
+
+def json_emitted() -> bool:
+    """Whether this process printed its JSON document already (then an error adds none)."""
+    return _json_emitted
 
 
 def is_terminal() -> bool:
