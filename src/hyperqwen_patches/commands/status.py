@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hyperqwen_patches.errors import FindingError
+
+if TYPE_CHECKING:
+    from hyperqwen_patches.engine.patchset import Patch
 
 DirArgument = Annotated[
     Path,
@@ -60,7 +63,7 @@ UNAPPLY_EPILOG = (
 )
 
 
-def _series(directory: Path, repo: Path | None) -> list[Any]:
+def _series(directory: Path, repo: Path | None) -> list[Patch]:
     from hyperqwen_patches.commands.apply import default_series, refuse_misplaced
 
     patches = default_series(Path.cwd(), repo=repo)

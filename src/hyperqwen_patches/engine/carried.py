@@ -71,7 +71,7 @@ def apply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> Car
             ),
             carried=carried,
         )
-    return _refuse(presence, _leading(presence))
+    return _refuse(presence)
 
 
 def carried_prefix(presence: Sequence[PresenceResult]) -> int | None:
@@ -95,7 +95,7 @@ def unapply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> C
     presence = verify_applied(patches, read, policy)
     carried = carried_prefix(presence)
     if carried is None:
-        return _refuse(presence, _leading(presence))
+        return _refuse(presence)
     undo = [p.reversed() for p in reversed(patches[:carried])]
     # Each reverse was just shown to apply in this order (verify_applied unapplies the same way).
     result = apply_series(undo, read, replace(policy, forward=False))
@@ -108,8 +108,8 @@ def _carried(presence: PresenceResult) -> PatchResult:
     return PatchResult(presence.name, "already-applied", files)
 
 
-def _refuse(presence: Sequence[PresenceResult], carried: int) -> CarriedResult:
-    first_gap = next(i for i, p in enumerate(presence) if p.status != "present")
+def _refuse(presence: Sequence[PresenceResult]) -> CarriedResult:
+    carried = first_gap = _leading(presence)
     gap = presence[first_gap]
     later = [p.name for p in presence[first_gap + 1 :] if p.status != "missing"]
     partial = [p for p in presence if p.status == "partial"]

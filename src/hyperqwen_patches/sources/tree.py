@@ -22,7 +22,7 @@ import os
 import signal
 import stat
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from hyperqwen_patches.engine.applying import (
     SeriesResult,
     verify_applied,
 )
-from hyperqwen_patches.engine.carried import apply_carried, unapply_carried
+from hyperqwen_patches.engine.carried import CarriedResult, apply_carried, unapply_carried
 from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.errors import HqpError, Interrupted, UsageError
 from hyperqwen_patches.sources import journal
@@ -43,7 +43,8 @@ class TreeError(UsageError):
 
 
 class TreeWriteError(HqpError):
-    """Writing the changes failed (disk full, permissions); the directory was restored."""
+    """Writing the changes failed (disk full, permissions); the message says whether every file was
+    put back or which ones were not (then the journal keeps them for the next run)."""
 
 
 def _show(data: bytes) -> str:
@@ -92,14 +93,7 @@ class Tree:
             )
         if any(part == b".." for part in path.split(b"/")):
             raise TreeError(f"path {_show(path)!r} contains '..': it would escape {self.root}")
-        parent, _, name = path.rpartition(b"/")
-        real_parent = self._dirs.get(parent)
-        if real_parent is None:
-            # realpath follows every symlink on the way, including ones not yet created at the tail;
-            # a directory's real path is cached, since a series touches many files per directory.
-            real_parent = os.path.realpath(os.path.join(self._real_root, parent))
-            self._dirs[parent] = real_parent
-        real = os.path.join(real_parent, name)
+        real = self._unresolved(path)
         if os.path.islink(real):
             real = os.path.realpath(real)
         if real != self._real_root and not real.startswith(self._real_root + b"/"):
@@ -259,10 +253,14 @@ class Tree:
         )
 
     def _unresolved(self, path: bytes) -> bytes:
+        """``path`` with its directories resolved but not its last component (which may be a link)."""
         parent, _, name = path.rpartition(b"/")
-        real_parent = self._dirs.get(parent) or os.path.realpath(
-            os.path.join(self._real_root, parent)
-        )
+        real_parent = self._dirs.get(parent)
+        if real_parent is None:
+            # realpath follows every symlink on the way, including ones not yet created at the tail;
+            # a directory's real path is cached, since a series touches many files per directory.
+            real_parent = os.path.realpath(os.path.join(self._real_root, parent))
+            self._dirs[parent] = real_parent
         return os.path.join(real_parent, name)
 
     def _recheck(self, real: bytes) -> None:
@@ -379,12 +377,30 @@ def apply_to_tree(
 
     A tree that already carries the first rows of the series gets the rest; one that carries all of it
     is left alone (``engine/carried.py``)."""
+    return _carry(root, patches, policy, dry_run, apply_carried)
+
+
+def unapply_tree(
+    root: Path, patches: Sequence[Patch], policy: Policy, *, dry_run: bool = False
+) -> TreeApplyResult:
+    """Take the rows ``root`` carries out again, all or nothing (journaled like ``apply_to_tree``)."""
+    return _carry(root, patches, policy, dry_run, unapply_carried)
+
+
+def _carry(
+    root: Path,
+    patches: Sequence[Patch],
+    policy: Policy,
+    dry_run: bool,
+    plan: Callable[[Sequence[Patch], Callable[[bytes], bytes | None], Policy], CarriedResult],
+) -> TreeApplyResult:
+    """The directory side of both: repair an interrupted write, plan in memory, write all or nothing."""
     tree = Tree(root)
     if dry_run:
         tree.refuse_if_interrupted()
     else:
         tree.recover_interrupted(strict=True)
-    outcome = apply_carried(patches, tree.read, policy)
+    outcome = plan(patches, tree.read, policy)
     series = outcome.series
     written: list[bytes] = []
     if series.ok and not dry_run and series.changes:
@@ -441,29 +457,3 @@ def misplaced(root: Path, patches: Sequence[Patch]) -> str | None:
         return None
     names = ", ".join(t.decode("utf-8", errors="backslashreplace") + "/" for t in tops)
     return f"the patches edit files under {names} and {root} has no such directory"
-
-
-def unapply_tree(
-    root: Path, patches: Sequence[Patch], policy: Policy, *, dry_run: bool = False
-) -> TreeApplyResult:
-    """Take the rows ``root`` carries out again, all or nothing (journaled like ``apply_to_tree``)."""
-    tree = Tree(root)
-    if dry_run:
-        tree.refuse_if_interrupted()
-    else:
-        tree.recover_interrupted(strict=True)
-    outcome = unapply_carried(patches, tree.read, policy)
-    series = outcome.series
-    written: list[bytes] = []
-    if series.ok and not dry_run and series.changes:
-        written = tree.write(series.changes, {**tree.modes_of(series.moved), **series.modes})
-    return TreeApplyResult(
-        root=root,
-        series=series,
-        dry_run=dry_run,
-        written=written,
-        reads=list(tree.reads),
-        carried=outcome.carried,
-        refused=outcome.refused,
-        recovered=tree.recovered,
-    )
