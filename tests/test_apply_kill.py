@@ -171,4 +171,20 @@ def test_sigterm_and_ctrl_c_put_everything_back_before_exiting(
         assert debris(tree) == [], f"{sig!r} at {delay:.2f}s left {debris(tree)}"
         if "while writing" in err:  # stopped mid-write: put back, and it says so
             assert rc == 130 and "nothing was changed" in err and state == pristine, err
+        if "every file was written" in err:  # stopped just after the commit point: whole
+            assert rc == 130 and state == patched, err
     assert 0 in codes or any(c != 0 for c in codes)
+
+
+def test_a_kill_while_the_journal_is_written_leaves_no_debris(
+    states: tuple[Path, list[Path], dict, dict, float], tmp_path: Path
+) -> None:
+    """Killed inside journal.write: only the journal's temporary file exists (no journal, no file
+    touched); the next run removes it. A kill early in a run hit exactly this once in CI-like runs."""
+    release, patches, pristine, patched, _ = states
+    tree = fresh(release, tmp_path / "j")
+    (tree / ".hqp-tmp-journal").write_bytes(b'{"format": 1, "entr')
+    assert Tree(tree).recover_interrupted(strict=True) is None
+    assert snapshot(tree) == pristine and debris(tree) == []
+    proc = subprocess.run(argv(tree, patches), capture_output=True, check=False)
+    assert proc.returncode == 0 and snapshot(tree) == patched

@@ -167,6 +167,7 @@ class Tree:
         new_dirs = _missing_dirs(os.path.dirname(real) for _p, real, c in plan if c is not None)
         root = self._real_root
         current = journal.path_of(root)
+        renamed = False  # every rename done: from here on the write is whole
         try:
             with _signals_raise():
                 journal.write(root, journal.entries_for(root, originals), new_dirs)
@@ -189,7 +190,8 @@ class Tree:
                             os.unlink(real)
                     else:
                         os.replace(temps[real], real)
-                journal.remove(root)
+                renamed = True
+                journal.remove(root)  # the commit point
         except OSError as exc:
             name = _show(os.fsencode(exc.filename)) if exc.filename else _show(current)
             raise TreeWriteError(
@@ -197,11 +199,17 @@ class Tree:
             ) from None
         except (KeyboardInterrupt, _Signalled) as exc:
             signame = exc.name if isinstance(exc, _Signalled) else "SIGINT"
+            if renamed and not journal.exists(root):
+                # The signal came after the commit point: the write is whole, nothing to put back.
+                raise Interrupted(
+                    f"interrupted by {signame} after writing to {self.root}: every file was written"
+                ) from None
             raise Interrupted(
                 f"interrupted by {signame} while writing to {self.root}; " + self._put_back()
             ) from None
         except BaseException:
-            self._put_back()
+            if not (renamed and not journal.exists(root)):
+                self._put_back()
             raise
         for _path, real, content in plan:
             if content is None:
@@ -213,6 +221,8 @@ class Tree:
 
         With ``strict`` (a write is about to start) a recovery that cannot finish is an error."""
         if not journal.exists(self._real_root):
+            # A run killed while it wrote the journal itself left only the journal's temporary file.
+            journal.remove_temps(self._real_root)
             return None
         try:
             with _signals_blocked():
