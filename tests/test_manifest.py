@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -306,3 +307,87 @@ def test_a_manifest_that_is_not_utf8_names_line_and_column() -> None:
     utf16 = VALID.encode("utf-16")
     with pytest.raises(ManifestError, match="UTF-16"):
         parse_manifest(utf16, path=Path("patches/manifest.yaml"), root=Path("."))
+
+
+# --- the validated model in the result cache (series/manifest.py: a warm run skips PyYAML) ---------
+
+
+def cache_entries(root: Path) -> list[Path]:
+    return sorted((root / "results" / "manifest").glob("*.json"))
+
+
+@pytest.fixture
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HQP_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def fresh(data: bytes, monkeypatch: pytest.MonkeyPatch) -> m.Manifest:
+    with monkeypatch.context() as mp:
+        mp.setenv("HQP_RESULT_CACHE", "0")
+        return parse_manifest(data, path=Path("/x/patches/manifest.yaml"), root=Path("/x"))
+
+
+@pytest.mark.parametrize("which", ["valid", "shipped", "realseries"])
+def test_a_cached_model_is_the_model_parsed_afresh(
+    which: str, own_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if which == "valid":
+        data = VALID.encode()
+    elif which == "shipped":
+        data = (Path(__file__).resolve().parents[1] / "patches/manifest.yaml").read_bytes()
+    else:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from realseries import RUNTIME_KNOBS, write_project
+
+        project = write_project(tmp_path / "real")
+        knobs = [x for k in RUNTIME_KNOBS for x in ("--runtime-knob", f"{k}: runtime only")]
+        subprocess.run(
+            [sys.executable, "-m", "hyperqwen_patches", "adopt", "patches/series", "--append",
+             "kvarn/apply-order", "--modules", "kvarn/modules", *knobs],
+            cwd=project.root, check=True, capture_output=True,
+        )  # fmt: skip
+        data = (project.root / "patches/manifest.yaml").read_bytes()
+    first = parse_manifest(data, path=Path("/a/patches/manifest.yaml"), root=Path("/a"))
+    assert len(cache_entries(own_cache)) == 1
+    again = parse_manifest(data, path=Path("/b/patches/manifest.yaml"), root=Path("/b"))
+    expected = fresh(data, monkeypatch)
+    assert (again.path, again.root) == (Path("/b/patches/manifest.yaml"), Path("/b"))
+    for got in (first, again):
+        assert replace(got, path=expected.path, root=expected.root) == expected
+    assert again.to_json() == expected.to_json()
+
+
+def test_a_damaged_or_foreign_entry_is_recomputed(
+    own_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = VALID.encode()
+    expected = fresh(data, monkeypatch)
+    parse(VALID)
+    (entry,) = cache_entries(own_cache)
+    digest = entry.stem
+    for junk in (
+        b"{not json",
+        b"",
+        json.dumps({"key": digest, "value": {"$": "os.system", "name": "x"}}).encode(),
+        json.dumps({"key": digest, "value": {"$": "Manifest", "rows": 3}}).encode(),
+        json.dumps({"key": digest, "value": [1, 2]}).encode(),
+        json.dumps({"key": "0" * 64, "value": {}}).encode(),
+    ):
+        entry.write_bytes(junk)
+        got = parse(VALID)
+        assert replace(got, path=expected.path, root=expected.root) == expected, junk
+
+
+def test_an_invalid_manifest_is_never_cached(own_cache: Path) -> None:
+    bad = VALID.replace("kind: fix", "kind: fixx")
+    for _ in range(2):  # the problems are found on every run
+        assert any("kind" in p for p in problems(bad))
+    assert cache_entries(own_cache) == []
+
+
+def test_an_edited_manifest_is_a_new_entry(own_cache: Path) -> None:
+    parse(VALID)
+    edited = parse(VALID.replace("an old backport", "an older backport"))
+    assert edited.row("old-fix").what == "an older backport"  # type: ignore[union-attr]
+    assert len(cache_entries(own_cache)) == 2

@@ -1,8 +1,9 @@
-"""The command-line entry: a thin Typer layer.
+"""The command-line entry: a thin Typer layer, and a fast path in front of it.
 
 Each command lives in ``commands/<name>.py`` as a function that parses options, calls one operation and
-renders its result object. This module only registers them and maps typed errors to exit codes, in one
-place.
+renders its result object. This module builds the Typer app (registering only the command a run names),
+maps typed errors to exit codes in one place, and generates the option table the fast path reads
+(``commands/argv.py``): a plain command line is served without importing Typer at all.
 
 Exit codes (every command): 0 ok; 1 a finding (a check failed, a hunk did not apply); 2 usage, input or
 environment problem; 3 git failed; 130 interrupted.
@@ -12,82 +13,125 @@ from __future__ import annotations
 
 import sys
 
-import typer
-
 from hyperqwen_patches import __version__
-from hyperqwen_patches.errors import ExitCode, HqpError
+
+# Not typing.TYPE_CHECKING: importing typing costs 14 ms, most of what `--version` may take.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    import typer
 
 EPILOG = (
     "Exit codes: 0 ok; 1 a finding (a check failed, a hunk did not apply); "
     "2 usage, input or environment problem; 3 git failed; 130 interrupted (what apply was writing "
     "was put back)."
 )
-
-app = typer.Typer(
-    name="hyperqwen-patches",
-    help=(
-        "Carry a patch series on a pinned upstream release (vLLM): apply at fuzz 0, check replay "
-        "identity against the fork, export, import, render the ledger, port to a new release."
-    ),
-    epilog=EPILOG,
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode=None,
+HELP = (
+    "Carry a patch series on a pinned upstream release (vLLM): apply at fuzz 0, check replay "
+    "identity against the fork, export, import, render the ledger, port to a new release."
 )
+ARGTABLE = "commands/argtable.py"
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"hyperqwen-patches {__version__}")
-        raise typer.Exit()
+def build_app(only: str | None = None) -> typer.Typer:
+    """The Typer app with every command registered, or only the one named ``only`` (see commands)."""
+    import typer
+
+    from hyperqwen_patches.commands import register
+
+    app = typer.Typer(
+        name="hyperqwen-patches",
+        help=HELP,
+        epilog=EPILOG,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        rich_markup_mode=None,
+    )
+
+    def _version(value: bool) -> None:
+        if value:
+            typer.echo(f"hyperqwen-patches {__version__}")
+            raise typer.Exit()
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(
+            False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+        verbose: bool = typer.Option(
+            False, "--verbose", "-v", help="Log git commands and cache steps to stderr."
+        ),
+    ) -> None:
+        if verbose:
+            _log_verbosely()
+
+    register(app, only)
+    return app
 
 
-@app.callback()
-def _root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
-    ),
-    verbose: bool = typer.Option(
-        False, "--verbose", "-v", help="Log git commands and cache steps to stderr."
-    ),
-) -> None:
-    if verbose:  # logging costs 10 ms to import; gitrun and pristine log at debug level only
-        import logging
-
-        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s", stream=sys.stderr)
+def __getattr__(name: str) -> Any:
+    # ``from hyperqwen_patches.cli import app`` (CliRunner tests) still gets the whole app.
+    if name == "app":
+        return build_app()
+    raise AttributeError(name)
 
 
-# Commands register themselves here, one line each (heavy imports stay inside the command bodies).
-from hyperqwen_patches.commands import register_all  # noqa: E402
+def _log_verbosely() -> None:
+    # logging costs 10 ms to import; gitrun and pristine log at debug level only
+    import logging
 
-register_all(app)
+    logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s", stream=sys.stderr)
 
 
 def main() -> None:
-    """Console-script entry: run the app and map typed errors to one line and an exit code.
+    """Console-script entry: run the command and map typed errors to one line and an exit code.
 
-    Standalone mode lets click turn usage errors into exit 2 and ``typer.Exit(n)`` into exit n; only our
-    own typed errors are mapped here.
+    ``--version`` and plain command lines (``commands/argv.py``) never import Typer; the rest go to
+    the Typer app in standalone mode, where click turns usage errors into exit 2 and ``typer.Exit(n)``
+    into exit n. Only our own typed errors are mapped here, for both paths alike.
     """
-    from hyperqwen_patches.console import err
+    args = sys.argv[1:]
+    if args == ["--version"]:
+        print(f"hyperqwen-patches {__version__}")
+        return
+    from hyperqwen_patches.commands.argv import command_name, parse
+    from hyperqwen_patches.errors import ExitCode, HqpError
 
     try:
-        app()
+        call = parse(args)
+        if call is None:
+            build_app(only=command_name(args))()
+            return
+        if call.verbose:
+            _log_verbosely()
+        call.run()
     except HqpError as exc:
+        from hyperqwen_patches.console import err
+
         err.print(f"error: {exc.message}")
         if exc.hint:
             err.print(f"hint: {exc.hint}")
         _json_error(int(exc.exit_code), exc.message, exc.hint)
         sys.exit(int(exc.exit_code))
     except KeyboardInterrupt:
+        from hyperqwen_patches.console import err
+
         err.print("interrupted")
         sys.exit(130)
+    except BrokenPipeError:
+        # The reader went away (``| head``): as click does, stop quietly with exit 1.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     except OSError as exc:
         # The last net: an operating-system error no typed error named (a cache directory that is a
         # file or read-only, a full disk) is one line and exit 2, never a traceback.
         from hyperqwen_patches.cachedir import cache_dir
+        from hyperqwen_patches.console import err
 
         where = f": {exc.filename}" if exc.filename else ""
         err.print(f"error: {exc.strerror or exc}{where}")
@@ -110,3 +154,109 @@ def _json_error(code: int, message: str, hint: str | None) -> None:
     wanted = "--json" in (args[: args.index("--")] if "--" in args else args)
     if wanted and not json_emitted():
         emit_json({"ok": False, "exit_code": code, "error": message, "hint": hint})
+
+
+# --- the fast path's option table -------------------------------------------------------------------
+
+
+def argtable() -> dict[str, dict[str, Any]]:
+    """Every command's parameters as the Typer app defines them, in the form ``commands/argv.py`` reads.
+
+    A command whose function is not called with exactly its click parameters (a ``typer.Context``
+    argument, say) is left out: it always goes through Typer.
+    """
+    import inspect
+
+    import typer.main
+
+    group: Any = typer.main.get_command(build_app())
+    table: dict[str, dict[str, Any]] = {}
+    for name, command in group.commands.items():
+        function = inspect.unwrap(command.callback)  # type: ignore[arg-type]
+        if list(inspect.signature(function).parameters) != [p.name for p in command.params]:
+            continue
+        params = [_param_spec(p) for p in command.params]
+        if any(p is None for p in params):
+            continue
+        table[name] = {
+            "module": function.__module__,
+            "function": function.__qualname__,
+            "no_args_is_help": bool(getattr(command, "no_args_is_help", False)),
+            "params": params,
+        }
+    return table
+
+
+def _param_spec(param: Any) -> dict[str, Any] | None:
+    """One parameter, or None for a kind the fast path does not read. Types are told by their click
+    names (Typer 0.12-0.28 ship click under different module names)."""
+    t = param.type
+    spec: dict[str, Any] = {
+        "name": param.name,
+        "kind": param.param_type_name,
+        "opts": [o for o in param.opts if o.startswith("-")],
+        "secondary": list(param.secondary_opts),
+        "flag": bool(getattr(param, "is_flag", False)),
+        "multiple": bool(param.multiple),
+        "required": bool(param.required),
+    }
+    if param.nargs != 1 or param.callback is not None or param.envvar:
+        return None
+    if hasattr(t, "file_okay"):  # click.Path (named "path", "file" or "directory")
+        if t.writable or t.resolve_path or t.allow_dash:
+            return None
+        spec.update(type="path", exists=t.exists, file_okay=t.file_okay, dir_okay=t.dir_okay,
+                    readable=t.readable)  # fmt: skip
+    elif t.name in ("integer", "integer range", "int", "int range"):
+        if (
+            getattr(t, "min_open", False)
+            or getattr(t, "max_open", False)
+            or getattr(t, "clamp", False)
+        ):
+            return None
+        spec.update(type="int", min=getattr(t, "min", None), max=getattr(t, "max", None))
+    elif t.name in ("boolean", "bool", "text", "str"):
+        spec["type"] = "bool" if t.name in ("boolean", "bool") else "str"
+    else:
+        return None
+    return spec
+
+
+def argtable_source() -> str:
+    """The text of ``commands/argtable.py`` for the current commands (one parameter a line)."""
+    import json
+
+    def literal(value: Any) -> str:  # JSON's spelling of these values, made Python's
+        return (
+            json.dumps(value)
+            .replace("null", "None")
+            .replace("false", "False")
+            .replace("true", "True")
+        )
+
+    lines = [
+        '"""Generated from the Typer app by ``hyperqwen_patches.cli.write_argtable()``: do not edit.',
+        "",
+        "The fast path (``commands/argv.py``) reads command lines with it; ``tests/test_argv.py`` fails",
+        'when it no longer matches the commands."""',
+        "",
+        "from typing import Any",
+        "",
+        "# fmt: off",
+        "TABLE: dict[str, dict[str, Any]] = {",
+    ]
+    for name, spec in argtable().items():
+        lines.append(f"    {literal(name)}: {{")
+        for key in ("module", "function", "no_args_is_help"):
+            lines.append(f"        {literal(key)}: {literal(spec[key])},")
+        lines.append('        "params": [')
+        lines += [f"            {literal(param)}," for param in spec["params"]]
+        lines += ["        ],", "    },"]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def write_argtable() -> None:
+    from pathlib import Path
+
+    (Path(__file__).parent / ARGTABLE).write_text(argtable_source(), encoding="utf-8")

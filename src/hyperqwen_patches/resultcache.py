@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -73,6 +72,8 @@ def store(name: str, digest: str, value: Any) -> None:
         return
     target = _path(name, digest)
     try:
+        import tempfile  # only a write pays for it (a warm run reads)
+
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=target.parent)
         try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 if TYPE_CHECKING:
+    import typer
+
     from hyperqwen_patches.series.adopt import AdoptPlan
 
 HELP = """Adopt an existing series: write patches/manifest.yaml for it, then render.

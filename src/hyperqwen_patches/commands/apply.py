@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
 from hyperqwen_patches.errors import FindingError, UsageError
 
 if TYPE_CHECKING:
+    import typer
+
     from hyperqwen_patches.engine.applying import FileResult, HunkResult, PresenceResult
     from hyperqwen_patches.engine.patchset import Patch
     from hyperqwen_patches.engine.placement import NearMiss

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 if TYPE_CHECKING:
+    import typer
+
     from hyperqwen_patches.checks.pipeline import CheckReport
 
 HELP = """Check the series against its invariants, without writing anything anywhere.

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 if TYPE_CHECKING:
+    import typer
+
     from hyperqwen_patches.fork.exporting import ExportPlan
 
 HELP = """Export the fork: one patch file per commit of each export point (base..branch).
@@ -35,14 +35,10 @@ Exit codes: 0 written (with --check: nothing or only positional drift); 1 --chec
 or a commit cannot be exported; 2 usage or an invalid manifest; 3 git failed.
 """
 
-RepoOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--repo",
-        help="The repository (the directory holding patches/manifest.yaml); default: found upward from the current directory.",
-        file_okay=False,
-    ),
-]
+REPO_HELP = (
+    "The repository (the directory holding patches/manifest.yaml); default: found upward from the "
+    "current directory."
+)
 
 
 def print_plan(plan: ExportPlan, *, check: bool) -> None:
@@ -75,7 +71,7 @@ def export_command(
             "--fork", help="The fork repository (work tree or .git directory).", file_okay=False
         ),
     ],
-    repo: RepoOption = None,
+    repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
     export_point: Annotated[
         list[str] | None,
         typer.Option(

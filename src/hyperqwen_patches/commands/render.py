@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import typer
+if TYPE_CHECKING:
+    import typer
+
 
 HELP = """Write PATCHES.md (the ledger) and patches/series (the apply order) from patches/manifest.yaml.
 
@@ -21,18 +23,14 @@ Exit codes: 0 written (or, with --check, already up to date); 1 --check found a 
 2 usage or an invalid manifest (every problem listed with file, line and field).
 """
 
-RepoOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--repo",
-        help="The repository (the directory holding patches/manifest.yaml); default: found upward from the current directory.",
-        file_okay=False,
-    ),
-]
+REPO_HELP = (
+    "The repository (the directory holding patches/manifest.yaml); default: found upward from the "
+    "current directory."
+)
 
 
 def render_command(
-    repo: RepoOption = None,
+    repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
     check: Annotated[
         bool,
         typer.Option(

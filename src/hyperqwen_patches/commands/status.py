@@ -5,27 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 from hyperqwen_patches.errors import FindingError
 
 if TYPE_CHECKING:
+    import typer
+
     from hyperqwen_patches.engine.patchset import Patch
 
-DirArgument = Annotated[
-    Path,
-    typer.Argument(metavar="DIR", help="The patched directory (holds the package: site-packages)."),
-]
-RepoOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--repo",
-        file_okay=False,
-        help="The repository whose series to compare with; default: found upward from the current "
-        "directory.",
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+# The signatures are read only when the command is registered with Typer (commands/__init__.py), so
+# they are written out in full rather than as module-level aliases that would import Typer on load.
+DIR_HELP = "The patched directory (holds the package: site-packages)."
+REPO_HELP = (
+    "The repository whose series to compare with; default: found upward from the current directory."
+)
 
 STATUS_HELP = """Say which rows of the series DIR carries (quilt's `applied`), writing nothing.
 
@@ -72,7 +64,9 @@ def _series(directory: Path, repo: Path | None) -> list[Patch]:
 
 
 def status_command(
-    directory: DirArgument, repo: RepoOption = None, json_output: JsonOption = False
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help=DIR_HELP)],
+    repo: Annotated[Path | None, typer.Option("--repo", file_okay=False, help=REPO_HELP)] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     from hyperqwen_patches.engine.applying import Policy
     from hyperqwen_patches.engine.carried import carried_prefix
@@ -116,12 +110,12 @@ def status_command(
 
 
 def unapply_command(
-    directory: DirArgument,
-    repo: RepoOption = None,
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help=DIR_HELP)],
+    repo: Annotated[Path | None, typer.Option("--repo", file_okay=False, help=REPO_HELP)] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Check that it would work; write nothing.")
     ] = False,
-    json_output: JsonOption = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     from hyperqwen_patches.engine.applying import Policy
     from hyperqwen_patches.sources.tree import unapply_tree

@@ -21,7 +21,6 @@ match in the search range, which is what ambiguity detection reports.
 
 from __future__ import annotations
 
-import difflib
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -298,6 +297,8 @@ def align(pattern: Sequence[bytes], lines: Sequence[bytes], near: int) -> tuple[
     """The preimage aligned with the file around 1-based line ``near``: (first file line, diff lines
     of preimage against file). The window reaches one preimage length either side, so lines inserted
     or deleted inside the region show as such."""
+    import difflib  # only a near miss pays for it (3 ms to import)
+
     lo = max(0, near - 1 - len(pattern))
     hi = min(len(lines), near - 1 + 2 * len(pattern))
     window = list(lines[lo:hi])

@@ -11,7 +11,6 @@ beside this module; a test keeps the two in step with the key sets below.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import json
 import re
@@ -336,8 +335,87 @@ def load_manifest(root: Path) -> Manifest:
 
 
 def parse_manifest(data: bytes, *, path: Path, root: Path, shown: str | None = None) -> Manifest:
-    """Validate manifest bytes; ``shown`` is the name used in messages (default: ``path``)."""
-    return _Validator(data, path=path, root=root, shown=shown or str(path)).run()
+    """Validate manifest bytes; ``shown`` is the name used in messages (default: ``path``).
+
+    A manifest that validated before is read back from the result cache instead (the model is a pure
+    function of the bytes and of this module's code, which the key covers): a warm run never imports
+    PyYAML, about a third of a 50-row ``apply``. An invalid manifest is never cached, so its problems
+    are found and listed on every run.
+    """
+    from dataclasses import replace
+
+    digest = _cache_key(data)
+    if digest is not None:
+        from hyperqwen_patches import resultcache
+
+        stored = resultcache.load(_CACHE_NAME, digest)
+        model = _decode(stored) if stored is not None else None
+        if isinstance(model, Manifest):
+            return replace(model, path=path, root=root)
+    model = _Validator(data, path=path, root=root, shown=shown or str(path)).run()
+    if digest is not None:
+        from hyperqwen_patches import resultcache
+
+        resultcache.store(_CACHE_NAME, digest, _encode(model))
+    return model
+
+
+# --- the validated model in the result cache ---------------------------------------------------------
+
+_CACHE_NAME = "manifest"
+
+
+def _cache_key(data: bytes) -> str | None:
+    """The key of a manifest's model: its bytes and this module's source (a change to the validator or
+    to the model's classes is a different key, so an entry never outlives the code that made it)."""
+    import sys
+
+    from hyperqwen_patches import resultcache
+
+    if not resultcache.enabled():
+        return None
+    try:
+        code = Path(__file__).read_bytes()
+    except OSError:
+        return None
+    return resultcache.key(_CACHE_NAME, sys.version, [code, data])
+
+
+def _encode(value: Any) -> Any:
+    """The model as JSON: a dataclass as ``{"$": class, field: ...}``; ``path`` and ``root`` are left
+    out (they are where the bytes were read, not what they say) and put back on reading."""
+    if isinstance(value, tuple):
+        return [_encode(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        fields = {
+            k: getattr(value, k) for k in value.__dataclass_fields__ if k not in ("path", "root")
+        }
+        return {"$": type(value).__name__, **{k: _encode(v) for k, v in fields.items()}}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    """The model back from :func:`_encode`'s JSON; None where the entry is not one (it is recomputed).
+    Only the model's own classes are built, from their own fields."""
+    classes = {
+        c.__name__: c for c in (Manifest, Row, ExportPoint, Retirement, AcceptedName, RuntimeKnob)
+    }
+    try:
+        return _build(value, classes)
+    except (TypeError, KeyError, AttributeError):
+        return None
+
+
+def _build(value: Any, classes: dict[str, type]) -> Any:
+    if isinstance(value, list):
+        return tuple(_build(v, classes) for v in value)
+    if isinstance(value, dict):
+        cls = classes[value["$"]]
+        kwargs = {k: _build(v, classes) for k, v in value.items() if k != "$"}
+        if cls is Manifest:
+            kwargs.update(path=Path(), root=Path())
+        return cls(**kwargs)
+    return value
 
 
 # --- validation -------------------------------------------------------------------------------------
@@ -388,6 +466,8 @@ class _Validator:
                 self.fail(key_node, key_where, f"duplicate key (first given on line {first})")
                 continue
             if key not in known:
+                import difflib  # only a misspelt key pays for it
+
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 self.fail(key_node, key_where, f"unknown key{hint} (known: {', '.join(known)})")

@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -144,7 +143,7 @@ def restore(real: bytes, content: bytes, mode: int) -> None:
 def write_temp(directory: bytes, content: bytes, mode: int, *, sync: bool = False) -> bytes:
     """A new temporary file in ``directory`` (this tool's prefix, so ``remove_temps`` finds it)
     holding ``content`` with permissions ``mode``; removed again if writing it fails."""
-    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
+    fd, temp = _create_temp(directory)
     try:
         view = memoryview(content)
         while view:  # os.write may write less than asked
@@ -159,6 +158,20 @@ def write_temp(directory: bytes, content: bytes, mode: int, *, sync: bool = Fals
         raise
     os.close(fd)
     return temp
+
+
+def _create_temp(directory: bytes) -> tuple[int, bytes]:
+    """A new file of our own in ``directory``, opened for writing, as ``tempfile.mkstemp`` makes one
+    (O_EXCL, mode 0600, no symlink followed, a name nobody else holds), without its 6 ms import."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        name = b"%s%d-%s" % (TEMP_PREFIX, os.getpid(), os.urandom(6).hex().encode())
+        path = os.path.join(directory, name)
+        try:
+            return os.open(path, flags, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {os.fsdecode(directory)}")
 
 
 def remove_temps(directory: bytes) -> None:
