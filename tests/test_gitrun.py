@@ -109,3 +109,40 @@ def test_cwd_is_passed_not_chdir(tmp_path: Path) -> None:
     out = gitrun.check(["rev-parse", "--show-prefix"], git_dir=None, cwd=repo, what="t")
     assert Path.cwd() == before
     assert out == b"\n"
+
+
+def test_streamed_input_reaches_git_chunk_by_chunk(tmp_path: Path) -> None:
+    """fast-import's stream is written as it is made (basecommit.write_blobs); the SHAs are git's own
+    for the same bytes, checked against ``git hash-object``."""
+    from hyperqwen_patches.sources.basecommit import write_blobs
+
+    git_dir = gitrun.init_bare(tmp_path / "r.git")
+    blobs = [b"", b"one\n", os.urandom(3 << 20), b"no newline"]
+    shas = write_blobs(git_dir, iter(blobs))
+    for data, sha in zip(blobs, shas, strict=True):
+        (tmp_path / "f").write_bytes(data)
+        assert sh(["hash-object", str(tmp_path / "f")], cwd=tmp_path).decode().strip() == sha
+
+
+def test_a_stream_that_fails_midway_stops_git_and_raises(tmp_path: Path) -> None:
+    from hyperqwen_patches.errors import UsageError
+    from hyperqwen_patches.sources.basecommit import write_blobs
+
+    git_dir = gitrun.init_bare(tmp_path / "r.git")
+
+    def contents():  # type: ignore[no-untyped-def]
+        yield b"fine\n"
+        raise UsageError("b'x': listed by the pristine tree but unreadable")
+
+    with pytest.raises(UsageError, match="unreadable"):
+        write_blobs(git_dir, contents())
+
+
+def test_git_failing_while_fed_is_a_git_error(tmp_path: Path) -> None:
+    """git exits early (a bad stream): the broken pipe is not our error; git's message is."""
+    git_dir = gitrun.init_bare(tmp_path / "r.git")
+    chunks = (b"not a fast-import command\n" * 1000 for _ in range(200))
+    with pytest.raises(GitError, match="writing blobs"):
+        gitrun.check(
+            ["fast-import", "--quiet"], git_dir=git_dir, input=chunks, what="writing blobs"
+        )

@@ -497,3 +497,40 @@ def test_quiet_progress_is_silent() -> None:
     store = PypiCache(Path("/nonexistent"), _Quiet())
     with store.progress.download("x") as update:
         update(1, 2)
+
+
+def test_indexing_streams_members_and_leaves_binaries_unhashed(tmp_path: Path) -> None:
+    """A 64 MB binary member (vLLM ships 308 MB .so files) is listed from its first bytes and never
+    held in memory; it is not hashed (no command reads it), so its RECORD line does not matter, while
+    a text member is still checked against RECORD."""
+    import tracemalloc
+
+    from hyperqwen_patches.sources import pristine
+
+    big = ELF + b"\0" * (64 << 20)
+    text = b"x = 1\n" * 300_000  # 1.8 MB of text, streamed and hashed
+    dist = f"{PKG}-1.0.dist-info"
+    record = (
+        f"{PKG}/_big.so,{record_hash(b'not these bytes')},{len(big)}\n"
+        f"{PKG}/big.py,{record_hash(text)},{len(text)}\n{dist}/RECORD,,\n"
+    )
+    wheel = tmp_path / f"{PKG}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(f"{PKG}/_big.so", big)
+        zf.writestr(f"{PKG}/big.py", text)
+        zf.writestr(f"{dist}/RECORD", record)
+    del big
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    tracemalloc.start()
+    try:
+        index = pristine._index_wheel(wheel, PKG, "test", staged)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert index["binaries"] == [f"{PKG}/_big.so"]
+    assert peak < 12 << 20, f"indexing held {peak >> 20} MB at its peak"
+    with zipfile.ZipFile(wheel, "a") as zf:  # a text member failing RECORD still fails
+        zf.writestr(f"{PKG}/bad.py", b"y = 2\n")
+    with pytest.raises(EnvironmentProblem, match=r"bad\.py does not match the wheel's RECORD"):
+        pristine._index_wheel(wheel, PKG, "test", tmp_path / "staged2")

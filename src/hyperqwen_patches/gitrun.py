@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,7 +152,7 @@ def run(
     *,
     git_dir: Path | None,
     cwd: Path | None = None,
-    input: bytes | None = None,
+    input: bytes | Iterable[bytes] | None = None,
     index: Path | None = None,
     env: Mapping[str, str] | None = None,
     config: Sequence[tuple[str, str]] = (),
@@ -161,7 +161,9 @@ def run(
 
     ``config`` adds command-specific ``-c`` pins after the global ones. ``index`` is a temporary index
     file for commands that need one (update-index, write-tree, apply --cached); without it the command
-    sees no index at all.
+    sees no index at all. ``input`` may be an iterable of chunks, written to git as they come (a
+    stream of 100 MB for ``fast-import`` is never held whole); an exception while it is consumed
+    stops git and propagates.
     """
     argv: list[str | bytes] = ["git"]
     for key, value in (*PINNED_CONFIG, *config):
@@ -170,12 +172,16 @@ def run(
     full_env = isolated_env(git_dir, index=index, extra=env)
     log.debug("git %s (GIT_DIR=%s, cwd=%s)", _show_argv(argv[1:]), git_dir, cwd)
     work = str(cwd) if cwd is not None else (str(git_dir) if git_dir is not None else None)
+    command = [os.fsdecode(a) if isinstance(a, bytes) else a for a in argv]
+    # The isolation overrides on top of the caller's environment (PATH, HOME, TMPDIR).
+    run_env = {**os.environ, **full_env}
     try:
+        if input is not None and not isinstance(input, (bytes, bytearray, memoryview)):
+            return _streamed(command, work, run_env, input)
         proc = subprocess.run(
-            [os.fsdecode(a) if isinstance(a, bytes) else a for a in argv],
+            command,
             cwd=work,
-            # The isolation overrides on top of the caller's environment (PATH, HOME, TMPDIR).
-            env={**os.environ, **full_env},
+            env=run_env,
             input=input,
             # No input: git reads nothing from our stdin (a terminal would make it wait).
             stdin=subprocess.DEVNULL if input is None else None,
@@ -189,6 +195,33 @@ def run(
             "git is not installed or not on PATH", hint="install git 2.39 or later"
         ) from exc
     return GitResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _streamed(
+    command: list[str], cwd: str | None, env: dict[str, str], chunks: Iterable[bytes]
+) -> GitResult:
+    """Run ``command`` writing ``chunks`` to its stdin one by one. Its output goes to temporary files,
+    not pipes: git may write while we still write to it, and neither side then waits on the other."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out,
+                                stderr=err)  # fmt: skip
+        assert proc.stdin is not None
+        try:
+            with proc.stdin:
+                for chunk in chunks:
+                    proc.stdin.write(chunk)
+        except BrokenPipeError:
+            pass  # git stopped reading (it failed): its exit code and stderr say why
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        code = proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return GitResult(code, out.read(), err.read())
 
 
 _VERSION: list[str] = []
@@ -209,7 +242,7 @@ def check(
     git_dir: Path | None,
     what: str,
     cwd: Path | None = None,
-    input: bytes | None = None,
+    input: bytes | Iterable[bytes] | None = None,
     index: Path | None = None,
     env: Mapping[str, str] | None = None,
     config: Sequence[tuple[str, str]] = (),

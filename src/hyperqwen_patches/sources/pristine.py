@@ -690,8 +690,14 @@ def _replace_dir(staged: Path, entry: Path) -> None:
 
 
 def _index_wheel(wheel: Path, package: str, label: str, staged: Path) -> dict:
-    """Verify every member against RECORD (and its CRC), classify the package's files, and write the
-    text members' table into ``staged``; return the index (without the members)."""
+    """Verify the package's text members against RECORD (and their CRCs), classify the package's
+    files, and write the text members' table into ``staged``; return the index (without the members).
+
+    Members are streamed, never read whole (vLLM's wheel holds 308 MB and 153 MB ``.so`` files). A
+    binary member (a NUL byte in its first 8,000 bytes, git's rule) and a member outside the package
+    (``*.dist-info``) are listed from their first bytes only and not hashed: no command ever reads
+    one, so a damaged one cannot change any result. Every text member is hashed here, and again on
+    every read (``WheelTree``)."""
     import zipfile
 
     try:
@@ -710,19 +716,23 @@ def _index_wheel(wheel: Path, package: str, label: str, staged: Path) -> dict:
         text: dict[str, str] = {}
         binaries: list[str] = []
         for info in zf.infolist():
-            if info.is_dir():
+            if info.is_dir() or not info.filename.startswith(f"{package}/"):
                 continue
-            data = zf.read(info)  # raises BadZipFile on a CRC mismatch
+            with zf.open(info) as fh:
+                head = fh.read(SNIFF_BYTES)
+                if _is_binary(head):
+                    binaries.append(info.filename)
+                    continue
+                digest = hashlib.sha256(head)
+                while chunk := fh.read(1 << 20):  # raises BadZipFile on a CRC mismatch at the end
+                    digest.update(chunk)
+            got = "sha256=" + urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
             expected = record.get(info.filename)
-            if info.filename != record_name and expected != _record_hash(data):
+            if expected != got:
                 raise CorruptCacheError(
                     f"{wheel.name}: {info.filename} does not match the wheel's RECORD"
                 )
-            if info.filename.startswith(f"{package}/"):
-                if _is_binary(data):
-                    binaries.append(info.filename)
-                else:
-                    text[info.filename] = expected or _record_hash(data)
+            text[info.filename] = got
         from hyperqwen_patches.sources import wheelmembers
 
         wheelmembers.write(staged / wheelmembers.FILE, _member_table(zf, text))
