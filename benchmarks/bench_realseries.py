@@ -36,7 +36,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 from realseries import RUNTIME_KNOBS, write_project  # noqa: E402
 
-HQP = [sys.executable, "-m", "hyperqwen_patches"]
+# The console script, as a user runs it (``python -m`` adds runpy and importlib.util, ~5 ms).
+HQP = [str(Path(sys.executable).parent / "hyperqwen-patches")]
 
 
 def timed(argv: list[str], cwd: Path | None = None) -> float:
