@@ -42,5 +42,5 @@ def test_an_old_python_is_refused_at_once(tmp_path: Path) -> None:
 
 def test_a_missing_python_is_refused(tmp_path: Path) -> None:
     proc = run_hqp(tmp_path, str(tmp_path / "no-such-python"))
-    assert proc.returncode == 2 and "is missing" in proc.stderr
+    assert proc.returncode == 2 and "is not found" in proc.stderr
     assert not (tmp_path / ".venv").exists()
