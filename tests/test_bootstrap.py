@@ -14,10 +14,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def old_pythons() -> list[str]:
-    found = [shutil.which(f"python3.{minor}") for minor in range(6, 11)]
-    found += sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.1[0]*/bin/python3")))
-    found += sorted(glob.glob("/root/.pyenv/versions/3.[6-9]*/bin/python3"))
-    return [p for p in found if p]
+    """Real interpreters older than 3.11 that run in a bare environment (not pyenv's shims)."""
+    found = sorted(glob.glob("/root/.pyenv/versions/3.[6-9]*/bin/python3"))
+    found += sorted(glob.glob("/root/.pyenv/versions/3.10*/bin/python3"))
+    found += [shutil.which(f"python3.{minor}") or "" for minor in range(6, 11)]
+    env = {"PATH": "/usr/bin:/bin"}
+    return [
+        p
+        for p in found
+        if p and subprocess.run([p, "-c", "pass"], env=env, capture_output=True).returncode == 0
+    ]
 
 
 def run_hqp(tmp_path: Path, python: str) -> subprocess.CompletedProcess[str]:
