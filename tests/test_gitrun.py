@@ -146,3 +146,30 @@ def test_git_failing_while_fed_is_a_git_error(tmp_path: Path) -> None:
         gitrun.check(
             ["fast-import", "--quiet"], git_dir=git_dir, input=chunks, what="writing blobs"
         )
+
+
+def test_repositories_made_here_are_sha1_whatever_git_default_hash_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hyperqwen_patches.sources.basecommit import write_blobs
+
+    monkeypatch.setenv("GIT_DEFAULT_HASH", "sha256")
+    git_dir = gitrun.init_bare(tmp_path / "r.git")
+    (sha,) = write_blobs(git_dir, [b"x\n"])
+    assert sha == "587be6b4c3f93f93c489c0111bba5596147a26cb"  # git hash-object of "x\n", SHA-1
+
+
+def test_a_repositorys_grafts_are_not_honoured(tmp_path: Path) -> None:
+    """info/grafts rewrites parents; every read here sees the commits as stored (export and check
+    alike)."""
+    repo = init_repo(tmp_path / "r")
+    for i in range(3):
+        (repo / "f").write_text(f"{i}\n")
+        sh(["add", "f"], cwd=repo)
+        sh(["commit", "-q", "-m", f"c{i}"], cwd=repo)
+    tip = sh(["rev-parse", "HEAD"], cwd=repo).decode().strip()
+    (repo / ".git/info").mkdir(exist_ok=True)
+    (repo / ".git/info/grafts").write_text(tip + "\n")  # the tip, parentless
+    assert sh(["rev-list", "HEAD"], cwd=repo).decode().split() == [tip]  # plain git honours it
+    ours = gitrun.check(["rev-list", tip], git_dir=repo / ".git", what="listing")
+    assert len(ours.split()) == 3

@@ -437,6 +437,34 @@ def test_git_source(tmp_path: Path) -> None:
         open_pristine(f"git:{repo}@v9", version="0.29.0")
 
 
+def test_git_source_is_read_in_isolation_and_keeps_empty_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same files as a wheel of the same tree would list (empty ones included: vLLM has 116), read
+    from the repository named, whatever its config or the environment say."""
+    repo = tmp_path / "vllm-src"
+    (repo / "vllm/sub").mkdir(parents=True)
+    (repo / "vllm/envs.py").write_bytes(b"A = 1\n")
+    (repo / "vllm/__init__.py").write_bytes(b"")
+    (repo / "vllm/sub/__init__.py").write_bytes(b"")
+    (repo / "vllm/logo.bin").write_bytes(ELF)
+    _git(repo, "init", "-q")
+    _git(repo, "config", "color.ui", "always")
+    _git(repo, "config", "grep.lineNumber", "true")
+    _git(repo, "config", "core.quotePath", "false")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "v0.29.0")
+    other = tmp_path / "other"
+    other.mkdir()
+    _git(other, "init", "-q")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))  # must not make it read another repository
+    tree = open_pristine(f"git:{repo}@HEAD", version="0.29.0")
+    assert tree.paths() == [b"vllm/__init__.py", b"vllm/envs.py", b"vllm/sub/__init__.py"]
+    assert tree.binaries() == [b"vllm/logo.bin"]
+    assert tree.read(b"vllm/sub/__init__.py") == b""
+    assert tree.read(b"vllm/envs.py") == b"A = 1\n"
+
+
 @pytest.mark.network
 def test_real_vllm_wheel() -> None:
     """The real 0.29.0 wheel through the shared cache (downloaded once per machine)."""

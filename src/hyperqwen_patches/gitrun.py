@@ -125,6 +125,9 @@ def isolated_env(
         "GIT_INDEX_FILE": str(index) if index is not None else NO_INDEX,
         "LC_ALL": "C",
         "LANGUAGE": "C",
+        # Every repository this tool creates is SHA-1 (the base commit's SHA must be the same on
+        # every machine); the variable only matters to `git init`.
+        "GIT_DEFAULT_HASH": "sha1",
     }
     if git_dir is not None:
         env["GIT_DIR"] = str(git_dir)
@@ -142,6 +145,9 @@ def isolated_env(
                 "another object store than the repository named on the command line",
                 hint=f"unset {name} before running hyperqwen-patches",
             )
+    # A repository's info/grafts rewrites parents (core.useReplaceRefs does not cover it): no graft
+    # file at all, so export, import and check all see the commits as stored.
+    env["GIT_GRAFT_FILE"] = NO_INDEX + "-grafts"
     if extra:
         env.update(extra)
     return env

@@ -195,13 +195,13 @@ class DirTree(PristineTree):
         return list(self._list()[1])
 
 
-def _git(args: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
-    # TODO(gitrun): route through gitrun.py (the one git runner) once it lands; the pinned options
-    # here only matter for reading objects, which no user config changes.
-    argv = ["git", "-c", "core.quotePath=false", *args]
-    log.debug("git %s (in %s)", " ".join(args), cwd)
-    proc = subprocess.run(argv, cwd=cwd, capture_output=True, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
+def _git(args: list[str], git_dir: Path) -> tuple[int, bytes, bytes]:
+    """A read of the source repository through the one git runner: the same isolation as the fork's
+    reads (no user or repository config that changes output, no GIT_DIR from the environment)."""
+    from hyperqwen_patches import gitrun
+
+    result = gitrun.run(args, git_dir=git_dir)
+    return result.code, result.stdout, result.stderr
 
 
 class GitTree(PristineTree):
@@ -240,30 +240,30 @@ class GitTree(PristineTree):
     def _list(self) -> tuple[list[bytes], list[bytes]]:
         if self._listing is None:
             code, out, err = _git(
-                [
-                    "ls-tree",
-                    "-r",
-                    "-z",
-                    "--name-only",
-                    "--full-tree",
-                    self.commit,
-                    "--",
-                    self.package,
-                ],
+                ["ls-tree", "-r", "-z", "-l", "--full-tree", self.commit, "--", self.package],
                 self.git_dir,
             )
             if code != 0:
                 raise UsageError(
                     f"source {self.label}: git ls-tree failed: {err.decode(errors='replace').strip()}"
                 )
-            every = [p for p in out.split(b"\0") if p]
-            # git grep -I lists the text files by git's own binary rule (NUL in the first 8,000 bytes).
+            every: list[bytes] = []
+            empty: set[bytes] = set()
+            for entry in filter(None, out.split(b"\0")):  # "<mode> blob <sha> <size>\t<path>"
+                meta, _, path = entry.partition(b"\t")
+                if meta.split()[1] != b"blob":
+                    continue  # a gitlink (submodule) has no content here
+                every.append(path)
+                if meta.split()[3] == b"0":
+                    empty.add(path)
+            # git grep -I lists the text files by git's own binary rule (NUL in the first 8,000 bytes);
+            # an empty file has no line to match, so it is text by its size (a wheel lists it too).
             code, out, _ = _git(
                 ["grep", "-I", "-z", "--name-only", "-e", "", self.commit, "--", self.package],
                 self.git_dir,
             )
             prefix = self.commit.encode() + b":"
-            text = {p.removeprefix(prefix) for p in out.split(b"\0") if p}
+            text = {p.removeprefix(prefix) for p in out.split(b"\0") if p} | empty
             self._listing = (sorted(text), sorted(p for p in every if p not in text))
         return self._listing
 
