@@ -399,3 +399,19 @@ def test_deleting_a_symlink_is_refused_and_its_target_kept(tree: Path, tmp_path:
     assert "is a symbolic link" in proc.stderr
     assert (tree / "vllm/envs.py").read_bytes() == target
     assert (tree / "vllm/alias.py").is_symlink()
+
+
+def test_a_device_as_patch_file_is_refused_and_a_pipe_is_read(tree: Path, tmp_path: Path) -> None:
+    """GNU patch reads a patch from a pipe (``-i /dev/stdin``, ``<(git diff)``) and so does apply; a
+    character device such as /dev/zero would be read until memory runs out, so it is refused."""
+    before = snapshot(tree)
+    proc = run(tree, "--patch", "/dev/zero")
+    assert proc.returncode == 2
+    assert "patch file /dev/zero is not a regular file or a pipe" in proc.stderr
+    assert snapshot(tree) == before
+    piped = subprocess.run(
+        [sys.executable, "-m", "hyperqwen_patches", "apply", str(tree), "--patch", "/dev/stdin"],
+        input=ENVS, capture_output=True, check=False,
+    )  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert (tree / "vllm/envs.py").read_bytes() == b"import os\n\nA = 1\nB = 20\nD = 4\nC = 3\n"
