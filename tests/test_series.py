@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,38 @@ def test_apply_command_uses_the_manifest_series(tmp_path: Path) -> None:
     assert [p.name for p in apply_default_series(root / "deep/er")] == ["b", "kvarn"]
     with pytest.raises(UsageError, match="no manifest found"):
         apply_default_series(tmp_path.parent / "nowhere")
+
+
+def test_rows_reaching_outside_the_repository_through_links_are_refused(tmp_path: Path) -> None:
+    """A linked ``kvarn/files``, a linked directory inside it, a linked patch file: each would make a
+    check read (and print) files the repository does not hold."""
+    outside = tmp_path / "elsewhere"
+    (outside / "vllm/v1").mkdir(parents=True)
+    (outside / "vllm/v1/secret.py").write_bytes(b"TOKEN = 'x'\n")
+    (outside / "0001-b.patch").write_bytes(unified("vllm/envs.py", OLD, NEW))
+
+    root = make_repo(tmp_path / "a")
+    shutil.rmtree(root / "kvarn/files")
+    (root / "kvarn/files").symlink_to(outside)
+    error = load_series(load_manifest(root))[1].error
+    assert error is not None and "outside the repository" in error and "kvarn/files" in error
+
+    root = make_repo(tmp_path / "b")
+    (root / "kvarn/files/vllm/linked").symlink_to(outside / "vllm/v1")
+    error = load_series(load_manifest(root))[1].error
+    assert error == (
+        "row kvarn (kvarn/files): vllm/linked is a symbolic link; module directories must be "
+        "plain directories"
+    )
+
+    root = make_repo(tmp_path / "c")
+    (root / "patches/0001-b.patch").unlink()
+    (root / "patches/0001-b.patch").symlink_to(outside / "0001-b.patch")
+    error = load_series(load_manifest(root))[0].error
+    assert error is not None and "outside the repository" in error
+
+    root = make_repo(tmp_path / "d")  # a link inside the repository is the repository's own
+    (root / "patches/real.patch").write_bytes((root / "patches/0001-b.patch").read_bytes())
+    (root / "patches/0001-b.patch").unlink()
+    (root / "patches/0001-b.patch").symlink_to("real.patch")
+    assert load_series(load_manifest(root))[0].error is None

@@ -50,11 +50,18 @@ def module_files(root: Path, row: Row, package: str, paths: str) -> dict[bytes, 
     if not base.is_dir():
         what = "is not a directory" if base.exists() else "does not exist"
         raise RowError(row, f"the module directory {row.files} {what}")
+    _inside_repository(root, base, row)
     top = os.fsencode(base)
     out: dict[bytes, bytes] = {}
     prefix = package.encode() + b"/"
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS)
+        for name in dirnames:  # os.walk would skip a linked directory without a word
+            if os.path.islink(os.path.join(dirpath, name)):
+                rel = os.path.relpath(os.path.join(dirpath, name), top).decode(errors="replace")
+                raise RowError(
+                    row, f"{rel} is a symbolic link; module directories must be plain directories"
+                )
         for name in sorted(filenames):
             if name.endswith(IGNORED_SUFFIXES):
                 continue
@@ -86,6 +93,18 @@ def _prefixed(fp: FilePatch, prefix: bytes) -> FilePatch:
     )
 
 
+def _inside_repository(root: Path, path: Path, row: Row) -> None:
+    """A row's file or directory must be the repository's own: one reached through a symbolic link
+    to elsewhere would make a check read (and print) files the series does not carry."""
+    real = path.resolve()
+    if not real.is_relative_to(root.resolve()):
+        raise RowError(
+            row,
+            f"{path.relative_to(root)} resolves to {real}, outside the repository "
+            "(a symbolic link); rows must point at files the repository holds",
+        )
+
+
 def build_patch(manifest: Manifest, row: Row) -> Patch:
     """The engine patch of one row; raises :class:`RowError` or the engine's ``PatchParseError``."""
     from hyperqwen_patches.engine.patchset import parse_patch, patch_from_files
@@ -95,6 +114,7 @@ def build_patch(manifest: Manifest, row: Row) -> Patch:
             row.name, module_files(manifest.root, row, manifest.package, manifest.paths)
         )
     assert row.patch is not None
+    _inside_repository(manifest.root, manifest.root / row.patch, row)
     try:
         data = (manifest.root / row.patch).read_bytes()
     except FileNotFoundError:
