@@ -415,3 +415,23 @@ def test_a_device_as_patch_file_is_refused_and_a_pipe_is_read(tree: Path, tmp_pa
     )  # fmt: skip
     assert piped.returncode == 0, piped.stderr
     assert (tree / "vllm/envs.py").read_bytes() == b"import os\n\nA = 1\nB = 20\nD = 4\nC = 3\n"
+
+
+def test_terminal_control_bytes_in_patch_lines_are_printed_escaped(
+    tree: Path, tmp_path: Path
+) -> None:
+    """A line holding ESC sequences (clear screen, set title) is shown as ``\\x1b[2J``, never sent to
+    the terminal; the JSON keeps the exact text (its own escapes)."""
+    (tree / "vllm/x.py").write_bytes(b"a\nb\x1b[2Jc\nd\n")
+    bad = write(
+        tmp_path,
+        "esc.patch",
+        b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,3 +1,3 @@\n a\n-b\x1b[2Jzz\n+B\x1b]0;t\x07\x9b\n d\n",
+    )
+    proc = run(tree, "--patch", bad)
+    assert proc.returncode == 1
+    assert "\x1b" not in proc.stdout + proc.stderr and "\x9b" not in proc.stdout + proc.stderr
+    assert "-b\\x1b[2Jzz" in proc.stdout and "+b\\x1b[2Jc" in proc.stdout
+    data = json.loads(run(tree, "--patch", bad, "--json").stdout)
+    aligned = data["patches"][0]["files"][0]["hunks"][0]["near_miss"]["aligned"]
+    assert "-b\x1b[2Jzz\n" in aligned

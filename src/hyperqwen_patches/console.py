@@ -18,6 +18,18 @@ if TYPE_CHECKING:
 # ``file:line: message`` lines mid-token; a log has no width, so there lines are never wrapped.
 _LOG_WIDTH = 100_000
 
+# Terminal control characters in what we print (a patch line, a file name, a manifest string) would
+# move the cursor, clear the screen or retitle the window: printed as \x1b and so on instead. Tab
+# and newline stay. JSON output is not touched (json escapes C0 itself; the data stays exact).
+_CONTROL = {
+    c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)
+}
+
+
+def printable(text: str) -> str:
+    """``text`` with terminal control characters escaped (see ``_CONTROL``)."""
+    return text.translate(_CONTROL)
+
 
 class Sink:
     """stdout or stderr. Plain text is written straight to the stream (with markup, highlighting and
@@ -57,7 +69,7 @@ class Sink:
     def print(self, *objects: Any, end: str = "\n", **kwargs: Any) -> None:
         if all(isinstance(o, str) for o in objects) and set(kwargs) <= {"soft_wrap"}:
             stream = self.file
-            stream.write(" ".join(objects) + end)
+            stream.write(printable(" ".join(objects)) + end)
             stream.flush()
             return
         self.rich.print(*objects, end=end, **kwargs)
