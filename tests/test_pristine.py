@@ -562,3 +562,44 @@ def test_indexing_streams_members_and_leaves_binaries_unhashed(tmp_path: Path) -
         zf.writestr(f"{PKG}/bad.py", b"y = 2\n")
     with pytest.raises(EnvironmentProblem, match=r"bad\.py does not match the wheel's RECORD"):
         pristine._index_wheel(wheel, PKG, "test", tmp_path / "staged2")
+
+
+def test_a_member_table_with_swapped_rows_is_caught_and_refetched(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two rows' offsets and hashes swapped: each offset then holds a member whose bytes match the hash
+    beside it, so only the member's own name in its local header tells them apart."""
+    import sqlite3
+
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
+    table = tmp_path / "cache/pypi/hqpfake-1.0-wheel/members.sqlite"
+    a, b = b"hqpfake/__init__.py", b"hqpfake/stored.txt"
+    con = sqlite3.connect(table)
+    rows = {
+        bytes(r[0]): r[1:]
+        for r in con.execute("SELECT path, hash, header, size, method FROM members")
+    }
+    con.execute("DELETE FROM members WHERE path IN (?, ?)", (a, b))
+    con.execute("INSERT INTO members VALUES (?, ?, ?, ?, ?)", (a, *rows[b]))
+    con.execute("INSERT INTO members VALUES (?, ?, ?, ?, ?)", (b, *rows[a]))
+    con.commit()
+    con.close()
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        assert tree.read(a) == b"VERSION = '1.0'\n"
+        assert tree.read(b) == MARKER * 4
+    assert pip_runs(caplog) == 2
+    assert any("is another file" in r.getMessage() for r in caplog.records)
+
+
+def test_a_damaged_member_table_is_refetched_not_a_traceback(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
+    table = tmp_path / "cache/pypi/hqpfake-1.0-wheel/members.sqlite"
+    for junk in (b"", b"not a database at all" * 100):
+        table.write_bytes(junk)
+        with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+            assert b"hqpfake/__init__.py" in tree.paths()
+            assert tree.read(b"hqpfake/__init__.py") == b"VERSION = '1.0'\n"

@@ -314,10 +314,16 @@ class WheelTree(PristineTree):
         if member is None:
             return None
         assert self._fd is not None
-        head = os.pread(self._fd, _LOCAL_HEADER_SIZE, member.header)
-        if len(head) != _LOCAL_HEADER_SIZE or not head.startswith(_LOCAL_HEADER):
+        head = os.pread(self._fd, _LOCAL_HEADER_SIZE + len(path), member.header)
+        if len(head) != _LOCAL_HEADER_SIZE + len(path) or not head.startswith(_LOCAL_HEADER):
             raise _BadMember(f"{_show_path(path)}: no local file header at offset {member.header}")
         name_len, extra_len = struct.unpack_from("<HH", head, 26)
+        # The member at that offset must be the one asked for: a damaged table (two rows' offsets
+        # swapped) would otherwise hand one file's bytes, matching their own hash, out as another's.
+        if head[_LOCAL_HEADER_SIZE:] != path or name_len != len(path):
+            raise _BadMember(
+                f"{_show_path(path)}: the member at offset {member.header} is another file"
+            )
         start = member.header + _LOCAL_HEADER_SIZE + name_len + extra_len
         raw = os.pread(self._fd, member.size, start)
         if len(raw) != member.size:
@@ -340,17 +346,27 @@ class WheelTree(PristineTree):
         try:
             return self._member(path)
         except (_BadMember, OSError, zlib.error, sqlite3.Error) as exc:
-            log.warning("cached wheel %s is corrupt (%s); fetching it again", self.entry, exc)
-            if self._on_corrupt is None:
-                raise CorruptCacheError(f"cached wheel {self.entry} is corrupt: {exc}") from None
-            self.close()
-            self._replacement = self._on_corrupt()
+            self._recover(exc)
+            assert self._replacement is not None
             return self._replacement.read(path)
 
     def paths(self) -> list[bytes]:
         if self._replacement is not None:
             return self._replacement.paths()
-        return self._members.paths()
+        import sqlite3
+
+        try:
+            return self._members.paths()
+        except sqlite3.Error as exc:  # a damaged member table: fetched again, as a bad member is
+            self._recover(exc)
+            return self.paths()
+
+    def _recover(self, exc: Exception) -> None:
+        log.warning("cached wheel %s is corrupt (%s); fetching it again", self.entry, exc)
+        if self._on_corrupt is None:
+            raise CorruptCacheError(f"cached wheel {self.entry} is corrupt: {exc}") from None
+        self.close()
+        self._replacement = self._on_corrupt()
 
     def binaries(self) -> list[bytes]:
         return sorted(p.encode("utf-8", errors="surrogateescape") for p in self.index["binaries"])
