@@ -192,3 +192,27 @@ def test_cached_base_for_immutable_sources(tmp_path: Path) -> None:
     )
     assert again == got
     assert [p.name for p in (cache / "base").iterdir()] == [entry.name]  # no temporary left
+
+
+def test_a_killed_build_leaves_no_lasting_debris_and_entries_keep_the_umask(
+    tmp_path: Path,
+) -> None:
+    """A build killed mid-way leaves its staging directory; the next build of that entry (under the
+    entry's lock, so no one else is using it) removes it. Entries are made with the umask's mode, not
+    mkdtemp's 0700, so a cache shared by a team stays readable."""
+    cache = tmp_path / "cache"
+    name = "pypi_vllm==0.29.0.git"
+    debris = cache / "base" / f".{name}.staging-4242-deadbeef"
+    (debris / "objects").mkdir(parents=True)
+    other = cache / "base" / f".{name}x.staging-1-aa"  # another entry's: not ours to remove
+    other.mkdir()
+    old = os.umask(0o022)
+    try:
+        got = basecommit.cached_base(
+            cache, "pypi:vllm==0.29.0", DictTree(PRISTINE), package="vllm", version="0.29.0"
+        )
+    finally:
+        os.umask(old)
+    assert got is not None and got[1] == FIXTURE_BASE
+    assert not debris.exists() and other.exists()
+    assert (got[0].stat().st_mode & 0o777) == 0o755

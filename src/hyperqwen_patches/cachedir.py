@@ -33,3 +33,20 @@ def entry_lock(cache_root: Path, name: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def staging_dir(parent: Path, name: str) -> Path:
+    """A new directory in ``parent`` to build the cache entry ``name`` in, before its one rename.
+
+    The caller holds the entry's lock (:func:`entry_lock`), so an earlier staging directory of the
+    same entry is debris of a killed run: it is removed here, so kills never accumulate. Made with
+    the umask's mode, not ``mkdtemp``'s 0700, so a cache shared by a team or a CI image stays
+    readable by everyone it was readable to before."""
+    import shutil
+
+    parent.mkdir(parents=True, exist_ok=True)
+    for stale in parent.glob(f".{name}.staging-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    path = parent / f".{name}.staging-{os.getpid()}-{os.urandom(4).hex()}"
+    path.mkdir()
+    return path

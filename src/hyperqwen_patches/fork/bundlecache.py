@@ -19,11 +19,10 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from hyperqwen_patches import gitrun
-from hyperqwen_patches.cachedir import entry_lock
+from hyperqwen_patches.cachedir import entry_lock, staging_dir
 from hyperqwen_patches.fork import reading as forkgit
 
 SUBDIR = "bundles"
@@ -64,7 +63,7 @@ def _build(
 ) -> tuple[Path, dict[str, str]] | None:
     """Fetch the bundle into a temporary repository and publish it as ``entry`` (lock held)."""
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+        tmp = staging_dir(root, entry.name)
     except OSError:
         return None
     try:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hyperqwen_patches import gitrun
-from hyperqwen_patches.cachedir import entry_lock
+from hyperqwen_patches.cachedir import entry_lock, staging_dir
 from hyperqwen_patches.errors import UsageError
 
 BASE_NAME = "hyperqwen-patches"
@@ -229,7 +229,7 @@ def cached_base(
         found = _valid_entry(entry)  # built by the process we waited for
         if found is not None:
             return entry, found
-        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+        tmp = staging_dir(root, entry.name)
         try:
             gitrun.init_bare(tmp)
             commit = write_base_commit(tmp, tree, package=package, version=version).commit
@@ -338,7 +338,7 @@ def _cached_dir_base(
         found = _valid_entry(entry)  # built by the process we waited for
         if found is not None and (entry / FINGERPRINT).read_text().strip() == fingerprint.digest:
             return entry, found
-        tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+        tmp = staging_dir(root, entry.name)
         try:
             gitrun.init_bare(tmp)
             commit = write_base_commit(tmp, tree, package=package, version=version).commit
