@@ -23,6 +23,7 @@ COMMANDS: list[str] = [
     "apply",
     "status",
     "list_",
+    "rows",
     "adopt",
     "render",
     "export",

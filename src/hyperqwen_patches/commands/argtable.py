@@ -68,6 +68,26 @@ TABLE: dict[str, dict[str, Any]] = {
             {"name": "json_output", "kind": "option", "opts": ["--json"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
         ],
     },
+    "edit": {
+        "module": "hyperqwen_patches.commands.rows",
+        "function": "edit_command",
+        "no_args_is_help": False,
+        "params": [
+            {"name": "row", "kind": "argument", "opts": [], "secondary": [], "flag": False, "multiple": False, "required": True, "type": "str"},
+            {"name": "fork", "kind": "option", "opts": ["--fork"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+            {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+        ],
+    },
+    "refresh": {
+        "module": "hyperqwen_patches.commands.rows",
+        "function": "refresh_command",
+        "no_args_is_help": False,
+        "params": [
+            {"name": "fork", "kind": "option", "opts": ["--fork"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+            {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+            {"name": "close", "kind": "option", "opts": ["--close"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
+        ],
+    },
     "adopt": {
         "module": "hyperqwen_patches.commands.adopt",
         "function": "adopt_command",

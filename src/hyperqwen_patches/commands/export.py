@@ -89,13 +89,19 @@ def export_command(
         bool,
         typer.Option(
             "--bundle",
-            help="Also write patches/fork.bundle (base..branch of every export point) for offline check.",
+            help="Write patches/fork.bundle (base..branch of every export point) for offline check; "
+            "a bundle already there is always refreshed.",
         ),
     ] = False,
 ) -> None:
     from hyperqwen_patches.console import emit_json, err
     from hyperqwen_patches.errors import FindingError
-    from hyperqwen_patches.fork.exporting import plan_export, write_bundle, write_export
+    from hyperqwen_patches.fork.exporting import (
+        BUNDLE_RELPATH,
+        plan_export,
+        write_bundle,
+        write_export,
+    )
     from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
@@ -122,12 +128,24 @@ def export_command(
             err.print("export --check: every export is up to date", soft_wrap=True)
         return
     written = write_export(plan)
-    if bundle:
-        written.append(write_bundle(plan, fork, manifest))
+    # A shipped bundle is refreshed with the patches it must match (check compares them): a plain
+    # export that left it behind made the next check fail with 13 findings.
+    if bundle or (manifest.root / BUNDLE_RELPATH).is_file():
+        before = _read_bytes(manifest.root / BUNDLE_RELPATH)
+        write_bundle(plan, fork, manifest)
+        if _read_bytes(manifest.root / BUNDLE_RELPATH) != before:
+            written.append(BUNDLE_RELPATH)
     err.print(
         f"export: wrote {len(written)} file(s)" if written else "export: already up to date",
         soft_wrap=True,
     )
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def register(app: typer.Typer) -> None:

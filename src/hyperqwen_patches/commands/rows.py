@@ -1,0 +1,90 @@
+"""``edit ROW`` and ``refresh``: change a row through the fork in two commands (stgit's edit/refresh)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+if TYPE_CHECKING:
+    import typer
+
+FORK_HELP = (
+    "The fork repository; default: the one the tool keeps in .hqp/fork (built from the series by "
+    "import when needed; .hqp is ignored by git)."
+)
+REPO_HELP = "The series repository; default: found upward from the current directory."
+
+EDIT_HELP = """Open a work tree of the fork at ROW's commit, to change the row there.
+
+Without --fork the fork is the one the tool keeps for this repository (.hqp/fork), built from the
+series by `import` when it is missing or behind. The work tree is .hqp/edit/ROW; change files in it
+(commit there or not, as you like), then run `refresh`. The path is the last line printed, so
+
+  cd "$(hyperqwen-patches edit ROW | tail -1)"
+
+works in scripts. One row is edited at a time; editing the same row again reopens its work tree.
+"""
+
+REFRESH_HELP = """Fold the open edit into its row, re-apply the later rows, export.
+
+The work tree's files become the row's new content: the row's commit is written anew (same message
+and trailers, same author and date; the committer pinned as `import` pins it, so `import` of the
+exported series reproduces every SHA), each later row is re-applied on top at fuzz 0, the branch is
+moved, and export writes the patch files, the manifest's SHAs, series, PATCHES.md and a shipped
+patches/fork.bundle. If a later row no longer applies, nothing is changed and the row, file and hunk
+are named. --close removes the work tree afterwards.
+
+Exit codes: 0 refreshed (or nothing to refresh); 1 a later row does not apply (nothing changed);
+2 no edit open, bad input; 3 git failed.
+"""
+
+
+def edit_command(
+    row: Annotated[str, typer.Argument(metavar="ROW", help="The row to edit (its name).")],
+    fork: Annotated[Path | None, typer.Option("--fork", help=FORK_HELP, file_okay=False)] = None,
+    repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
+) -> None:
+    from hyperqwen_patches.console import err, out
+    from hyperqwen_patches.fork.rowedit import start_edit
+    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+
+    manifest = load_manifest(resolve_repo(repo))
+    result = start_edit(manifest, row, fork=fork)
+    if result.imported:
+        err.print(f"edit: built the fork from the series in {result.fork}")
+    err.print(
+        f"edit: row {row} ({result.commit[:12]}) is checked out below; change it there, then run "
+        "refresh"
+    )
+    out.print(str(result.worktree))
+
+
+def refresh_command(
+    fork: Annotated[Path | None, typer.Option("--fork", help=FORK_HELP, file_okay=False)] = None,
+    repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
+    close: Annotated[
+        bool, typer.Option("--close", help="Remove the edit's work tree after refreshing.")
+    ] = False,
+) -> None:
+    from hyperqwen_patches.console import out
+    from hyperqwen_patches.fork.rowedit import close_edit, refresh
+    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+
+    manifest = load_manifest(resolve_repo(repo))
+    result = refresh(manifest, fork=fork)
+    if result.new is None:
+        out.print(f"refresh: row {result.row} is unchanged in its work tree; nothing to do")
+    else:
+        out.print(f"refresh: row {result.row} {result.old[:12]} -> {result.new[:12]}")
+        for name, commit in result.rebased:
+            out.print(f"  re-applied {name} -> {commit[:12]}")
+        shown = ", ".join(result.written) if result.written else "nothing (already up to date)"
+        out.print(f"  exported: {shown}", soft_wrap=True)
+    if close:
+        close_edit(manifest, fork=fork)
+        out.print(f"refresh: closed the edit of row {result.row}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("edit", help=EDIT_HELP)(edit_command)
+    app.command("refresh", help=REFRESH_HELP)(refresh_command)

@@ -1,0 +1,335 @@
+"""Row commands over the fork: ``edit`` a row in a work tree, ``refresh`` the change into the series.
+
+The fork is the source of truth for a row's content (docs/fork.md), so editing a row means changing
+its commit and re-exporting. Done by hand that is a checkout, a fixup commit, an interactive rebase
+and four tool commands, and the rebased commits then carry the maintainer's committer name and date,
+so ``import`` no longer reproduces the manifest's SHAs. Here:
+
+- ``edit ROW`` gives a work tree of the fork at the row's commit (``git worktree add --detach``, in
+  the repository's ``.hqp/edit/<row>``), after building the fork from the series when the repository
+  has none of its own (``.hqp/fork``, made by ``import``);
+- ``refresh`` takes that work tree's files as the row's new content, writes the row's commit anew
+  (same message and trailers, same author and author date, the committer pinned as ``import`` pins
+  it), re-applies every later row on top at fuzz 0 (the engine, as ``check`` replays them), moves the
+  branch, and exports: patch files, manifest SHAs, series, PATCHES.md and a shipped bundle.
+
+A later row that no longer applies stops the refresh before anything is written: the branch, the
+series and the work tree are as they were, and the message names the row, file and hunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hyperqwen_patches import gitrun
+from hyperqwen_patches.errors import FindingError, GitError, UsageError
+from hyperqwen_patches.fork import reading as forkgit
+from hyperqwen_patches.fork import replay
+from hyperqwen_patches.series.manifest import ExportPoint, Manifest
+from hyperqwen_patches.sources import basecommit
+
+STATE_FILE = "hqp-edit.json"  # in the fork's git directory: the row being edited and where
+WORK_DIR = ".hqp"  # in the series repository: the fork the tool keeps, and the edit work trees
+
+
+@dataclass(frozen=True)
+class EditState:
+    """The edit in progress: ``row`` at ``commit`` on ``branch``, checked out in ``worktree``."""
+
+    row: str
+    point: str
+    branch: str
+    commit: str
+    worktree: str
+
+    def save(self, git_dir: Path) -> None:
+        (git_dir / STATE_FILE).write_text(json.dumps(self.__dict__, indent=2) + "\n")
+
+    @staticmethod
+    def load(git_dir: Path) -> EditState | None:
+        try:
+            doc = json.loads((git_dir / STATE_FILE).read_text())
+            return EditState(**{k: str(doc[k]) for k in EditState.__dataclass_fields__})
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class EditResult:
+    row: str
+    commit: str
+    worktree: Path
+    fork: Path
+    imported: bool  # the fork was built (or brought up to date) from the series first
+
+
+@dataclass
+class RefreshResult:
+    row: str
+    old: str
+    new: str | None  # None: the work tree holds the row as it was (nothing to do)
+    rebased: list[tuple[str, str]] = field(default_factory=list)  # (row, new commit) after it
+    written: list[str] = field(default_factory=list)  # files export wrote in the repository
+
+
+def kept_fork(manifest: Manifest) -> Path:
+    """The fork the tool keeps for a repository that names none (``.hqp/fork``, ignored by git)."""
+    return manifest.root / WORK_DIR / "fork"
+
+
+def _work_dir(manifest: Manifest) -> Path:
+    work = manifest.root / WORK_DIR
+    work.mkdir(exist_ok=True)
+    ignore = work / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text(
+            "# made by hyperqwen-patches (edit, refresh): nothing here is tracked\n*\n"
+        )
+    return work
+
+
+def point_of(manifest: Manifest, row_name: str) -> ExportPoint:
+    row = manifest.row(row_name)
+    if row is None:
+        names = ", ".join(r.name for r in manifest.rows[:8])
+        raise UsageError(
+            f"no row {row_name!r} in the manifest ({names}{' ...' * (len(manifest.rows) > 8)})"
+        )
+    if row.skip is not None:
+        raise UsageError(f"row {row_name} is skipped ({row.skip}); it has no commit to edit")
+    if not manifest.export_points:
+        raise UsageError(
+            f"{manifest.path}: the manifest names no export point, so the rows have no fork to edit",
+            hint="add export_points: [{name: ..., branch: ...}] (docs/manifest.md)",
+        )
+    name = row.export_point or manifest.export_points[0].name
+    point = manifest.export_point(name)
+    assert point is not None  # the manifest validates export point names
+    return point
+
+
+def ensure_fork(manifest: Manifest, fork: Path | None) -> tuple[Path, bool]:
+    """The fork to edit, and whether it was (re)built from the series. A fork given by the user is
+    used as it is; the kept one is brought to what ``import`` builds from the series (it is the
+    tool's own, so it never holds work of the user's that this could lose)."""
+    if fork is not None:
+        if not fork.exists():
+            raise UsageError(f"--fork {fork}: no such repository")
+        return fork, False
+    from hyperqwen_patches.fork.importing import import_series
+    from hyperqwen_patches.sources.pristine import open_pristine
+
+    path = kept_fork(manifest)
+    _work_dir(manifest)
+    tree = open_pristine(manifest.source, package=manifest.package, version=manifest.pin)
+    try:
+        results = import_series(manifest, path, tree=tree, force=True, create=not path.exists())
+    finally:
+        tree.close()
+    return path, any(r.changed for r in results)
+
+
+def row_commit(git_dir: Path, manifest: Manifest, point: ExportPoint, row: str) -> tuple[str, str]:
+    """(base, the row's commit) on the export point's branch, found by its Hqp-Row trailer."""
+    tip = forkgit.resolve(git_dir, f"refs/heads/{point.branch}", what="edit")
+    if tip is None:
+        raise GitError(f"the fork has no branch {point.branch!r} (export point {point.name})")
+    from hyperqwen_patches.fork.exporting import find_base
+
+    base = find_base(git_dir, tip, package=manifest.package, pin=manifest.pin, branch=point.branch)
+    for commit in forkgit.list_commits(git_dir, base, tip):
+        if commit.row == row:
+            return base, commit.sha
+    raise GitError(
+        f"no commit on {point.branch} carries row {row} (no Hqp-Row: {row} trailer)",
+        hint="export the fork first, or import the series into it (hyperqwen-patches import)",
+    )
+
+
+def start_edit(manifest: Manifest, row: str, *, fork: Path | None = None) -> EditResult:
+    """A work tree of the fork at ``row``'s commit (an edit already open for the row is reused)."""
+    point = point_of(manifest, row)
+    fork_path, imported = ensure_fork(manifest, fork)
+    git_dir = gitrun.git_dir_of(fork_path)
+    _, commit = row_commit(git_dir, manifest, point, row)
+    current = EditState.load(git_dir)
+    worktree = _work_dir(manifest) / "edit" / row
+    if current is not None and current.row != row and Path(current.worktree).exists():
+        raise UsageError(
+            f"row {current.row} is being edited in {current.worktree}",
+            hint="refresh it first (hyperqwen-patches refresh), or remove that work tree",
+        )
+    if current is not None and current.row == row and Path(current.worktree).exists():
+        return EditResult(row, current.commit, Path(current.worktree), fork_path, imported)
+    if worktree.exists():
+        raise UsageError(
+            f"{worktree} exists but is not the open edit of row {row}; remove it first"
+        )
+    gitrun.run(["worktree", "prune"], git_dir=git_dir)
+    worktree.parent.mkdir(parents=True, exist_ok=True)
+    # --no-checkout: the checkout is done in the work tree's own environment below (the runner's
+    # pinned index would otherwise be the one git writes).
+    gitrun.check(
+        ["worktree", "add", "--no-checkout", "--detach", str(worktree), commit],
+        git_dir=git_dir,
+        what=f"making a work tree for row {row}",
+    )
+    _in_worktree(worktree, ["reset", "--hard", "--quiet", commit], what="checking the row out")
+    EditState(row, point.name, point.branch, commit, str(worktree)).save(git_dir)
+    return EditResult(row, commit, worktree, fork_path, imported)
+
+
+def _worktree_git_dir(worktree: Path) -> Path:
+    link = (worktree / ".git").read_text().strip()
+    if not link.startswith("gitdir: "):
+        raise GitError(f"{worktree}/.git does not name a git directory")
+    return Path(link.removeprefix("gitdir: "))
+
+
+def _in_worktree(worktree: Path, args: list[str], *, what: str) -> bytes:
+    """A git command in the edit work tree, as that work tree (its own index and HEAD)."""
+    git_dir = _worktree_git_dir(worktree)
+    return gitrun.check(
+        args,
+        git_dir=git_dir,
+        cwd=worktree,
+        index=git_dir / "index",
+        env={"GIT_WORK_TREE": str(worktree)},
+        what=what,
+    )
+
+
+def _author(raw: bytes) -> dict[str, str]:
+    """The author of a raw commit object as ``import`` sets it: author kept, committer pinned to the
+    tool with the author's date (so the same content gives the same SHA on any machine)."""
+    header = raw.partition(b"\n\n")[0]
+    for line in header.split(b"\n"):
+        if line.startswith(b"author "):
+            ident, _, stamp = line[7:].rpartition(b"> ")
+            name, _, email = ident.partition(b" <")
+            env = basecommit.fixed_identity_env(stamp.decode())
+            env["GIT_AUTHOR_NAME"] = name.decode("utf-8", "surrogateescape")
+            env["GIT_AUTHOR_EMAIL"] = email.decode("utf-8", "surrogateescape")
+            return env
+    raise GitError("a commit without an author line")
+
+
+def _row_patch(git_dir: Path, parent: str, commit: str, row: str):  # type: ignore[no-untyped-def]
+    """The change a fork commit makes, as an engine patch (git's own diff, pinned options)."""
+    from hyperqwen_patches.engine.patchset import parse_patch
+
+    data = gitrun.check(
+        ["diff-tree", "-p", "-M", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv",
+         "--no-relative", parent, commit],
+        git_dir=git_dir,
+        what=f"reading row {row}",
+    )  # fmt: skip
+    return parse_patch(data, name=row, strip=1)
+
+
+def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
+    """Fold the open edit's work tree into its row, re-apply the later rows, export."""
+    from hyperqwen_patches.fork.exporting import (
+        BUNDLE_RELPATH,
+        plan_export,
+        write_bundle,
+        write_export,
+    )
+    from hyperqwen_patches.fork.importing import write_state_commit
+
+    fork_path = fork if fork is not None else kept_fork(manifest)
+    if not fork_path.exists():
+        raise UsageError("no edit is open (no fork)", hint="start one: hyperqwen-patches edit ROW")
+    git_dir = gitrun.git_dir_of(fork_path)
+    state = EditState.load(git_dir)
+    if state is None or not Path(state.worktree).exists():
+        raise UsageError(
+            f"no edit is open in {fork_path}", hint="start one: hyperqwen-patches edit ROW"
+        )
+    point = manifest.export_point(state.point)
+    if point is None:
+        raise UsageError(f"export point {state.point} of the open edit is not in the manifest")
+    tip = forkgit.resolve(git_dir, f"refs/heads/{state.branch}", what="refresh")
+    if tip is None or not forkgit.is_ancestor(git_dir, state.commit, tip):
+        raise GitError(
+            f"branch {state.branch} no longer holds {state.commit[:12]} (row {state.row}): it moved "
+            "since the edit began",
+            hint=f"remove {state.worktree} and edit the row again",
+        )
+    worktree = Path(state.worktree)
+    _in_worktree(worktree, ["add", "-A"], what="reading the work tree")
+    new_tree = _in_worktree(worktree, ["write-tree"], what="reading the work tree").decode().strip()
+    raw = gitrun.check(
+        ["cat-file", "commit", state.commit], git_dir=git_dir, what="reading the row"
+    )
+    old_tree, parents, message = forkgit.parse_commit(raw)
+    result = RefreshResult(state.row, state.commit, None)
+    if new_tree == old_tree:
+        return result
+    new = basecommit.commit_tree(
+        git_dir, new_tree, parents=parents, message=message, env=_author(raw)
+    )
+    # The branch is linear from the base (export refuses merges), so what follows the row in
+    # parent..tip is every later row, in order.
+    later = forkgit.list_commits(git_dir, parents[0], tip)[1:] if parents else []
+    parent = new
+    if later:
+        entries = replay.tree_entries(git_dir, new)
+
+        def read_new(path: bytes) -> bytes | None:
+            return forkgit.read_blob(git_dir, entries[path][1]) if path in entries else None
+
+        tree_state = replay.TreeState(entries, read_new)
+        for commit in later:
+            row = commit.row or commit.sha[:12]
+            patch = _row_patch(git_dir, commit.parents[0], commit.sha, row)
+            try:
+                replay.apply_row(tree_state, patch, row=row)
+            except replay.RowDoesNotApply as exc:
+                raise FindingError(
+                    f"refresh stopped: {exc.message}; nothing was changed (branch {state.branch}, "
+                    f"the series and {worktree} are as they were)",
+                    hint=f"change the work tree so that row {row} applies on it, then refresh again",
+                ) from None
+            later_raw = gitrun.check(
+                ["cat-file", "commit", commit.sha], git_dir=git_dir, what=f"reading row {row}"
+            )
+            parent = write_state_commit(
+                git_dir, tree_state, parent, commit.message, _author(later_raw)
+            )
+            result.rebased.append((row, parent))
+    gitrun.check(
+        ["update-ref", "-m", f"hyperqwen-patches refresh {state.row}", f"refs/heads/{state.branch}",
+         parent, tip],
+        git_dir=git_dir,
+        what=f"moving {state.branch}",
+    )  # fmt: skip
+    result.new = new
+    _in_worktree(worktree, ["reset", "--quiet", "--soft", new], what="moving the work tree")
+    EditState(state.row, state.point, state.branch, new, state.worktree).save(git_dir)
+    from hyperqwen_patches.series.manifest import load_manifest
+
+    fresh = load_manifest(manifest.root)
+    plan = plan_export(fresh, fork_path)
+    result.written = write_export(plan)
+    if (manifest.root / BUNDLE_RELPATH).is_file():  # a shipped bundle must match the new patches
+        write_bundle(plan, fork_path, fresh)
+        result.written.append(BUNDLE_RELPATH)
+    return result
+
+
+def close_edit(manifest: Manifest, *, fork: Path | None = None) -> str | None:
+    """Remove the open edit's work tree (after a refresh, or to drop it); the row it was."""
+    fork_path = fork if fork is not None else kept_fork(manifest)
+    if not fork_path.exists():
+        return None
+    git_dir = gitrun.git_dir_of(fork_path)
+    state = EditState.load(git_dir)
+    if state is None:
+        return None
+    gitrun.run(["worktree", "remove", "--force", state.worktree], git_dir=git_dir)
+    os.unlink(git_dir / STATE_FILE)
+    return state.row
