@@ -88,6 +88,19 @@ TABLE: dict[str, dict[str, Any]] = {
             {"name": "close", "kind": "option", "opts": ["--close"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
         ],
     },
+    "new": {
+        "module": "hyperqwen_patches.commands.rows",
+        "function": "new_command",
+        "no_args_is_help": False,
+        "params": [
+            {"name": "name", "kind": "argument", "opts": [], "secondary": [], "flag": False, "multiple": False, "required": True, "type": "str"},
+            {"name": "after", "kind": "option", "opts": ["--after"], "secondary": [], "flag": False, "multiple": False, "required": True, "type": "str"},
+            {"name": "what", "kind": "option", "opts": ["--what"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
+            {"name": "kind", "kind": "option", "opts": ["--kind"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
+            {"name": "fork", "kind": "option", "opts": ["--fork"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+            {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+        ],
+    },
     "adopt": {
         "module": "hyperqwen_patches.commands.adopt",
         "function": "adopt_command",

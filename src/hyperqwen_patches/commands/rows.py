@@ -1,4 +1,5 @@
-"""``edit ROW`` and ``refresh``: change a row through the fork in two commands (stgit's edit/refresh)."""
+"""``edit ROW``, ``refresh`` and ``new NAME --after ROW``: change or add a row through the fork in
+two commands (stgit's edit/refresh, quilt's new)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,43 @@ def refresh_command(
         out.print(f"refresh: closed the edit of row {result.row}")
 
 
+NEW_HELP = """Add a row after ROW and open it for editing (quilt's `new`, placed where you say).
+
+An empty commit for the row goes into the fork right after ROW's (the later rows keep their content,
+on the new parent), its entry goes into patches/manifest.yaml right after ROW's (kind, what,
+patches/NAME.patch, cut against the pin, retires_when TODO: check flags it until you describe it),
+and an edit of it is opened as `edit` opens one. Change the work tree, then `refresh`.
+
+  cd "$(hyperqwen-patches new kv-fix --after kvarn-modules --what 'Fix the KV block size' | tail -1)"
+"""
+
+
+def new_command(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The new row's name.")],
+    after: Annotated[str, typer.Option("--after", metavar="ROW", help="The row it follows.")],
+    what: Annotated[
+        str, typer.Option("--what", help="One line: what the row does (the ledger's column).")
+    ] = "TODO: describe",
+    kind: Annotated[
+        str, typer.Option("--kind", help="backport, fix, feature, local or own.")
+    ] = "local",
+    fork: Annotated[Path | None, typer.Option("--fork", help=FORK_HELP, file_okay=False)] = None,
+    repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
+) -> None:
+    from hyperqwen_patches.console import err, out
+    from hyperqwen_patches.fork.rowedit import new_row
+    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+
+    manifest = load_manifest(resolve_repo(repo))
+    result = new_row(manifest, name, after=after, what=what, kind=kind, fork=fork)
+    err.print(
+        f"new: row {name} ({result.commit[:12]}) added after {after}; change it below, then run "
+        "refresh"
+    )
+    out.print(str(result.worktree))
+
+
 def register(app: typer.Typer) -> None:
     app.command("edit", help=EDIT_HELP)(edit_command)
     app.command("refresh", help=REFRESH_HELP)(refresh_command)
+    app.command("new", help=NEW_HELP)(new_command)

@@ -696,6 +696,53 @@ def write_export(plan: ExportPlan) -> list[str]:
 # --- targeted edits of the manifest's text (its comments and formatting are kept) ---------------------
 
 
+# The keys of a row this tool writes into the manifest, in docs/manifest.md's order.
+NEW_ROW_KEYS = (
+    "name",
+    "kind",
+    "what",
+    "patch",
+    "cut_against",
+    "retires_when",
+    "export_point",
+    "commit",
+)
+
+
+def insert_row(text: bytes, after: str, row: Mapping[str, str]) -> bytes:
+    """The manifest's text with ``row`` written right after the row named ``after`` (block style, in
+    the rows' own indentation); every other byte is kept."""
+    import yaml
+
+    source = text.decode("utf-8")
+    top = yaml.compose(source, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    rows_node = next((v for k, v in top.value if k.value == "rows"), None)
+    if rows_node is None or rows_node.flow_style:
+        raise UsageError(
+            "the manifest's rows are not a block list; add the row by hand (docs/manifest.md)"
+        )
+    for item in rows_node.value:
+        name = next((v for k, v in item.value if k.value == "name"), None)
+        if name is None or name.value != after or item.flow_style:
+            continue
+        dash_col = rows_node.start_mark.column
+        key_col = item.start_mark.column
+        keys = [k for k in NEW_ROW_KEYS if k in row]
+        lines = [f"{' ' * dash_col}- {keys[0]}: {yaml_scalar(row[keys[0]])}"]
+        lines += [f"{' ' * key_col}{k}: {yaml_scalar(row[k])}" for k in keys[1:]]
+        end = item.value[-1][
+            1
+        ].end_mark.index  # the last value (the mapping's mark is the next item's)
+        if end > 0 and source[end - 1] == "\n":  # a block scalar ends at the next line's start
+            at, block = end, "\n".join(lines) + "\n"
+        else:
+            line_end = source.find("\n", end)
+            at = len(source) if line_end < 0 else line_end
+            block = "".join("\n" + line for line in lines)
+        return (source[:at] + block + source[at:]).encode("utf-8")
+    raise UsageError(f"no row {after!r} written in block style in the manifest")
+
+
 def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str, str]]) -> bytes:
     """Set rows' and export points' ``commit:`` (and points' ``base:``) and append new rows, editing only
     those scalars in the text (re-dumping the YAML would lose comments, order and quoting)."""
@@ -760,16 +807,7 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
             ):
                 set_key(item, "export_point", plan.point_of[name.value])
     if new_rows and rows_node is not None:
-        keys = (
-            "name",
-            "kind",
-            "what",
-            "patch",
-            "cut_against",
-            "retires_when",
-            "export_point",
-            "commit",
-        )
+        keys = NEW_ROW_KEYS
         if rows_node.flow_style or not rows_node.value:
             column = rows_node.start_mark.column if rows_node.value else 0
             dash = " " * 2

@@ -321,6 +321,119 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
     return result
 
 
+def _user_identity(manifest: Manifest) -> tuple[str, str]:
+    """Who adds a row: ``GIT_AUTHOR_NAME``/``EMAIL``, else the user's git identity (``user.name``,
+    ``user.email``, read as ``git commit`` reads them: this is the one place the user's config is
+    asked, and only for these two values)."""
+    import subprocess
+
+    def config(key: str) -> str:
+        proc = subprocess.run(
+            ["git", "config", "--get", key], cwd=manifest.root, capture_output=True, check=False
+        )
+        return proc.stdout.decode("utf-8", "surrogateescape").strip()
+
+    name = os.environ.get("GIT_AUTHOR_NAME") or config("user.name")
+    email = os.environ.get("GIT_AUTHOR_EMAIL") or config("user.email")
+    if not name or not email:
+        raise UsageError(
+            "a new row needs an author: no user.name / user.email in git's config",
+            hint='git config --global user.name "Your Name"; git config --global user.email you@...',
+        )
+    return name, email
+
+
+def new_row(
+    manifest: Manifest,
+    name: str,
+    *,
+    after: str,
+    what: str,
+    kind: str = "local",
+    fork: Path | None = None,
+) -> EditResult:
+    """Add row ``name`` after ``after``: an empty commit in the fork (the later rows re-parented on
+    it, their trees unchanged), its manifest entry right after ``after``'s, then an edit of it."""
+    import time
+
+    from hyperqwen_patches.fork.exporting import insert_row
+    from hyperqwen_patches.series.manifest import KINDS, NAME_RE, load_manifest
+
+    if not NAME_RE.match(name):
+        raise UsageError(f"row name {name!r}: use lowercase letters, digits, '.', '_' and '-'")
+    if manifest.row(name) is not None:
+        raise UsageError(f"row {name} exists already")
+    if kind not in KINDS:
+        raise UsageError(f"--kind {kind!r}: one of {', '.join(KINDS)}")
+    point = point_of(manifest, after)
+    fork_path, _ = ensure_fork(manifest, fork)
+    git_dir = gitrun.git_dir_of(fork_path)
+    if EditState.load(git_dir) is not None:
+        current = EditState.load(git_dir)
+        assert current is not None
+        if Path(current.worktree).exists():
+            raise UsageError(
+                f"row {current.row} is being edited in {current.worktree}",
+                hint="refresh it first (hyperqwen-patches refresh --close)",
+            )
+    _, anchor = row_commit(git_dir, manifest, point, after)
+    tip = forkgit.resolve(git_dir, f"refs/heads/{point.branch}", what="new")
+    assert tip is not None
+    later = forkgit.list_commits(git_dir, anchor, tip) if tip != anchor else []
+    author_name, author_email = _user_identity(manifest)
+    date = os.environ.get("GIT_AUTHOR_DATE") or f"{int(time.time())} +0000"
+    env = basecommit.fixed_identity_env(date)
+    env.update(GIT_AUTHOR_NAME=author_name, GIT_AUTHOR_EMAIL=author_email, GIT_AUTHOR_DATE=date)
+    if os.environ.get("GIT_AUTHOR_DATE"):
+        env["GIT_COMMITTER_DATE"] = _git_stamp(git_dir, env)
+    tree = forkgit.parse_commit(
+        gitrun.check(["cat-file", "commit", anchor], git_dir=git_dir, what="reading")
+    )[0]
+    message = f"{name}: {what}\n\n{forkgit.ROW_TRAILER.decode()}: {name}\n".encode()
+    parent = basecommit.commit_tree(git_dir, tree, parents=[anchor], message=message, env=env)
+    new = parent
+    for commit in later:  # the same trees on a new parent: nothing to re-apply
+        raw = gitrun.check(["cat-file", "commit", commit.sha], git_dir=git_dir, what="reading")
+        parent = basecommit.commit_tree(
+            git_dir, commit.tree, parents=[parent], message=commit.message, env=_author(raw)
+        )
+    text = manifest.path.read_bytes()
+    fields = {
+        "name": name,
+        "kind": kind,
+        "what": what,
+        "patch": f"patches/{name}.patch",
+        "cut_against": manifest.pin,
+        "retires_when": "TODO",
+    }
+    after_row = manifest.row(after)
+    if after_row is not None and after_row.export_point is not None:
+        fields["export_point"] = after_row.export_point
+    edited = insert_row(text, after, fields)
+    from hyperqwen_patches.series.manifest import parse_manifest
+
+    parse_manifest(edited, path=manifest.path, root=manifest.root)  # valid before anything moves
+    gitrun.check(
+        ["update-ref", "-m", f"hyperqwen-patches new {name}", f"refs/heads/{point.branch}",
+         parent, tip],
+        git_dir=git_dir,
+        what=f"moving {point.branch}",
+    )  # fmt: skip
+    from hyperqwen_patches.atomicfile import write_atomic
+
+    write_atomic(manifest.path, edited)
+    # No export yet: an empty commit is not a row export can write (it carries no change); the
+    # refresh that gives the row its content exports everything.
+    opened = start_edit(load_manifest(manifest.root), name, fork=fork_path)
+    return EditResult(name, new, opened.worktree, fork_path, opened.imported)
+
+
+def _git_stamp(git_dir: Path, env: dict[str, str]) -> str:
+    """GIT_AUTHOR_DATE in any form git reads, as git's ``<unix> <tz>`` (the committer's date)."""
+    out = gitrun.check(["var", "GIT_AUTHOR_IDENT"], git_dir=git_dir, env=env, what="reading a date")
+    return out.strip().rsplit(b"> ", 1)[-1].decode()
+
+
 def close_edit(manifest: Manifest, *, fork: Path | None = None) -> str | None:
     """Remove the open edit's work tree (after a refresh, or to drop it); the row it was."""
     fork_path = fork if fork is not None else kept_fork(manifest)
