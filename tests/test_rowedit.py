@@ -152,7 +152,7 @@ def test_refresh_with_no_edit_and_edit_of_no_such_row_are_usage_errors(
 def test_new_adds_a_row_where_it_is_asked_and_refresh_gives_it_content(
     project: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    series, maintainers = project
+    series, _ = project
     # Start from a fork import built (the maintainer's commits carry their own committer, which no
     # import reproduces), as the shipped series does.
     fork = tmp_path / "imported"
