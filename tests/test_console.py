@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from rich.console import Console
 from rich.table import Table
@@ -56,3 +59,33 @@ def test_off_a_terminal_long_lines_are_not_wrapped(capsys: pytest.CaptureFixture
     assert (
         console.out.rich.width > 10_000
     )  # not a terminal here: the rich side does not wrap either
+
+
+def test_hints_name_the_command_as_the_user_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hyperqwen_patches.console import as_typed
+
+    text = "does not exist (run: hyperqwen-patches render); hyperqwen-patches 0.1.0 by hyperqwen-patches <pristine@hyperqwen-patches.invalid>"
+    monkeypatch.setenv("HQP_PROG", "./hqp")
+    assert as_typed(text) == text.replace("run: hyperqwen-patches render", "run: ./hqp render")
+    monkeypatch.delenv("HQP_PROG")
+    monkeypatch.setattr("sys.argv", ["/somewhere/not/on/path/hqp", "check"])
+    assert "run: /somewhere/not/on/path/hqp render" in as_typed(text)
+    monkeypatch.setattr("sys.argv", ["/x/hyperqwen_patches/__main__.py"])
+    assert "run: python -m hyperqwen_patches render" in as_typed(text)
+
+
+def test_an_error_hint_from_the_quick_start_wrapper_says_hqp(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches/manifest.yaml").write_text(
+        "format: 1\npin: '0.29.0'\npackage: vllm\npaths: root\nrows: []\n"
+    )
+    env = {**os.environ, "HQP_PROG": "./hqp"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "hyperqwen_patches", "refresh", "--repo", str(tmp_path)],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "hint: start one: ./hqp edit ROW" in proc.stderr

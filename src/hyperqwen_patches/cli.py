@@ -109,11 +109,11 @@ def main() -> None:
             _log_verbosely()
         call.run()
     except HqpError as exc:
-        from hyperqwen_patches.console import err
+        from hyperqwen_patches.console import as_typed, err
 
-        err.print(f"error: {exc.message}")
+        err.print(f"error: {as_typed(exc.message)}")
         if exc.hint:
-            err.print(f"hint: {exc.hint}")
+            err.print(f"hint: {as_typed(exc.hint)}")
         _json_error(int(exc.exit_code), exc.message, exc.hint)
         sys.exit(int(exc.exit_code))
     except KeyboardInterrupt:

@@ -129,3 +129,35 @@ def table_lines(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]
     head = line([name for name, _ in columns], "┃")
     rule = "╇".join("━" * (w + 2) for w in widths)
     return [head, rule, *(line(r, "│") for r in rows)]
+
+
+def program() -> str:
+    """The name the user ran us by, for hints: ``./hqp`` (the quick start's wrapper says so in
+    ``HQP_PROG``), ``hqp`` or ``hyperqwen-patches`` when that is on PATH, ``python -m
+    hyperqwen_patches``, else the path typed."""
+    import os
+    import shutil
+
+    given = os.environ.get("HQP_PROG")
+    if given:
+        return given
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "hyperqwen-patches"
+    if argv0.endswith("__main__.py") or argv0 == "-m":
+        return "python -m hyperqwen_patches"
+    name = os.path.basename(argv0)
+    found = shutil.which(name)
+    if found and os.path.realpath(found) == os.path.realpath(argv0):
+        return name
+    return argv0 if os.sep in argv0 else name
+
+
+def as_typed(text: str) -> str:
+    """``text`` with the commands it suggests (``run: hyperqwen-patches render``) spelled as the user
+    runs the tool, so a hint can be pasted as it stands."""
+    prog = program()
+    if prog == "hyperqwen-patches" or "hyperqwen-patches " not in text:
+        return text
+    import re
+
+    # A command word follows ("hyperqwen-patches render"); not "hyperqwen-patches 0.1.0" or an email.
+    return re.sub(r"\bhyperqwen-patches (?=[a-z][a-z-]*\b)", lambda _: prog + " ", text)

@@ -121,7 +121,7 @@ def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
 
 def render_table(report: CheckReport) -> str:
     """Print the table and the findings on stdout; return the one-line summary."""
-    from hyperqwen_patches.console import out
+    from hyperqwen_patches.console import as_typed, out
 
     rows = [
         (r.row, str(r.files), str(r.hunks), str(r.exact), str(r.offset), r.status)
@@ -148,7 +148,7 @@ def render_table(report: CheckReport) -> str:
             "note": "note",
             "unverified": "NOT VERIFIED",
         }[f.severity]
-        out.print(f"{label} [{f.check}] {f.subject}: {f.message}", soft_wrap=True)
+        out.print(f"{label} [{f.check}] {f.subject}: {as_typed(f.message)}", soft_wrap=True)
         if f.detail:
             for line in f.detail.rstrip("\n").splitlines():
                 out.print(f"    {line}", soft_wrap=True)
