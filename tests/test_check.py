@@ -539,3 +539,33 @@ def test_a_cache_path_that_is_a_file_is_one_line_and_exit_2(tmp_path: Path) -> N
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: ") and "hint: the cache is" in proc.stderr
+
+
+def test_a_passing_check_says_what_it_verified_against() -> None:
+    """The reviewer's question: against which fork, bundle bytes, tip and base did it hold? The
+    shipped series answers with the bundle's sha256 (recomputed here), its tip and the base commit;
+    JSON says the same per check."""
+    import hashlib
+
+    proc = hqp("check", cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    bundle = hashlib.sha256((REPO / "patches/fork.bundle").read_bytes()).hexdigest()
+    text = proc.stdout
+    assert "checks:\n  held " in text and "against:\n  pristine      pypi:vllm==0.29.0" in text
+    assert f"(sha256 {bundle})" in text
+    doc = json.loads(hqp("check", "--json", cwd=REPO).stdout)
+    assert set(doc["status"]) == set(doc["checks"]) and set(doc["status"].values()) == {"held"}
+    fork = doc["against"]["fork"]
+    assert fork["sha256"] == bundle and set(fork["tips"]) == {"qwen38"}
+    manifest = load_manifest(REPO)
+    assert fork["tips"]["qwen38"] == manifest.export_points[0].commit
+    assert fork["base"] == manifest.export_points[0].base
+
+
+def test_without_a_fork_the_fork_checks_say_not_verified(tmp_path: Path) -> None:
+    root, _ = make_repo(tmp_path)
+    proc = hqp("check", cwd=root)
+    assert "  fork          none" in proc.stdout
+    doc = json.loads(hqp("check", "--json", cwd=root).stdout)
+    assert doc["status"]["replay-identity"] == "not verified"
+    assert "fork" not in doc["against"]

@@ -89,6 +89,9 @@ class CheckContext:
     progress: Progress | None = None
     fork: str | None = None  # --fork PATH|URL|BUNDLE (default: patches/fork.bundle when present)
     export_point: str | None = None  # --export-point NAME (default: every export point)
+    # What the checks were checked against, for the reviewer (the fork, its tips, the base commit):
+    # a check that opens one of them records it here (check prints and returns it).
+    evidence: dict[str, Any] = field(default_factory=dict)
     _opened: list[PristineTree] = field(default_factory=list)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,6 +141,18 @@ class CheckReport:
     rows: tuple[RowRecord, ...]
     findings: tuple[Finding, ...]
     require_fork: bool = False  # the fork checks' "not verified" fails (check --require-fork)
+    against: dict[str, Any] = field(default_factory=dict)  # what it was checked against
+
+    def status(self, check: str) -> str:
+        """held, failed, could not run, or not verified: what one check came to."""
+        mine = {f.severity for f in self.findings if f.check == check}
+        if "problem" in mine:
+            return "could not run"
+        if "error" in mine:
+            return "failed"
+        if "unverified" in mine:
+            return "not verified"
+        return "held"
 
     @property
     def not_verified(self) -> tuple[str, ...]:
@@ -164,7 +176,9 @@ class CheckReport:
             "pin": self.pin,
             "source": self.source,
             "checks": list(self.checks),
+            "status": {c: self.status(c) for c in self.checks},
             "not_verified": list(self.not_verified),
+            "against": self.against,
             "ok": self.exit_code == ExitCode.OK,
             "exit_code": int(self.exit_code),
             "rows": [r.to_json() for r in self.rows],
@@ -236,6 +250,7 @@ def run_check(
         rows=tuple(rows),
         findings=tuple(findings),
         require_fork=require_fork,
+        against={"pristine": ctx.source, **ctx.evidence},
     )
 
 

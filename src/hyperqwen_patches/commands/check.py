@@ -152,6 +152,7 @@ def render_table(report: CheckReport) -> str:
         if f.detail:
             for line in f.detail.rstrip("\n").splitlines():
                 out.print(f"    {line}", soft_wrap=True)
+    out.print("\n".join(verified_lines(report)), soft_wrap=True)
     errors = sum(1 for f in report.findings if f.severity == "error")
     problems = sum(1 for f in report.findings if f.severity == "problem")
     applied = sum(1 for r in report.rows if r.status in ("exact", "offset"))
@@ -177,6 +178,32 @@ def render_table(report: CheckReport) -> str:
         )
     summary = f"check: {', '.join(parts)} ({n} checks); {applied} of {applicable} rows applied"
     return summary
+
+
+def verified_lines(report: CheckReport) -> list[str]:
+    """What each check came to, and what it was checked against: a reviewer reads here what a
+    passing check verified (not only that it passed)."""
+    lines = ["checks:"]
+    by_status: dict[str, list[str]] = {}
+    for check in report.checks:
+        by_status.setdefault(report.status(check), []).append(check)
+    for status in ("held", "failed", "could not run", "not verified"):
+        if status in by_status:
+            lines.append(f"  {status:13} {', '.join(by_status[status])}")
+    lines.append("against:")
+    lines.append(f"  pristine      {report.against.get('pristine', report.source)}")
+    fork = report.against.get("fork")
+    if fork is None:
+        lines.append("  fork          none (no --fork and no patches/fork.bundle)")
+    else:
+        sha = f" (sha256 {fork['sha256']})" if fork.get("sha256") else ""
+        lines.append(f"  fork          {fork['fork']}{sha}")
+        lines.append(
+            f"  base commit   {fork['base']} (the pristine tree's; the same on any machine)"
+        )
+        for point, tip in fork["tips"].items():
+            lines.append(f"  {point:13} tip {tip}")
+    return lines
 
 
 def annotations_wanted() -> bool:

@@ -149,6 +149,12 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
     except BaseException:
         stack.close()
         raise
+    record: dict[str, object] = {"fork": source, "base": base, "tips": dict(tips)}
+    if path.is_file():  # a bundle: its bytes name it exactly
+        import hashlib
+
+        record["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    ctx.evidence["fork"] = record
     return ForkSession(source, scratch, base, tips, missing, stack)
 
 
