@@ -123,7 +123,19 @@ def test_import_into_a_missing_repository_without_create(tmp_path: Path) -> None
         "import", "--repo", str(series), "--into", str(tmp_path / "nowhere"),
         "--source", f"dir:{pristine}",
     )  # fmt: skip
-    assert result.returncode == 3, result.stderr
+    assert result.returncode == 2, result.stderr  # bad input (README's table), not a git failure
     message = " ".join(result.stderr.split())  # the console wraps long lines
     assert "nowhere: no such repository" in message and "--create" in message
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_fork_path_that_is_not_there_is_exit_2_with_one_line(tmp_path: Path) -> None:
+    series = new_series(tmp_path / "series")
+    missing = tmp_path / "no-such-fork"
+    for argv in (
+        ["export", "--repo", str(series), "--fork", str(missing)],
+        ["check", "--repo", str(series), "--fork", str(missing)],
+    ):
+        result = cli(*argv)
+        assert result.returncode == 2, (argv, result.stderr)
+        assert result.stderr.count(f"--fork {missing}: no such repository") == 1, result.stderr

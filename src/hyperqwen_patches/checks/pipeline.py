@@ -205,6 +205,18 @@ def run_check(
         from hyperqwen_patches.sources.spec import parse_source
 
         parse_source(source)  # a malformed --source is a usage error before anything runs
+    if fork is not None:
+        # A URL ("https://...", "ssh://...", scp's "host:path") is fetched; anything else is a path,
+        # and a path that is not there is a typo to say once, before the checks (exit 2), not a
+        # failed fetch in three of them.
+        url = "://" in fork or ":" in fork.split("/", 1)[0]
+        if not url and not Path(fork).exists():
+            from hyperqwen_patches.errors import UsageError
+
+            raise UsageError(
+                f"--fork {fork}: no such repository or bundle",
+                hint="give a fork's work tree or .git directory, a bundle file, or a URL",
+            )
     ctx = CheckContext(
         root=root,
         manifest=manifest,

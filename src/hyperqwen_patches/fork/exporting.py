@@ -544,6 +544,8 @@ def plan_export(manifest: Manifest, fork: Path, *, export_points: Sequence[str] 
     unknown = set(export_points) - {p.name for p in manifest.export_points}
     if unknown:
         raise UsageError(f"unknown export point(s): {', '.join(sorted(unknown))}")
+    if not fork.exists():
+        raise UsageError(f"--fork {fork}: no such repository")
     git_dir = gitrun.git_dir_of(fork)
     tips: dict[str, str] = {}
     for point in points:
