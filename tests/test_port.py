@@ -284,7 +284,9 @@ def test_cli_json_markdown_and_exit_code(tmp_path: Path) -> None:
         [*base, *sources, "--json", "--markdown", str(md)], capture_output=True, text=True
     )
     assert proc.returncode == 1, proc.stderr  # a conflict is a finding
-    doc = json.loads(proc.stdout)
+    top = json.loads(proc.stdout)
+    assert top["ok"] is False and len(top["reports"]) == 1  # the same shape as with several --to
+    doc = top["reports"][0]
     assert doc["rows"][0]["status"] == "conflicts" and doc["ok"] is False
     text = md.read_text()
     assert "| conf | conflicts |" in text

@@ -145,7 +145,8 @@ def port(
             payload = report.to_json()
             payload["rebase"] = rebase_result.to_json() if rebase_result is not None else None
             payloads.append(payload)
-        emit_json(payloads[0] if len(payloads) == 1 else {"reports": payloads})
+        # One shape whatever the number of --to: a script reads reports[i] for the i-th --to.
+        emit_json({"ok": all(p.get("ok", True) for p in payloads), "reports": payloads})
     else:
         for i, report in enumerate(reports):
             if i:
