@@ -50,3 +50,58 @@ def staging_dir(parent: Path, name: str) -> Path:
     path = parent / f".{name}.staging-{os.getpid()}-{os.urandom(4).hex()}"
     path.mkdir()
     return path
+
+
+# What lives under the cache root, and whether an entry can be made again without the network.
+AREAS: dict[str, tuple[str, bool]] = {
+    "pypi": ("releases fetched from the package index (wheels, sdists), verified", False),
+    "base": ("base commits of pinned releases (git repositories)", True),
+    "bundles": ("fork bundles fetched for check", True),
+    "results": ("results of pure checks and the manifest's model, by content", True),
+    "envs": ("the vLLM test environments of scripts/vllm-env", False),
+    "tools": ("tools the test scripts installed", False),
+    "wheels": ("wheels the test scripts built or fetched", False),
+    "docker-ci": ("work directories of scripts/docker-ci", True),
+    "locks": ("lock files (empty)", True),
+}
+
+
+def tree_size(path: Path) -> tuple[int, int]:
+    """(files, bytes) under ``path``; links are not followed."""
+    files = size = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            files += 1
+            size += st.st_size
+    return files, size
+
+
+def prunable(root: Path, *, older_than_days: float, now: float) -> list[Path]:
+    """What ``cache --prune`` removes: staging debris of killed runs (any age), and entries that are
+    made again locally (``AREAS``' rebuildable ones: result entries, base commits, bundles) not
+    written for ``older_than_days``. Releases and test environments, which need the network again,
+    are kept."""
+    out: list[Path] = []
+    cutoff = now - older_than_days * 86400
+    for area, (_, rebuildable) in AREAS.items():
+        top = root / area
+        if not top.is_dir():
+            continue
+        for entry in sorted(top.iterdir()):
+            debris = ".staging-" in entry.name or entry.name.startswith((".tmp-", ".tmp"))
+            if area == "results" and entry.is_dir():  # one directory per check: its entries
+                out += [f for f in sorted(entry.iterdir()) if _older(f, cutoff)]
+            elif debris or (rebuildable and area != "locks" and _older(entry, cutoff)):
+                out.append(entry)
+    return out
+
+
+def _older(path: Path, cutoff: float) -> bool:
+    try:
+        return path.lstat().st_mtime < cutoff
+    except OSError:
+        return False

@@ -31,6 +31,7 @@ COMMANDS: list[str] = [
     "diff",
     "port",
     "statics",
+    "cache",
 ]
 
 

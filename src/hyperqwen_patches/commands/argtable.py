@@ -197,4 +197,15 @@ TABLE: dict[str, dict[str, Any]] = {
             {"name": "markdown", "kind": "option", "opts": ["--markdown"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": True, "dir_okay": True, "readable": True},
         ],
     },
+    "cache": {
+        "module": "hyperqwen_patches.commands.cache",
+        "function": "cache_command",
+        "no_args_is_help": False,
+        "params": [
+            {"name": "prune", "kind": "option", "opts": ["--prune"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
+            {"name": "days", "kind": "option", "opts": ["--days"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "int", "min": 0, "max": None},
+            {"name": "dry_run", "kind": "option", "opts": ["--dry-run"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
+            {"name": "json_output", "kind": "option", "opts": ["--json"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
+        ],
+    },
 }

@@ -207,7 +207,9 @@ def import_series(
             raise UsageError(f"unknown export point(s): {', '.join(unknown)}")
         points = [p for p in points if p.name in export_points]
     if not repo.exists() and not create:
-        raise UsageError(f"{repo}: no such repository", hint="pass --create to make a new one there")
+        raise UsageError(
+            f"{repo}: no such repository", hint="pass --create to make a new one there"
+        )
     if not repo.exists() and create:
         repo.mkdir(parents=True)
         gitrun.check(

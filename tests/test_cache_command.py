@@ -1,0 +1,52 @@
+"""``cache``: sizes per area; ``--prune`` removes debris and old rebuildable entries, never releases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def hqp(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hyperqwen_patches", "cache", *args],
+        env={**os.environ, "HQP_CACHE": str(cache)}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def make(path: Path, data: bytes, *, age_days: float = 0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    stamp = time.time() - age_days * 86400
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def test_sizes_then_prune(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    old_release = make(cache / "pypi/vllm-0.29.0-wheel/v.whl", b"w" * 1000, age_days=400)
+    old_result = make(cache / "results/manifest/a.json", b"r" * 10, age_days=60)
+    new_result = make(cache / "results/manifest/b.json", b"r" * 20)
+    old_base = cache / "base/pypi_vllm==0.28.0.git"
+    make(old_base / "HEAD", b"ref", age_days=90)
+    os.utime(old_base, (time.time() - 90 * 86400,) * 2)
+    debris = cache / "base/.pypi_vllm==0.29.0.git.staging-1-ab"
+    make(debris / "objects/x", b"half")
+
+    doc = json.loads(hqp(cache, "--json").stdout)
+    sizes = {a["area"]: (a["files"], a["bytes"]) for a in doc["areas"]}
+    assert sizes["pypi"] == (1, 1000) and sizes["results"] == (2, 30)
+
+    listed = hqp(cache, "--prune", "--dry-run", "--json")
+    assert listed.returncode == 0, listed.stderr
+    doomed = set(json.loads(listed.stdout)["removed"])
+    assert doomed == {str(old_result), str(old_base), str(debris)}
+    assert old_result.exists() and debris.exists()  # a dry run removes nothing
+
+    done = hqp(cache, "--prune")
+    assert done.returncode == 0 and "cache --prune: 3 entries" in done.stdout
+    assert not old_result.exists() and not old_base.exists() and not debris.exists()
+    assert old_release.exists() and new_result.exists()
