@@ -29,7 +29,6 @@ Not a timed test: the figures go into docs/performance.md ("## Against git apply
 from __future__ import annotations
 
 import argparse
-import filecmp
 import os
 import shlex
 import shutil
@@ -42,6 +41,7 @@ from pathlib import Path
 
 import bench_check
 from bench_check import Workload, git_env, run, setup_synth, tool
+from bench_realseries import same as same_tree
 
 DEFAULT_SIZES = "50x3000,200x3000,1000x3000,50x30000,200x30000,1000x30000"
 
@@ -55,19 +55,6 @@ def timed(argv: list[str], *, cwd: Path, env: dict[str, str]) -> float:
             f"{shlex.join(argv)} exited {proc.returncode}\n{proc.stderr.decode(errors='replace')[-2000:]}"
         )
     return wall
-
-
-def same_tree(a: Path, b: Path) -> bool:
-    stack = [filecmp.dircmp(a, b)]
-    while stack:
-        d = stack.pop()
-        if d.left_only or d.right_only:
-            return False
-        for name in d.common_files:
-            if (Path(d.left) / name).read_bytes() != (Path(d.right) / name).read_bytes():
-                return False
-        stack += d.subdirs.values()
-    return True
 
 
 def measure(w: Workload, tree: Path, runs: int, scratch: Path) -> dict[str, list[float]]:

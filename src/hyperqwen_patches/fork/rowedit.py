@@ -182,6 +182,15 @@ def start_edit(manifest: Manifest, row: str, *, fork: Path | None = None) -> Edi
     return EditResult(row, commit, worktree, fork_path, imported)
 
 
+def _move_branch(git_dir: Path, branch: str, new: str, old: str, *, why: str) -> None:
+    """``update-ref`` from the value we read: a branch someone moved meanwhile is not overwritten."""
+    gitrun.check(
+        ["update-ref", "-m", f"hyperqwen-patches {why}", f"refs/heads/{branch}", new, old],
+        git_dir=git_dir,
+        what=f"moving {branch}",
+    )
+
+
 def _worktree_git_dir(worktree: Path) -> Path:
     link = (worktree / ".git").read_text().strip()
     if not link.startswith("gitdir: "):
@@ -301,12 +310,7 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
                 git_dir, tree_state, parent, commit.message, _author(later_raw)
             )
             result.rebased.append((row, parent))
-    gitrun.check(
-        ["update-ref", "-m", f"hyperqwen-patches refresh {state.row}", f"refs/heads/{state.branch}",
-         parent, tip],
-        git_dir=git_dir,
-        what=f"moving {state.branch}",
-    )  # fmt: skip
+    _move_branch(git_dir, state.branch, parent, tip, why=f"refresh {state.row}")
     result.new = new
     _in_worktree(worktree, ["reset", "--quiet", "--soft", new], what="moving the work tree")
     EditState(state.row, state.point, state.branch, new, state.worktree).save(git_dir)
@@ -413,12 +417,7 @@ def new_row(
     from hyperqwen_patches.series.manifest import parse_manifest
 
     parse_manifest(edited, path=manifest.path, root=manifest.root)  # valid before anything moves
-    gitrun.check(
-        ["update-ref", "-m", f"hyperqwen-patches new {name}", f"refs/heads/{point.branch}",
-         parent, tip],
-        git_dir=git_dir,
-        what=f"moving {point.branch}",
-    )  # fmt: skip
+    _move_branch(git_dir, point.branch, parent, tip, why=f"new {name}")
     from hyperqwen_patches.atomicfile import write_atomic
 
     write_atomic(manifest.path, edited)
