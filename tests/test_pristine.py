@@ -124,7 +124,7 @@ def test_cold_then_warm_and_offline(
         assert tree.read(b"hqpfake/_C.abi3.so") is None  # binaries are left out of the tree
         assert tree.read(b"hqpfake/missing.py") is None
     assert pip_runs(caplog) == 1
-    entry = tmp_path / "cache/pypi/hqpfake-1.0-wheel"
+    entry = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel"
     assert sorted(p.name for p in entry.iterdir()) == [
         "hqpfake-1.0-py3-none-any.whl",
         "index.json",
@@ -144,7 +144,7 @@ def test_version_not_on_the_index_is_one_line(local_index: Path, tmp_path: Path)
         open_pristine(f"pypi:{PKG}==9.9", package=PKG, version="9.9")
     assert info.value.message.startswith(f"{PKG}==9.9 has no wheel on the package index (")
     assert "\n" not in info.value.message
-    assert not (tmp_path / "cache/pypi/hqpfake-9.9-wheel").exists()
+    assert not (tmp_path / "cache/pypi/hqpfake-9.9.0-wheel").exists()
     assert not list((tmp_path / "cache/pypi").glob(".tmp-*"))
 
 
@@ -172,7 +172,7 @@ def test_changed_wheel_is_refetched(
     """A truncated cached wheel (size differs from the verified one) is not trusted: fetched again."""
     caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
-    wheel = tmp_path / "cache/pypi/hqpfake-1.0-wheel/hqpfake-1.0-py3-none-any.whl"
+    wheel = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/hqpfake-1.0-py3-none-any.whl"
     data = wheel.read_bytes()
     wheel.write_bytes(data[: len(data) // 2])
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
@@ -188,7 +188,7 @@ def test_silently_corrupted_member_is_detected_on_read_and_refetched(
     """Bit rot: same size, same mtime, one byte flipped inside a member. The read's CRC/RECORD check sees it."""
     caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
-    wheel = tmp_path / "cache/pypi/hqpfake-1.0-wheel/hqpfake-1.0-py3-none-any.whl"
+    wheel = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/hqpfake-1.0-py3-none-any.whl"
     st = wheel.stat()
     data = bytearray(wheel.read_bytes())
     at = data.index(MARKER)
@@ -214,7 +214,7 @@ def test_a_format_1_entry_is_upgraded_in_place_without_a_download(
     caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
         before = {p: tree.read(p) for p in tree.paths()}
-    entry = tmp_path / "cache/pypi/hqpfake-1.0-wheel"
+    entry = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel"
     index = json.loads((entry / "index.json").read_bytes())
     assert index["format"] == 2 and "text" not in index  # per-member data is in the table only
     old = {
@@ -246,7 +246,7 @@ def test_a_wrong_offset_in_the_member_table_is_caught_and_refetched(
     another member, past the end or on no header at all is a corrupt entry, fetched again."""
     caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
-    entry = tmp_path / "cache/pypi/hqpfake-1.0-wheel"
+    entry = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel"
     size = next(entry.glob("*.whl")).stat().st_size
     con = sqlite3.connect(entry / "members.sqlite")
     (other,) = con.execute(
@@ -270,7 +270,7 @@ def test_a_missing_member_table_means_a_fresh_fetch(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
-    (tmp_path / "cache/pypi/hqpfake-1.0-wheel/members.sqlite").unlink()
+    (tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/members.sqlite").unlink()
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
         assert tree.read(b"hqpfake/__init__.py") == b"VERSION = '1.0'\n"
     assert pip_runs(caplog) == 2
@@ -293,7 +293,7 @@ def test_a_wheel_failing_its_record_is_never_cached(
     monkeypatch.setenv("PIP_FIND_LINKS", str(links))
     with pytest.raises(EnvironmentProblem, match="does not match the wheel's RECORD"):
         open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0")
-    assert not (tmp_path / "cache/pypi/hqpfake-1.0-wheel").exists()
+    assert not (tmp_path / "cache/pypi/hqpfake-1.0.0-wheel").exists()
     assert not list((tmp_path / "cache/pypi").glob(".tmp-*"))
 
 
@@ -384,7 +384,7 @@ def test_an_interrupted_fill_leaves_nothing_trusted(
     assert list(pypi.glob(".tmp-*")), "the fill never started"
     os.killpg(proc.pid, signal.SIGKILL)  # the process and its pip child, mid-download
     proc.wait()
-    assert not (pypi / "hqpfake-1.0-wheel").exists()
+    assert not (pypi / "hqpfake-1.0.0-wheel").exists()
     handler.delay = 0.0
     out = subprocess.run(
         [sys.executable, "-c", OPEN_AND_READ], env=env, capture_output=True, timeout=120
@@ -573,7 +573,7 @@ def test_a_member_table_with_swapped_rows_is_caught_and_refetched(
 
     caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
-    table = tmp_path / "cache/pypi/hqpfake-1.0-wheel/members.sqlite"
+    table = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/members.sqlite"
     a, b = b"hqpfake/__init__.py", b"hqpfake/stored.txt"
     con = sqlite3.connect(table)
     rows = {
@@ -597,9 +597,22 @@ def test_a_damaged_member_table_is_refetched_not_a_traceback(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
-    table = tmp_path / "cache/pypi/hqpfake-1.0-wheel/members.sqlite"
+    table = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/members.sqlite"
     for junk in (b"", b"not a database at all" * 100):
         table.write_bytes(junk)
         with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
             assert b"hqpfake/__init__.py" in tree.paths()
             assert tree.read(b"hqpfake/__init__.py") == b"VERSION = '1.0'\n"
+
+
+def test_a_release_spelt_two_ways_is_one_cache_entry(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``1.0`` and ``1.0.0`` are one version (PEP 440 pads with zeros): one download, one entry."""
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        first = tree.read(b"hqpfake/__init__.py")
+    with open_pristine(f"pypi:{PKG}==1.0.0", package=PKG, version="1.0.0") as tree:
+        assert tree.read(b"hqpfake/__init__.py") == first
+    assert pip_runs(caplog) == 1
+    assert [p.name for p in (tmp_path / "cache/pypi").iterdir()] == ["hqpfake-1.0.0-wheel"]

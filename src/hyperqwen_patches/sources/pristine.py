@@ -380,6 +380,16 @@ class WheelTree(PristineTree):
             self._replacement.close()
 
 
+def _release_key(version: str) -> str:
+    """One spelling per release for the cache: ``0.30`` and ``0.30.0`` are the same version
+    (PEP 440 pads the release with zeros), so they share one entry, named as the three-part form
+    (the existing entries' names). Other versions are kept as written."""
+    parts = version.split(".")
+    if 0 < len(parts) < 3 and all(p.isdigit() for p in parts):
+        parts += ["0"] * (3 - len(parts))
+    return ".".join(parts)
+
+
 def _show_path(path: bytes) -> str:
     return path.decode("utf-8", errors="backslashreplace")
 
@@ -431,7 +441,7 @@ class PypiCache:
         self.progress = progress
 
     def _entry(self, package: str, version: str, form: str) -> Path:
-        return self.root / "pypi" / f"{package}-{version}-{form}"
+        return self.root / "pypi" / f"{package.lower()}-{_release_key(version)}-{form}"
 
     def wheel_tree(self, package: str, version: str) -> WheelTree:
         entry = self._entry(package, version, "wheel")
