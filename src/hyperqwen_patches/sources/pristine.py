@@ -303,6 +303,7 @@ class WheelTree(PristineTree):
         self._members = wheelmembers.Members(entry / wheelmembers.FILE)
         self._on_corrupt = on_corrupt
         self._replacement: WheelTree | None = None
+        self._recover_lock = threading.Lock()
         try:
             self._fd: int | None = os.open(entry / index["file"], os.O_RDONLY)
         except OSError:
@@ -362,11 +363,16 @@ class WheelTree(PristineTree):
             return self.paths()
 
     def _recover(self, exc: Exception) -> None:
-        log.warning("cached wheel %s is corrupt (%s); fetching it again", self.entry, exc)
-        if self._on_corrupt is None:
-            raise CorruptCacheError(f"cached wheel {self.entry} is corrupt: {exc}") from None
-        self.close()
-        self._replacement = self._on_corrupt()
+        """Fetch the wheel again, once however many threads saw the damage. The old handles stay
+        open until :meth:`close`: another thread may still be reading through them (its read is
+        still checked against RECORD, and a bad one lands here and finds the replacement)."""
+        with self._recover_lock:
+            if self._replacement is not None:
+                return
+            log.warning("cached wheel %s is corrupt (%s); fetching it again", self.entry, exc)
+            if self._on_corrupt is None:
+                raise CorruptCacheError(f"cached wheel {self.entry} is corrupt: {exc}") from None
+            self._replacement = self._on_corrupt()
 
     def binaries(self) -> list[bytes]:
         return sorted(p.encode("utf-8", errors="surrogateescape") for p in self.index["binaries"])
