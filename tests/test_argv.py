@@ -225,3 +225,23 @@ def test_help_and_usage_errors_still_come_from_typer(tmp_path: Path) -> None:
     assert wrong.returncode == 2 and "--max-offset" in wrong.stderr
     everything, _ = run(tmp_path, "--help")
     assert everything.returncode == 0 and all(c in everything.stdout for c in TABLE)
+
+
+def test_shell_completion_is_answered_by_typer(tmp_path: Path) -> None:
+    """Typer's completion protocol (what --install-completion sets up) reaches Typer, not the fast
+    path: command names and a command's options complete."""
+
+    def complete(words: str, cword: int) -> list[str]:
+        env = {**os.environ, "_HYPERQWEN_PATCHES_COMPLETE": "complete_bash",
+               "COMP_WORDS": words, "COMP_CWORD": str(cword)}  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", "import sys; sys.argv[0] = 'hyperqwen-patches'; "
+             "from hyperqwen_patches.cli import main; main()"],
+            env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert complete("hyperqwen-patches ap", 1) == ["apply"]
+    assert "--check-applied" in complete("hyperqwen-patches apply site --ch", 3)
+    assert set(complete("hyperqwen-patches ", 1)) >= set(TABLE)

@@ -45,7 +45,7 @@ def build_app(only: str | None = None) -> typer.Typer:
         help=HELP,
         epilog=EPILOG,
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
         rich_markup_mode=None,
@@ -97,11 +97,19 @@ def main() -> None:
     if args == ["--version"]:
         print(f"hyperqwen-patches {__version__}")
         return
+    import os
+
     from hyperqwen_patches.commands.argv import command_name, parse
     from hyperqwen_patches.errors import ExitCode, HqpError
 
+    # A shell asking for completions (Typer's _<PROG>_COMPLETE protocol) is answered by Typer,
+    # with every command registered.
+    completing = any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ)
     try:
-        call = parse(args)
+        call = None if completing else parse(args)
+        if completing:
+            build_app()()
+            return
         if call is None:
             build_app(only=command_name(args))()
             return
