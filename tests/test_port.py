@@ -393,3 +393,24 @@ def test_a_hunk_that_also_matches_elsewhere_is_reported(tmp_path: Path) -> None:
     assert (hunk.status, hunk.line, hunk.other_matches) == ("exact", 17, (42,))
     assert gnu_offsets(new, patch) == []  # GNU patch takes line 17 silently
     assert "its preimage also matches at line(s) 42" in render_markdown(report)
+
+
+def test_a_failed_hunk_carries_gnu_patchs_failed_at_line(tmp_path: Path) -> None:
+    """``reported_line`` is GNU's "Hunk #N FAILED at L": the stated line moved by what the file's
+    earlier hunks added (here 3 lines), checked against GNU patch itself."""
+    old = release(tmp_path, "old", {"vllm/c.py": BASE})
+    new_text = lines_with({30: "line 30 changed upstream\n"})
+    new = release(tmp_path, "new", {"vllm/c.py": new_text})
+    ours = lines_with({5: "line 5\nadded a\nadded b\nadded c\n", 30: "line 30 ours\n"})
+    patch = make_patch("vllm/c.py", BASE, ours, tmp_path / "w")
+    repo = make_repo(tmp_path, [("two", patch)])
+    report = run_port(tmp_path, old, new, repo)
+    failed = [h for h in report.rows[0].in_sequence.files[0].hunks if h.status == "conflict"]
+    assert len(failed) == 1
+    gnu = subprocess.run(
+        [require_gnu_patch(), "-p1", "--fuzz=0", "--forward", "--dry-run", "-d", str(new)],
+        input=patch, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    (said,) = re.findall(r"Hunk #2 FAILED at (\d+)\.", gnu.stdout)
+    assert failed[0].reported_line == int(said) == failed[0].stated_line + 3
+    assert failed[0].to_json()["reported_line"] == int(said)

@@ -91,6 +91,9 @@ class HunkVerdict:
     aligned_line: int | None = None
     cause: str = ""  # one line: why it conflicts, or where the release carries it
     pristine_diff: bytes = b""  # old-vs-new pristine diff around the hunk's region
+    # conflicts: GNU patch's "Hunk #N FAILED at L" number (the stated line moved by what the file's
+    # earlier hunks added), to find the hunk in a .rej or a GNU log
+    reported_line: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +112,7 @@ class HunkVerdict:
             "aligned_line": self.aligned_line,
             "cause": self.cause,
             "pristine_diff": show(self.pristine_diff),
+            "reported_line": self.reported_line,
         }
 
 

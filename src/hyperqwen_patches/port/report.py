@@ -53,7 +53,8 @@ def row_line(row: RowPort) -> str:
 
 
 def _hunk_section(h: HunkVerdict) -> list[str]:
-    where = f"`{show(h.path)}` hunk #{h.number} (stated line {h.stated_line})"
+    gnu = f"; GNU patch: FAILED at {h.reported_line}" if h.reported_line is not None else ""
+    where = f"`{show(h.path)}` hunk #{h.number} (stated line {h.stated_line}{gnu})"
     out: list[str] = []
     if h.status in ("exact", "offset"):
         ambiguous = (

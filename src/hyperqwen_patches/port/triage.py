@@ -333,6 +333,7 @@ def _conflict(
         aligned_line=aligned_line,
         cause=cause,
         pristine_diff=diff,
+        reported_line=result.reported_line,
     )
 
 
