@@ -29,6 +29,7 @@ releases' wheels through the same cache.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import hashlib
@@ -286,6 +287,7 @@ class _BadMember(Exception):
 
 
 _LOCAL_HEADER = b"PK\x03\x04"
+_RECENT_MEMBERS = 1024  # members kept in memory per open wheel (text files: tens of KB each)
 _LOCAL_HEADER_SIZE = 30
 
 
@@ -304,6 +306,10 @@ class WheelTree(PristineTree):
         self._on_corrupt = on_corrupt
         self._replacement: WheelTree | None = None
         self._recover_lock = threading.Lock()
+        # The files the series touches are read by several checks of one run (a 200-patch check read
+        # 362 members 1,067 times, each decompressed and hashed): the last few hundred are kept.
+        self._recent: collections.OrderedDict[bytes, bytes | None] = collections.OrderedDict()
+        self._recent_lock = threading.Lock()
         try:
             self._fd: int | None = os.open(entry / index["file"], os.O_RDONLY)
         except OSError:
@@ -340,6 +346,21 @@ class WheelTree(PristineTree):
         return data
 
     def read(self, path: bytes) -> bytes | None:
+        if self._replacement is not None:
+            return self._replacement.read(path)
+        with self._recent_lock:
+            if path in self._recent:
+                self._recent.move_to_end(path)
+                return self._recent[path]
+        data = self._read_checked(path)
+        with self._recent_lock:
+            self._recent[path] = data
+            while len(self._recent) > _RECENT_MEMBERS:
+                self._recent.popitem(last=False)
+        return data
+
+    def _read_checked(self, path: bytes) -> bytes | None:
+        """One member, verified against RECORD; a damaged cache entry is fetched again."""
         if self._replacement is not None:
             return self._replacement.read(path)
         import sqlite3  # loaded already by the member table; imported here to keep dir: runs lean
