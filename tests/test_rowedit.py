@@ -67,6 +67,8 @@ def test_edit_then_refresh_changes_the_row_and_import_reproduces_every_sha(
     assert worktree == series / ".hqp/edit/envs-knob"
     envs = worktree / "vllm/envs.py"
     envs.write_bytes(envs.read_bytes().replace(b"VLLM_KNOB_3 = ", b"VLLM_KNOB_3: int = "))
+    (worktree / "vllm/__pycache__").mkdir()  # a test run in the work tree: not part of the row
+    (worktree / "vllm/__pycache__/envs.cpython-311.pyc").write_bytes(b"\x00bytecode")
 
     done = hqp("refresh", "--fork", fork, cwd=series)
     assert done.returncode == 0, done.stderr
@@ -74,6 +76,7 @@ def test_edit_then_refresh_changes_the_row_and_import_reproduces_every_sha(
     new_patch = (series / "patches/envs-knob.patch").read_bytes()
     assert new_patch != old_patch and b"+VLLM_KNOB_3: int = " in new_patch
     assert (series / "patches/crlf-latin1.patch").read_bytes() == later_patch  # content unchanged
+    assert b"__pycache__" not in new_patch
     manifest = load_manifest(series)
     assert manifest.rows[-1].commit == tip(fork)
     log = sh(["log", "--format=%cn %ce %cd %ad", "--date=raw", BRANCH], cwd=fork).decode()

@@ -269,7 +269,12 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
             hint=f"remove {state.worktree} and edit the row again",
         )
     worktree = Path(state.worktree)
-    _in_worktree(worktree, ["add", "-A"], what="reading the work tree")
+    # Bytecode a test run left in the work tree is not the row's (module rows skip it too).
+    _in_worktree(
+        worktree,
+        ["add", "-A", "--", ".", ":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.py[co]"],
+        what="reading the work tree",
+    )
     new_tree = _in_worktree(worktree, ["write-tree"], what="reading the work tree").decode().strip()
     raw = gitrun.check(
         ["cat-file", "commit", state.commit], git_dir=git_dir, what="reading the row"
