@@ -130,6 +130,11 @@ def test_without_a_fork_the_tool_keeps_one_and_refreshes_a_shipped_bundle(
     assert "built the fork from the series" in opened.stderr
     assert (series / ".hqp/.gitignore").read_text().splitlines()[-1] == "*"
     worktree = Path(opened.stdout.split()[-1])
+    again = hqp("edit", "new-module", cwd=series)  # the open edit, as it is: no re-import under it
+    assert again.returncode == 0 and Path(again.stdout.split()[-1]) == worktree
+    assert "built the fork" not in again.stderr
+    busy = hqp("new", "x", "--after", "envs-knob", cwd=series)
+    assert busy.returncode == 2 and "row new-module is being edited" in busy.stderr
     module = next(worktree.rglob("module.py"))
     module.write_bytes(module.read_bytes() + b"EXTRA = 1\n")
     done = hqp("refresh", "--close", cwd=series)

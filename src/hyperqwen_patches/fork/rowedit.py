@@ -149,21 +149,32 @@ def row_commit(git_dir: Path, manifest: Manifest, point: ExportPoint, row: str) 
     )
 
 
+def open_edit(manifest: Manifest, fork: Path | None) -> tuple[Path, EditState | None]:
+    """The fork an edit would use, and the edit open in it (None: none, or its work tree is gone).
+    Looked at before the fork is brought up to date: re-importing under an open edit would move the
+    branch from under it."""
+    existing = fork if fork is not None else kept_fork(manifest)
+    state = EditState.load(gitrun.git_dir_of(existing)) if existing.exists() else None
+    if state is not None and not Path(state.worktree).exists():
+        state = None
+    return existing, state
+
+
 def start_edit(manifest: Manifest, row: str, *, fork: Path | None = None) -> EditResult:
     """A work tree of the fork at ``row``'s commit (an edit already open for the row is reused)."""
     point = point_of(manifest, row)
+    existing, current = open_edit(manifest, fork)
+    if current is not None:
+        if current.row != row:
+            raise UsageError(
+                f"row {current.row} is being edited in {current.worktree}",
+                hint="refresh it first (hyperqwen-patches refresh --close), or remove that work tree",
+            )
+        return EditResult(row, current.commit, Path(current.worktree), existing, False)
     fork_path, imported = ensure_fork(manifest, fork)
     git_dir = gitrun.git_dir_of(fork_path)
     _, commit = row_commit(git_dir, manifest, point, row)
-    current = EditState.load(git_dir)
     worktree = _work_dir(manifest) / "edit" / row
-    if current is not None and current.row != row and Path(current.worktree).exists():
-        raise UsageError(
-            f"row {current.row} is being edited in {current.worktree}",
-            hint="refresh it first (hyperqwen-patches refresh), or remove that work tree",
-        )
-    if current is not None and current.row == row and Path(current.worktree).exists():
-        return EditResult(row, current.commit, Path(current.worktree), fork_path, imported)
     if worktree.exists():
         raise UsageError(
             f"{worktree} exists but is not the open edit of row {row}; remove it first"
@@ -375,16 +386,14 @@ def new_row(
     if kind not in KINDS:
         raise UsageError(f"--kind {kind!r}: one of {', '.join(KINDS)}")
     point = point_of(manifest, after)
+    _, current = open_edit(manifest, fork)
+    if current is not None:
+        raise UsageError(
+            f"row {current.row} is being edited in {current.worktree}",
+            hint="refresh it first (hyperqwen-patches refresh --close)",
+        )
     fork_path, _ = ensure_fork(manifest, fork)
     git_dir = gitrun.git_dir_of(fork_path)
-    if EditState.load(git_dir) is not None:
-        current = EditState.load(git_dir)
-        assert current is not None
-        if Path(current.worktree).exists():
-            raise UsageError(
-                f"row {current.row} is being edited in {current.worktree}",
-                hint="refresh it first (hyperqwen-patches refresh --close)",
-            )
     _, anchor = row_commit(git_dir, manifest, point, after)
     tip = forkgit.resolve(git_dir, f"refs/heads/{point.branch}", what="new")
     assert tip is not None
