@@ -569,3 +569,13 @@ def test_without_a_fork_the_fork_checks_say_not_verified(tmp_path: Path) -> None
     doc = json.loads(hqp("check", "--json", cwd=root).stdout)
     assert doc["status"]["replay-identity"] == "not verified"
     assert "fork" not in doc["against"]
+
+
+def test_help_lists_every_check_of_the_pipeline_one_a_line() -> None:
+    from hyperqwen_patches.checks.pipeline import PIPELINE, check_name
+
+    proc = hqp("check", "--help")
+    lines = [line.split() for line in proc.stdout.splitlines()]
+    listed = [words[0] for words in lines if len(words) > 1]
+    for target in PIPELINE:
+        assert check_name(target) in listed, check_name(target)

@@ -14,18 +14,28 @@ if TYPE_CHECKING:
 
 HELP = """Check the series against its invariants, without writing anything anywhere.
 
-Runs each invariant as an independent check and prints one table (row, files, hunks, exact, at offset,
-status), the findings, and a summary:
+Runs the 15 checks below, each on its own, and prints the row table (row, files, hunks, exact, at
+offset, status), the findings, what each check came to (held, failed, could not run, not verified)
+and what it was checked against (the pristine source, the fork or bundle and its sha256, the base
+commit, each export point's tip):
 
-  1  the manifest pin equals docker/requirements.txt's vllm==;
-  2  patches/series, the patch and module files under patches/ and kvarn/, and the manifest rows agree
-     in both directions;
-  3  every row applies, in order, at fuzz 0 onto the pristine tree (an ambiguous placement fails;
-     offsets are reported per hunk; --max-offset bounds them);
-  6  PATCHES.md and patches/series are exactly what `render` writes;
-  4  replay identity: pristine + rows 1..k == the k-th commit of the fork, and at the tip;
-  5  every row's file is what `export` writes from the fork (positional/semantic drift named);
-  7  every manifest commit is on its export point, which grows from the pin's base commit.
+\b
+  pin              the manifest pin equals docker/requirements.txt's vllm==
+  series           patches/series, the patch and module files and the rows agree, both ways
+  apply            every row applies in order at fuzz 0 onto the pristine tree (ambiguity fails;
+                   offsets reported per hunk; --max-offset bounds them)
+  render           PATCHES.md and patches/series are exactly what `render` writes
+  replay-identity  pristine + rows 1..k == the k-th fork commit, and at the tip
+  export           every row's file is what `export` writes from the fork
+  fork-commits     every manifest commit is on its export point, grown from the pin's base
+  unfilled-rows    rows `export` added have their kind, what and retires_when written
+  retirements      a retired row reverse-applies on the pin that carries it
+  compiles         the .py files the rows touch compile
+  knobs            knobs are read through vllm.envs, registered, and keyed where they must be
+  names            names a row used at its cut_against still exist at the pin
+  signatures       calls whose callee's signature changed by the pin
+  whitespace       added lines pass git diff --check
+  git-apply        rows marked git_apply pass git apply --check
 
 The fork is --fork PATH|URL|BUNDLE, else the shipped patches/fork.bundle (offline); it is read from
 git objects only (docs/fork.md).
