@@ -40,3 +40,14 @@ def test_a_command_that_printed_its_document_gets_no_second_one(tmp_path: Path) 
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)  # one document: a second would make this raise
     assert doc["ok"] is False and "patches" in doc
+
+
+def test_an_option_error_of_the_argument_parser_is_a_json_document_too() -> None:
+    for argv in (["check", "--json", "--nope"], ["apply", "x", "--json", "--max-offset", "-1"]):
+        proc = hqp(*argv)
+        assert proc.returncode == 2, argv
+        doc = json.loads(proc.stdout)
+        assert doc["ok"] is False and doc["exit_code"] == 2
+        assert "Usage:" in proc.stderr  # click's message for the person
+    plain = hqp("check", "--nope")
+    assert plain.returncode == 2 and plain.stdout == ""  # no --json: no document

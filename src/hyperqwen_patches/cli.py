@@ -111,7 +111,14 @@ def main() -> None:
             build_app()()
             return
         if call is None:
-            build_app(only=command_name(args))()
+            try:
+                build_app(only=command_name(args))()
+            except SystemExit as exc:
+                # click's usage errors exit 2 after printing usage; a --json caller still gets its
+                # one document.
+                if exc.code == 2:
+                    _json_error(2, "usage error: see the message on stderr", None)
+                raise
             return
         if call.verbose:
             _log_verbosely()
