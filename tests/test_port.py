@@ -414,3 +414,49 @@ def test_a_failed_hunk_carries_gnu_patchs_failed_at_line(tmp_path: Path) -> None
     (said,) = re.findall(r"Hunk #2 FAILED at (\d+)\.", gnu.stdout)
     assert failed[0].reported_line == int(said) == failed[0].stated_line + 3
     assert failed[0].to_json()["reported_line"] == int(said)
+
+
+def test_a_conflict_by_cascade_names_the_row_it_comes_from(tmp_path: Path) -> None:
+    """Row a clashes with the new release; row b only fails because its context is a's added line
+    (in sequence a was not carried; alone, b builds on a); row c clashes on its own. GNU patch, run
+    in sequence on the new release, fails the same hunks."""
+    old = release(tmp_path, "old", {"vllm/c.py": BASE, "vllm/d.py": BASE})
+    new = release(
+        tmp_path,
+        "new",
+        {
+            "vllm/c.py": lines_with({20: "line 20 upstream\n"}),
+            "vllm/d.py": lines_with({5: "line 5 upstream\n"}),
+        },
+    )
+    after_a = lines_with({20: "line 20 ours\n"})
+    a = make_patch("vllm/c.py", BASE, after_a, tmp_path / "wa")
+    b = make_patch(
+        "vllm/c.py", after_a, lines_with({22: "line 22 ours\n"}, after_a), tmp_path / "wb"
+    )
+    c = make_patch("vllm/d.py", BASE, lines_with({5: "line 5 ours\n"}), tmp_path / "wc")
+    repo = make_repo(tmp_path, [("a", a), ("b", b), ("c", c)])
+    report = run_port(tmp_path, old, new, repo)
+    rows = {r.name: r for r in report.rows}
+    assert [rows[n].status for n in "abc"] == ["conflicts"] * 3
+    (hb,) = [h for h in rows["b"].in_sequence.hunks if h.status == "conflict"]
+    assert hb.caused_by == ("a",) and hb.cause.startswith("conflict by cascade from a")
+    assert [h.caused_by for h in rows["b"].alone.hunks if h.status == "conflict"] == [("a",)]
+    assert rows["b"].cascade == ("a",) and rows["a"].cascade == () and rows["c"].cascade == ()
+    assert all(not h.caused_by for h in rows["a"].in_sequence.hunks + rows["c"].in_sequence.hunks)
+    assert report.counts["conflicts_by_cascade"] == 1
+    doc = report.to_json()
+    assert [r["cascade_from"] for r in doc["rows"]] == [[], ["a"], []]
+    work = tmp_path / "gnu"
+    import shutil
+
+    shutil.copytree(new, work)
+    failed = []
+    for name, text in (("a", a), ("b", b), ("c", c)):
+        proc = subprocess.run(
+            [require_gnu_patch(), "-p1", "--fuzz=0", "--forward", "-s", "-d", str(work)],
+            input=text, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if proc.returncode:
+            failed.append(name)
+    assert failed == ["a", "b", "c"]

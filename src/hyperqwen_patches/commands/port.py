@@ -200,7 +200,7 @@ def render_terminal(report: object, *, details: bool) -> None:
     from hyperqwen_patches.commands.diff import render_diff
     from hyperqwen_patches.console import out, show
     from hyperqwen_patches.port.model import PortReport
-    from hyperqwen_patches.port.report import hunk_counts
+    from hyperqwen_patches.port.report import count_line, hunk_counts
 
     assert isinstance(report, PortReport)
     table = Table(
@@ -219,9 +219,7 @@ def render_terminal(report: object, *, details: bool) -> None:
             f"{len(row.changed_files)} of {len(row.drift)}" if row.drift else "-",
         )
     out.print(table)
-    out.print(
-        ", ".join(f"{n} {s}" for s, n in report.counts.items() if n) or "the series has no rows"
-    )
+    out.print(count_line(report) or "the series has no rows")
     statics = report.statics
     if statics is not None and statics.findings:
         out.print()

@@ -94,6 +94,10 @@ class HunkVerdict:
     # conflicts: GNU patch's "Hunk #N FAILED at L" number (the stated line moved by what the file's
     # earlier hunks added), to find the hunk in a .rej or a GNU log
     reported_line: int | None = None
+    # conflicts: the earlier rows whose added lines the hunk's preimage needs and the file lacks (in
+    # sequence: rows not carried; alone: rows it builds on). Non-empty: a cascade, not a clash with
+    # the new release itself.
+    caused_by: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,6 +117,7 @@ class HunkVerdict:
             "cause": self.cause,
             "pristine_diff": show(self.pristine_diff),
             "reported_line": self.reported_line,
+            "caused_by": list(self.caused_by),
         }
 
 
@@ -215,6 +220,15 @@ class RowPort:
     def changed_files(self) -> tuple[FileDrift, ...]:
         return tuple(d for d in self.drift if d.status in ("changed", "added", "removed"))
 
+    @property
+    def cascade(self) -> tuple[str, ...]:
+        """In sequence, the earlier rows behind every conflicting hunk, when all of them are such
+        cascades (the row itself does not clash with the new release); () otherwise."""
+        failed = [h for h in self.in_sequence.hunks if h.status == "conflict"]
+        if not failed or any(not h.caused_by for h in failed):
+            return ()
+        return tuple(dict.fromkeys(name for h in failed for name in h.caused_by))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -224,6 +238,7 @@ class RowPort:
             "alone": self.alone.to_json(),
             "in_sequence": self.in_sequence.to_json(),
             "alone_differs": self.differs,
+            "cascade_from": list(self.cascade),
             "files_changed_upstream": [d.to_json() for d in self.drift],
             "skip": self.skip,
         }
@@ -244,7 +259,10 @@ class PortReport:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {s: sum(1 for r in self.rows if r.status == s) for s in ROW_STATUSES}
+        counts = {s: sum(1 for r in self.rows if r.status == s) for s in ROW_STATUSES}
+        # Of the conflicting rows, those that conflict only because earlier rows were not carried.
+        counts["conflicts_by_cascade"] = sum(1 for r in self.rows if r.cascade)
+        return counts
 
     @property
     def retirement_candidates(self) -> tuple[RetirementCandidate, ...]:

@@ -34,6 +34,16 @@ def fence(body: str, lang: str = "diff") -> str:
     return f"{ticks}{lang}\n{body}{ticks}\n"
 
 
+def count_line(report: PortReport) -> str:
+    """ "8 exact, 26 offset, 16 conflicts (2 of them by cascade)": the rows per status."""
+    counts = dict(report.counts)
+    cascade = counts.pop("conflicts_by_cascade", 0)
+    line = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    if cascade:
+        line += f" ({cascade} of the conflicts by cascade from earlier rows)"
+    return line
+
+
 def hunk_counts(attempt: Attempt) -> str:
     parts = [
         f"{attempt.count(s)} {s}"
@@ -124,7 +134,7 @@ def render_markdown(
 ) -> str:
     """The whole report; ``heading_level`` 2 nests it under a document's own title."""
     h = "#" * heading_level
-    counts = ", ".join(f"{n} {s}" for s, n in report.counts.items() if n) or "no rows"
+    counts = count_line(report) or "no rows"
     lines = [
         f"{h} {report.package} {report.from_version} → {report.to_version}",
         "",

@@ -32,7 +32,7 @@ from hyperqwen_patches.engine.applying import (
     HunkResult,
     apply_patch,
 )
-from hyperqwen_patches.engine.patchset import FilePatch, Hunk, Patch, split_lines
+from hyperqwen_patches.engine.patchset import ADDED, FilePatch, Hunk, Patch, split_lines
 from hyperqwen_patches.engine.placement import (
     FileLines,
     LineDiff,
@@ -346,6 +346,55 @@ def _touched(patch: Patch) -> list[bytes]:
     return paths
 
 
+def _added_lines(patch: Patch) -> dict[bytes, set[bytes]]:
+    """The lines a row adds, per file it leaves (what a later row's context may be made of)."""
+    out: dict[bytes, set[bytes]] = {}
+    for fp in patch.files:
+        target = fp.new_path if fp.new_path is not None else fp.path
+        for hunk in fp.hunks:
+            added = {text for kind, text in hunk.lines if kind == ADDED and text.strip()}
+            out.setdefault(target, set()).update(added)
+    return out
+
+
+def _with_causes(
+    attempt: Attempt,
+    patch: Patch,
+    read: Reader,
+    candidates: Sequence[tuple[str, dict[bytes, set[bytes]]]],
+) -> Attempt:
+    """The attempt with ``caused_by`` on each conflicting hunk whose preimage needs lines (not blank
+    ones) that an earlier candidate row adds and the file, as tried, lacks."""
+    if attempt.status != "conflicts" or not candidates:
+        return attempt
+    by_key = {(fp.old_path if fp.old_path is not None else fp.path, h.number): h
+              for fp in patch.files for h in fp.hunks}  # fmt: skip
+    files = []
+    for fv in attempt.files:
+        hunks = []
+        content = read(fv.path) if any(h.status == "conflict" for h in fv.hunks) else None
+        have = set(split_lines(content)) if content else set()
+        for hv in fv.hunks:
+            hunk = by_key.get((fv.path, hv.number))
+            if hv.status != "conflict" or hunk is None:
+                hunks.append(hv)
+                continue
+            missing = {line for line in hunk.old_lines if line.strip() and line not in have}
+            causes = tuple(
+                name for name, added in candidates if missing & added.get(fv.path, set())
+            )
+            if causes:
+                hv = replace(
+                    hv,
+                    caused_by=causes,
+                    cause=f"conflict by cascade from {', '.join(causes)}: its preimage needs lines "
+                    f"{'that row adds' if len(causes) == 1 else 'those rows add'}; " + hv.cause,
+                )
+            hunks.append(hv)
+        files.append(replace(fv, hunks=tuple(hunks)))
+    return replace(attempt, files=tuple(files))
+
+
 def classify_rows(rows: Sequence[PortRow], old: PristineTree, new: PristineTree) -> list[RowPort]:
     """Try every row alone and in sequence on ``new``; compare touched files with ``old``."""
     pair = PristinePair(old, new)
@@ -355,6 +404,7 @@ def classify_rows(rows: Sequence[PortRow], old: PristineTree, new: PristineTree)
         return state[path] if path in state else pair.read_new(path)
 
     out: list[RowPort] = []
+    earlier: list[tuple[str, dict[bytes, set[bytes]], bool]] = []  # (row, added lines, carried)
     for row in rows:
         if row.patch is None:
             skipped = Attempt("skipped")
@@ -362,6 +412,12 @@ def classify_rows(rows: Sequence[PortRow], old: PristineTree, new: PristineTree)
             continue
         alone = _attempt(row.patch, pair.read_new, pair)
         in_sequence = _attempt(row.patch, read_sequence, pair)
+        # A cascade: alone, the rows this one builds on; in sequence, the ones not carried.
+        alone = _with_causes(alone, row.patch, pair.read_new, [(n, a) for n, a, _ in earlier])
+        in_sequence = _with_causes(
+            in_sequence, row.patch, read_sequence, [(n, a) for n, a, ok in earlier if not ok]
+        )
+        earlier.append((row.name, _added_lines(row.patch), in_sequence.status != "conflicts"))
         state.update(in_sequence.changes)
         drift = tuple(pair.drift(p) for p in _touched(row.patch))
         out.append(RowPort(row.name, row.position, row.kind, alone, in_sequence, drift))
