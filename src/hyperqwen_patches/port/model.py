@@ -54,22 +54,6 @@ class PortRow:
 
 
 @dataclass(frozen=True)
-class Mismatch:
-    """A line of the hunk's preimage that the new release no longer has where the hunk nearly fits."""
-
-    line: int
-    expected: bytes
-    actual: bytes | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "line": self.line,
-            "expected": show(self.expected),
-            "actual": None if self.actual is None else show(self.actual),
-        }
-
-
-@dataclass(frozen=True)
 class HunkVerdict:
     """One hunk of a row on the new release."""
 
@@ -80,10 +64,7 @@ class HunkVerdict:
     line: int | None  # where it applies (GNU's reported line), or where its reverse matched
     offset: int  # GNU's cumulative offset for an applied hunk; 0 otherwise
     other_matches: tuple[int, ...] = ()  # other places the preimage matches (ambiguity)
-    near_line: int | None = None  # conflicts: where the preimage came closest to matching
-    matched: int = 0  # conflicts: preimage lines equal at near_line
     total: int = 0  # conflicts: preimage length
-    mismatches: tuple[Mismatch, ...] = ()
     # The same, aligned: the hunk's preimage against the release's lines where it nearly fits, as
     # diff lines (" " equal, "-" only in the preimage, "+" only in the release), starting at
     # ``aligned_line``; an inserted or deleted line shows as one line, not as a shifted run.
@@ -108,10 +89,7 @@ class HunkVerdict:
             "line": self.line,
             "offset": self.offset,
             "other_matches": list(self.other_matches),
-            "near_line": self.near_line,
-            "matched": self.matched,
             "total": self.total,
-            "mismatches": [m.to_json() for m in self.mismatches],
             "aligned": show(self.aligned),
             "aligned_line": self.aligned_line,
             "cause": self.cause,

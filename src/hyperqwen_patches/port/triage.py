@@ -49,7 +49,6 @@ from hyperqwen_patches.port.model import (
     FileVerdict,
     HunkStatus,
     HunkVerdict,
-    Mismatch,
     PortRow,
     Reader,
     RowPort,
@@ -323,12 +322,7 @@ def _conflict(
         stated_line=hunk.old_start,
         line=None,
         offset=0,
-        near_line=miss.line if miss else None,
-        matched=miss.matched if miss else 0,
         total=miss.total if miss else len(hunk.old_lines),
-        mismatches=tuple(Mismatch(d.line, d.expected, d.actual) for d in miss.differences)
-        if miss
-        else (),
         aligned=aligned,
         aligned_line=aligned_line,
         cause=cause,
