@@ -308,6 +308,7 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
             return forkgit.read_blob(git_dir, entries[path][1]) if path in entries else None
 
         tree_state = replay.TreeState(entries, read_new)
+        raws = forkgit.read_objects(git_dir, [c.sha for c in later], kind="commit")  # one git call
         for commit in later:
             row = commit.row or commit.sha[:12]
             patch = _row_patch(git_dir, commit.parents[0], commit.sha, row)
@@ -319,11 +320,8 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
                     f"the series and {worktree} are as they were)",
                     hint=f"change the work tree so that row {row} applies on it, then refresh again",
                 ) from None
-            later_raw = gitrun.check(
-                ["cat-file", "commit", commit.sha], git_dir=git_dir, what=f"reading row {row}"
-            )
             parent = write_state_commit(
-                git_dir, tree_state, parent, commit.message, _author(later_raw)
+                git_dir, tree_state, parent, commit.message, _author(raws[commit.sha])
             )
             result.rebased.append((row, parent))
     _move_branch(git_dir, state.branch, parent, tip, why=f"refresh {state.row}")
@@ -410,11 +408,12 @@ def new_row(
     message = f"{name}: {what}\n\n{forkgit.ROW_TRAILER.decode()}: {name}\n".encode()
     parent = basecommit.commit_tree(git_dir, tree, parents=[anchor], message=message, env=env)
     new = parent
+    raws = forkgit.read_objects(git_dir, [c.sha for c in later], kind="commit")
     for commit in later:  # the same trees on a new parent: nothing to re-apply
-        raw = gitrun.check(["cat-file", "commit", commit.sha], git_dir=git_dir, what="reading")
         parent = basecommit.commit_tree(
-            git_dir, commit.tree, parents=[parent], message=commit.message, env=_author(raw)
-        )
+            git_dir, commit.tree, parents=[parent], message=commit.message,
+            env=_author(raws[commit.sha]),
+        )  # fmt: skip
     text = manifest.path.read_bytes()
     fields = {
         "name": name,

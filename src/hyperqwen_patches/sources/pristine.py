@@ -725,12 +725,9 @@ def _work_dir(entry: Path) -> Path:
 
 
 def _tree_size(path: Path) -> int:
-    total = 0
-    for dirpath, _, filenames in os.walk(path):
-        for name in filenames:
-            with contextlib.suppress(OSError):
-                total += os.stat(os.path.join(dirpath, name)).st_size
-    return total
+    from hyperqwen_patches.cachedir import tree_size
+
+    return tree_size(path)[1]
 
 
 def _replace_dir(staged: Path, entry: Path) -> None:
