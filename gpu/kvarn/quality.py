@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kvcodecs as kv  # noqa: E402
 from _load import kvarn_ops  # noqa: E402
-from lm import CONFIGS, LM, stdlib_corpus, train  # noqa: E402
+from lm import CONFIGS, LM, TrainResult, stdlib_corpus, train  # noqa: E402
 
 KVARN_PRESETS = ("kvarn_k4v2_g128", "kvarn_k4v4_g128", "kvarn_k4v2_g64", "kvarn_k4v4_g64")
 
@@ -165,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters-variants", default="", help="extra kvarn_k4v2_g128 runs at these iteration counts, e.g. 0,16")
     ap.add_argument("--only", default="", help="comma-separated codec names (default: all)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save", default=None, help="write the trained weights here")
+    ap.add_argument("--load", default=None, help="skip training: load weights written by --save")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
 
@@ -187,8 +189,17 @@ def main(argv: list[str] | None = None) -> int:
         f"held out {corpus.heldout.numel():,} B ({corpus.files[1]} files)")
     model = LM(cfg).to(dev)
     log(f"model {a.model}: {cfg.params() / 1e6:.1f} M parameters, {asdict(cfg)}")
-    tr = train(model, corpus, seconds=a.train_seconds, batch=a.batch, lr=a.lr, max_steps=a.train_steps,
-               seed=a.seed, log=log)
+    if a.load:
+        saved = torch.load(a.load, map_location=dev)
+        model.load_state_dict(saved["model"])
+        model.eval()
+        tr = TrainResult(**saved["train"])
+        log(f"loaded {a.load} (trained before: {tr.steps} steps)")
+    else:
+        tr = train(model, corpus, seconds=a.train_seconds, batch=a.batch, lr=a.lr, max_steps=a.train_steps,
+                   seed=a.seed, log=log)
+        if a.save:
+            torch.save({"model": model.state_dict(), "train": asdict(tr)}, a.save)
     log(f"trained {tr.steps} steps, {tr.tokens:,} tokens in {tr.seconds:.0f} s, final loss {tr.final_loss:.4f}")
 
     iters = [int(x) for x in a.iters_variants.split(",") if x.strip()]
