@@ -138,6 +138,17 @@ def kvarn_family(ops, preset_name: str, head_dim: int, iters: int = 8) -> list[C
 
         return roundtrip
 
+    def split(v_iters: int) -> Roundtrip:
+        # K as KVarN stores it; V normalized for ``v_iters`` iterations only (0: rotation only).
+        def roundtrip(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            h16 = had.hadamard(d, torch.float16, k.device)
+            kr, vr = had.rotate(_tiles(k, g), h16), had.rotate(_tiles(v, g), h16)
+            kd = quant.dequantize_k(quant.quantize_k(kr, p.k_bits, iters))
+            vd = quant.dequantize_v(quant.quantize_v(vr, p.v_bits, v_iters))
+            return _untiles(kd @ h16.float(), k), _untiles(vd @ h16.float(), v)
+
+        return roundtrip
+
     # Plain RTN needs no folded normalization scales: K codes + fp16 scale and zero per channel,
     # V codes + fp16 scale and zero per token.
     rtn_bytes = (d * g * (p.k_bits + p.v_bits) / 8 + 2 * 2 * d + 2 * 2 * g) / g
@@ -146,6 +157,8 @@ def kvarn_family(ops, preset_name: str, head_dim: int, iters: int = 8) -> list[C
         Codec(preset_name, "kvarn", "kvarn", g, layout.size / g, kvarn),
         Codec(f"rtn_{tag}", "rtn", "kvarn", g, rtn_bytes, rtn(False)),
         Codec(f"rotation_{tag}", "rotation", "kvarn", g, rtn_bytes, rtn(True)),
+        # a variant, not a preset: V rotated but not normalized, in the same record
+        Codec(f"{preset_name}_vrot", "kvarn-variant", "kvarn", g, layout.size / g, split(0)),
     ]
 
 
@@ -183,7 +196,9 @@ def load_turboquant(source: str | Path | None = None) -> TurboQuant:
     if source is None:
         spec = importlib.util.find_spec("vllm")
         if spec is None or spec.origin is None:
-            raise FileNotFoundError("no vllm installed; pass the vllm-0.29.0 wheel or an extracted tree")
+            raise FileNotFoundError(
+                "no vllm installed; pass the vllm-0.29.0 wheel or an extracted tree"
+            )
         source = Path(spec.origin).parent.parent
     source = Path(source)
     for mod in ("config", "centroids"):
@@ -256,5 +271,7 @@ def turboquant_codecs(tq: TurboQuant, head_dim: int, n_layers: int) -> list[Code
         rt = tq_roundtrip(cfg, cen)
         out.append(Codec(name, "turboquant", "all", 1, cfg.slot_size_aligned, rt))
         if skip:
-            out.append(Codec(f"{name}+skip", "turboquant", "all", 1, cfg.slot_size_aligned, rt, skip))
+            out.append(
+                Codec(f"{name}+skip", "turboquant", "all", 1, cfg.slot_size_aligned, rt, skip)
+            )
     return out

@@ -43,23 +43,33 @@ class LMConfig:
     def params(self) -> int:
         attn = self.d_model * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads)
         mlp = 3 * self.d_model * self.mlp_hidden
-        return self.n_layers * (attn + mlp + 2 * self.d_model) + self.vocab * self.d_model + self.d_model
+        return (
+            self.n_layers * (attn + mlp + 2 * self.d_model)
+            + self.vocab * self.d_model
+            + self.d_model
+        )
 
 
 # The two models the table is measured on (head sizes 128 and 256), and the one CI trains on the CPU.
 CONFIGS: dict[str, LMConfig] = {
     "d128": LMConfig(),
     "d256": LMConfig(n_heads=3, n_kv_heads=1, head_dim=256),
-    "cpu-tiny": LMConfig(d_model=128, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=128, mlp_hidden=256, context=512),
+    "cpu-tiny": LMConfig(
+        d_model=128, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=128, mlp_hidden=256, context=512
+    ),
 }
 
 
 def sdpa_causal(_layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+    return F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1]
+    )
 
 
 def _rope_tables(cfg: LMConfig, t: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    inv = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, device=device).float() / cfg.head_dim)
+    inv = 1.0 / cfg.rope_theta ** (
+        torch.arange(0, cfg.head_dim, 2, device=device).float() / cfg.head_dim
+    )
     ang = torch.outer(torch.arange(t, device=device).float(), inv)  # [T, D/2]
     ang = torch.cat([ang, ang], dim=-1)
     return ang.cos(), ang.sin()
@@ -83,7 +93,9 @@ class Block(nn.Module):
         self.up = nn.Linear(cfg.d_model, 2 * cfg.mlp_hidden, bias=False)
         self.down = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, layer: int, cos: torch.Tensor, sin: torch.Tensor, attend: Attend):
+    def forward(
+        self, x: torch.Tensor, layer: int, cos: torch.Tensor, sin: torch.Tensor, attend: Attend
+    ):
         b, t, _ = x.shape
         c = self.cfg
         h = self.norm1(x)
@@ -106,7 +118,11 @@ class LM(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * cfg.n_layers) if name.endswith(("o.weight", "down.weight")) else 0.02
+                std = (
+                    0.02 / math.sqrt(2 * cfg.n_layers)
+                    if name.endswith(("o.weight", "down.weight"))
+                    else 0.02
+                )
                 nn.init.normal_(p, std=std)
 
     def forward(self, idx: torch.Tensor, attend: Attend = sdpa_causal) -> torch.Tensor:
@@ -128,30 +144,49 @@ class Corpus:
     files: tuple[int, int]  # train files, held-out files
 
 
-def stdlib_corpus(root: Path | None = None, heldout_every: int = 10, limit_bytes: int | None = None) -> Corpus:
-    """The ``*.py`` files under the standard library (tests, site-packages and idle excluded), sorted;
-    a file is held out when crc32 of its relative path is 0 mod ``heldout_every``. Files are joined
-    with a NUL byte, which no source file contains, so no window spans two files unseen."""
-    root = root or Path(sysconfig.get_paths()["stdlib"])
+def source_roots(with_torch: bool = True) -> list[Path]:
+    """The standard library's sources, and torch's own Python sources: both are on every machine
+    that can run this benchmark (a Debian stdlib alone is ~10 MB, which a 50 M model memorizes)."""
+    roots = [Path(sysconfig.get_paths()["stdlib"])]
+    if with_torch:
+        roots.append(Path(torch.__file__).parent)
+    return roots
+
+
+def stdlib_corpus(
+    roots: list[Path] | None = None, heldout_every: int = 10, limit_bytes: int | None = None
+) -> Corpus:
+    """The ``*.py`` files under ``roots`` (tests, site-packages and idle excluded), sorted; a file is
+    held out when crc32 of its path relative to its root is 0 mod ``heldout_every``. Files are
+    joined with a NUL byte, which no source file contains."""
+    roots = roots or source_roots()
     train: list[bytes] = []
     held: list[bytes] = []
     size = 0
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel.startswith(("site-packages/", "dist-packages/", "test/", "idlelib/")) or "/tests/" in rel:
-            continue
-        data = path.read_bytes()
-        (held if zlib.crc32(rel.encode()) % heldout_every == 0 else train).append(data)
-        size += len(data)
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if (
+                rel.startswith(("site-packages/", "dist-packages/", "test/", "idlelib/"))
+                or "/test" in rel
+            ):
+                continue
+            data = path.read_bytes()
+            (held if zlib.crc32(rel.encode()) % heldout_every == 0 else train).append(data)
+            size += len(data)
+            if limit_bytes is not None and size >= limit_bytes:
+                break
         if limit_bytes is not None and size >= limit_bytes:
             break
     if not train or not held:
-        raise RuntimeError(f"{root}: too few *.py files for a train/held-out split")
+        raise RuntimeError(
+            f"{', '.join(map(str, roots))}: too few *.py files for a train/held-out split"
+        )
 
     def join(parts: list[bytes]) -> torch.Tensor:
         return torch.frombuffer(bytearray(b"\0".join(parts)), dtype=torch.uint8)
 
-    return Corpus(join(train), join(held), str(root), (len(train), len(held)))
+    return Corpus(join(train), join(held), " + ".join(map(str, roots)), (len(train), len(held)))
 
 
 def batches(data: torch.Tensor, batch: int, t: int, gen: torch.Generator):
@@ -192,7 +227,9 @@ def train(
     dev = next(model.parameters()).device
     data = corpus.train.to(dev)
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, fused=dev.type == "cuda")
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, fused=dev.type == "cuda"
+    )
     amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
     t0 = time.perf_counter()
     step, loss_v = 0, float("nan")
@@ -201,12 +238,16 @@ def train(
         frac = (time.perf_counter() - t0) / seconds
         if frac >= 1.0 or (max_steps is not None and step >= max_steps):
             break
-        scale = min(1.0, (step + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(frac, 1.0))))
+        scale = min(1.0, (step + 1) / warmup) * (
+            0.1 + 0.45 * (1 + math.cos(math.pi * min(frac, 1.0)))
+        )
         for g in opt.param_groups:
             g["lr"] = lr * scale
         with amp:
             logits = model(xy[:, :-1])
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), xy[:, 1:].reshape(-1))
+            loss = F.cross_entropy(
+                logits.float().reshape(-1, logits.shape[-1]), xy[:, 1:].reshape(-1)
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -30,20 +30,32 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import kvcodecs as kv  # noqa: E402
-from _load import kvarn_ops  # noqa: E402
-from lm import CONFIGS, LM, TrainResult, stdlib_corpus, train  # noqa: E402
+import kvcodecs as kv
+from _load import kvarn_ops
+from lm import CONFIGS, LM, TrainResult, source_roots, stdlib_corpus, train
 
 KVARN_PRESETS = ("kvarn_k4v2_g128", "kvarn_k4v4_g128", "kvarn_k4v2_g64", "kvarn_k4v4_g64")
 
 
-def build_codecs(head_dim: int, n_layers: int, tq_from: str | None, iters_variants: list[int]) -> tuple[list, str]:
+def build_codecs(
+    head_dim: int, n_layers: int, tq_from: str | None, iters_variants: list[int]
+) -> tuple[list, str]:
     codecs = [kv.fp16_codec(head_dim)]
     for name in KVARN_PRESETS:
-        codecs += kv.kvarn_family(kvarn_ops, name, head_dim)
+        fam = kv.kvarn_family(kvarn_ops, name, head_dim)
+        codecs += [c for c in fam if c.family != "kvarn-variant" or name == "kvarn_k4v2_g128"]
     for it in iters_variants:
         c = kv.kvarn_family(kvarn_ops, "kvarn_k4v2_g128", head_dim, iters=it)[0]
-        codecs.append(kv.Codec(f"kvarn_k4v2_g128_iters{it}", "kvarn-variant", c.tiers, c.group, c.bytes_per_token, c.roundtrip))
+        codecs.append(
+            kv.Codec(
+                f"kvarn_k4v2_g128_iters{it}",
+                "kvarn-variant",
+                c.tiers,
+                c.group,
+                c.bytes_per_token,
+                c.roundtrip,
+            )
+        )
     try:
         tq = kv.load_turboquant(tq_from)
         codecs += kv.turboquant_codecs(tq, head_dim, n_layers)
@@ -55,7 +67,9 @@ def build_codecs(head_dim: int, n_layers: int, tq_from: str | None, iters_varian
 
 def windows(data: torch.Tensor, t: int, n: int) -> torch.Tensor:
     if data.numel() < n * t + 1:
-        raise ValueError(f"held-out text has {data.numel()} bytes; {n} windows of {t} need {n * t + 1}")
+        raise ValueError(
+            f"held-out text has {data.numel()} bytes; {n} windows of {t} need {n * t + 1}"
+        )
     return torch.stack([data[i * t : i * t + t + 1] for i in range(n)]).long()
 
 
@@ -68,10 +82,15 @@ def perplexity(model: LM, wins: torch.Tensor, codec, batch: int) -> dict:
     for i in range(0, wins.shape[0], batch):
         xy = wins[i : i + batch].to(dev)
         with amp:
-            logits = model(xy[:, :-1], attend=lambda layer, q, k, v: kv.attention(codec, q, k, v, layer))
-        nll.append(F.cross_entropy(logits.float().transpose(1, 2), xy[:, 1:], reduction="none").cpu())
+            logits = model(
+                xy[:, :-1], attend=lambda layer, q, k, v: kv.attention(codec, q, k, v, layer)
+            )
+        nll.append(
+            F.cross_entropy(logits.float().transpose(1, 2), xy[:, 1:], reduction="none").cpu()
+        )
     nll_t = torch.cat(nll).double()  # [windows, T]
     return {
+        "window_nll": nll_t.mean(1).tolist(),
         "ppl": math.exp(nll_t.mean().item()),
         "ppl_tail": math.exp(nll_t[:, t // 2 :].mean().item()),
         "bits_per_byte": nll_t.mean().item() / math.log(2),
@@ -79,7 +98,9 @@ def perplexity(model: LM, wins: torch.Tensor, codec, batch: int) -> dict:
 
 
 @torch.no_grad()
-def capture_qkv(model: LM, wins: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def capture_qkv(
+    model: LM, wins: torch.Tensor
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     dev = next(model.parameters()).device
     got: list = []
 
@@ -139,30 +160,65 @@ def verdict(rows: list[dict]) -> list[str]:
         return []
     fp = by["fp16"]
     d = 100 * (k["ppl"] / fp["ppl"] - 1)
-    out = [f"kvarn_k4v2_g128 vs fp16: {d:+.2f}% perplexity ({'within' if d <= 1.0 else 'NOT within'} 1%)"]
+    out = [
+        f"kvarn_k4v2_g128 vs fp16: {d:+.2f}% perplexity ({'within' if d <= 1.0 else 'NOT within'} 1%)"
+    ]
     for r in rows:
-        if r["family"] in ("fp16", "kvarn", "kvarn-variant") or r["bytes_per_token"] > k["bytes_per_token"] + 1e-9:
+        if (
+            r["family"] in ("fp16", "kvarn", "kvarn-variant")
+            or r["bytes_per_token"] > k["bytes_per_token"] + 1e-9
+        ):
             continue
+        mean, se = paired(k["window_nll"], r["window_nll"])
         better = k["ppl"] < r["ppl"]
+        sig = "clear" if abs(mean) > 2 * se else "within 2 standard errors: a tie"
         out.append(
             f"vs {r['name']} ({r['bytes_per_token']:.1f} B <= {k['bytes_per_token']:.1f} B): "
-            f"{r['ppl']:.4f} against {k['ppl']:.4f}: {'KVarN better' if better else 'KVarN NOT better'}"
+            f"{r['ppl']:.4f} against {k['ppl']:.4f}: {'KVarN better' if better else 'KVarN NOT better'} "
+            f"(paired over windows: {100 * mean:+.3f}% +- {100 * se:.3f}% nll, {sig})"
         )
     return out
 
 
+def paired(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Mean and standard error of the per-window difference a - b, relative to b's mean."""
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    n = len(d)
+    m = sum(d) / n
+    var = sum((x - m) ** 2 for x in d) / max(n - 1, 1)
+    base = sum(b) / n
+    return m / base, math.sqrt(var / n) / base
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", choices=sorted(CONFIGS), default="d128")
-    ap.add_argument("--train-seconds", type=float, default=240.0, help="wall-time budget of training")
+    ap.add_argument(
+        "--train-seconds", type=float, default=240.0, help="wall-time budget of training"
+    )
     ap.add_argument("--train-steps", type=int, default=None, help="stop after this many steps")
     ap.add_argument("--batch", type=int, default=16, help="training windows per step")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--eval-windows", type=int, default=96, help="held-out windows of T tokens")
     ap.add_argument("--eval-batch", type=int, default=4)
-    ap.add_argument("--corpus-limit", type=int, default=None, help="read at most this many bytes (CPU runs)")
-    ap.add_argument("--tq-from", default=None, help="vllm 0.29.0 wheel or a directory holding vllm/")
-    ap.add_argument("--iters-variants", default="", help="extra kvarn_k4v2_g128 runs at these iteration counts, e.g. 0,16")
+    ap.add_argument(
+        "--corpus-limit", type=int, default=None, help="read at most this many bytes (CPU runs)"
+    )
+    ap.add_argument(
+        "--stdlib-only",
+        action="store_true",
+        help="train on the stdlib's sources alone, not torch's too",
+    )
+    ap.add_argument(
+        "--tq-from", default=None, help="vllm 0.29.0 wheel or a directory holding vllm/"
+    )
+    ap.add_argument(
+        "--iters-variants",
+        default="",
+        help="extra kvarn_k4v2_g128 runs at these iteration counts, e.g. 0,16",
+    )
     ap.add_argument("--only", default="", help="comma-separated codec names (default: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save", default=None, help="write the trained weights here")
@@ -184,9 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         log_f.write(msg + "\n")
 
     t0 = time.perf_counter()
-    corpus = stdlib_corpus(limit_bytes=a.corpus_limit)
-    log(f"corpus {corpus.source}: train {corpus.train.numel():,} B ({corpus.files[0]} files), "
-        f"held out {corpus.heldout.numel():,} B ({corpus.files[1]} files)")
+    corpus = stdlib_corpus(source_roots(not a.stdlib_only), limit_bytes=a.corpus_limit)
+    log(
+        f"corpus {corpus.source}: train {corpus.train.numel():,} B ({corpus.files[0]} files), "
+        f"held out {corpus.heldout.numel():,} B ({corpus.files[1]} files)"
+    )
     model = LM(cfg).to(dev)
     log(f"model {a.model}: {cfg.params() / 1e6:.1f} M parameters, {asdict(cfg)}")
     if a.load:
@@ -196,11 +254,21 @@ def main(argv: list[str] | None = None) -> int:
         tr = TrainResult(**saved["train"])
         log(f"loaded {a.load} (trained before: {tr.steps} steps)")
     else:
-        tr = train(model, corpus, seconds=a.train_seconds, batch=a.batch, lr=a.lr, max_steps=a.train_steps,
-                   seed=a.seed, log=log)
+        tr = train(
+            model,
+            corpus,
+            seconds=a.train_seconds,
+            batch=a.batch,
+            lr=a.lr,
+            max_steps=a.train_steps,
+            seed=a.seed,
+            log=log,
+        )
         if a.save:
             torch.save({"model": model.state_dict(), "train": asdict(tr)}, a.save)
-    log(f"trained {tr.steps} steps, {tr.tokens:,} tokens in {tr.seconds:.0f} s, final loss {tr.final_loss:.4f}")
+    log(
+        f"trained {tr.steps} steps, {tr.tokens:,} tokens in {tr.seconds:.0f} s, final loss {tr.final_loss:.4f}"
+    )
 
     iters = [int(x) for x in a.iters_variants.split(",") if x.strip()]
     codecs, tq_note = build_codecs(cfg.head_dim, cfg.n_layers, a.tq_from, iters)
@@ -214,20 +282,40 @@ def main(argv: list[str] | None = None) -> int:
     for c in codecs:
         t1 = time.perf_counter()
         r = perplexity(model, wins, c, a.eval_batch)
-        r.update(name=c.name, family=c.family, bytes_per_token=c.bytes_per_token_mean(cfg.n_layers, cfg.head_dim),
-                 skip_layers=sorted(c.skip_layers), cosines=layer_cosines(qkv, c))
+        r.update(
+            name=c.name,
+            family=c.family,
+            bytes_per_token=c.bytes_per_token_mean(cfg.n_layers, cfg.head_dim),
+            skip_layers=sorted(c.skip_layers),
+            cosines=layer_cosines(qkv, c),
+        )
         rows.append(r)
-        log(f"{c.name:28s} ppl {r['ppl']:.4f}  tail {r['ppl_tail']:.4f}  cos {min(r['cosines']):.4f}  "
-            f"({time.perf_counter() - t1:.1f} s)")
+        log(
+            f"{c.name:28s} ppl {r['ppl']:.4f}  tail {r['ppl_tail']:.4f}  cos {min(r['cosines']):.4f}  "
+            f"({time.perf_counter() - t1:.1f} s)"
+        )
     verdicts = verdict(rows)
     for v in verdicts:
         log(v)
     result = {
-        "model": a.model, "config": asdict(cfg), "params": cfg.params(), "device": device_line(),
-        "python": platform.python_version(), "corpus": {"source": corpus.source, "train_bytes": corpus.train.numel(),
-        "heldout_bytes": corpus.heldout.numel(), "files": corpus.files},
-        "train": asdict(tr), "eval_windows": a.eval_windows, "eval_tokens": a.eval_windows * cfg.context,
-        "turboquant": tq_note, "rows": rows, "verdict": verdicts, "argv": sys.argv[1:] if argv is None else argv,
+        "model": a.model,
+        "config": asdict(cfg),
+        "params": cfg.params(),
+        "device": device_line(),
+        "python": platform.python_version(),
+        "corpus": {
+            "source": corpus.source,
+            "train_bytes": corpus.train.numel(),
+            "heldout_bytes": corpus.heldout.numel(),
+            "files": corpus.files,
+        },
+        "train": asdict(tr),
+        "eval_windows": a.eval_windows,
+        "eval_tokens": a.eval_windows * cfg.context,
+        "turboquant": tq_note,
+        "rows": rows,
+        "verdict": verdicts,
+        "argv": sys.argv[1:] if argv is None else argv,
         "seconds": time.perf_counter() - t0,
     }
     (out / "quality.json").write_text(json.dumps(result, indent=1))

@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "gpu/kvarn"))
 
 import kvcodecs as kv  # noqa: E402
-import lm  # noqa: E402
 import quality  # noqa: E402
 
 ops = importlib.import_module("kvarn_ops")
@@ -80,10 +79,20 @@ def test_one_pass_equals_a_decode_loop_through_the_two_tier_book(preset: str) ->
         pool_v[slot, row] = hadamard.rotate(v[0, :, pos], h16)
         compressed_reads += book.compressed_end("r") - 1
         want = reference.reference_decode(
-            q[:, :, pos], cache, pool_k, pool_v, block_slot, block_table,
-            torch.tensor([pos + 1], dtype=torch.int32), layout, h16, scale,
+            q[:, :, pos],
+            cache,
+            pool_k,
+            pool_v,
+            block_slot,
+            block_table,
+            torch.tensor([pos + 1], dtype=torch.int32),
+            layout,
+            h16,
+            scale,
         )
-        cos = torch.nn.functional.cosine_similarity(want[0], one_pass[0, :, pos], dim=-1).min().item()
+        cos = (
+            torch.nn.functional.cosine_similarity(want[0], one_pass[0, :, pos], dim=-1).min().item()
+        )
         err = (want[0] - one_pass[0, :, pos]).abs().max().item() / want.abs().max().item()
         worst = min(worst, cos)
         assert err < 5e-3, (pos, err)
@@ -126,7 +135,9 @@ def _vllm_kernels(name: str, tmp: Path):
     Triton's interpreter is what runs kernels here. FP8 keys use e4m3 (Hopper's choice)."""
     spec = importlib.util.find_spec(f"vllm.v1.attention.ops.{name}")
     src = Path(spec.origin).read_text()
-    src = src.replace("from vllm.triton_utils import tl, triton", "import triton\nimport triton.language as tl")
+    src = src.replace(
+        "from vllm.triton_utils import tl, triton", "import triton\nimport triton.language as tl"
+    )
     src = src.replace(
         "from vllm.v1.attention.ops.triton_turboquant_decode import _use_fp8_e4b15",
         "def _use_fp8_e4b15(device=0):\n    return 0",
@@ -140,8 +151,12 @@ def _vllm_kernels(name: str, tmp: Path):
     return mod
 
 
-@pytest.mark.parametrize("preset", ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
-def test_turboquant_roundtrip_equals_vllms_kernels(turboquant: kv.TurboQuant, preset: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "preset", ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"]
+)
+def test_turboquant_roundtrip_equals_vllms_kernels(
+    turboquant: kv.TurboQuant, preset: str, tmp_path: Path
+) -> None:
     """vLLM's store writes the cache, vLLM's full dequant reads it back; ours must give the same K
     (before the inverse rotation) and V."""
     store = _vllm_kernels("triton_turboquant_store", tmp_path)
@@ -155,19 +170,47 @@ def test_turboquant_roundtrip_equals_vllms_kernels(turboquant: kv.TurboQuant, pr
     c_sorted = cen.sort().values
     cache = torch.zeros(1, bs, h, cfg.slot_size_aligned, dtype=torch.uint8)
     store.triton_turboquant_store(
-        k, v, cache, torch.arange(n, dtype=torch.int32), H, (c_sorted[:-1] + c_sorted[1:]) / 2,
-        cfg.mse_bits, cfg.key_packed_size, cfg.value_quant_bits, key_fp8=cfg.key_fp8,
+        k,
+        v,
+        cache,
+        torch.arange(n, dtype=torch.int32),
+        H,
+        (c_sorted[:-1] + c_sorted[1:]) / 2,
+        cfg.mse_bits,
+        cfg.key_packed_size,
+        cfg.value_quant_bits,
+        key_fp8=cfg.key_fp8,
     )
     k_out = torch.zeros(1, h, bs, d, dtype=torch.float16)
     v_out = torch.zeros_like(k_out)
     decode._tq_full_dequant_kv[(bs, h)](
-        cache, torch.zeros(1, 1, dtype=torch.int32), cen, k_out, v_out,
-        k_out.stride(0), k_out.stride(1), k_out.stride(2), v_out.stride(0), v_out.stride(1), v_out.stride(2),
-        cache.stride(0), cache.stride(1), cache.stride(2), 1,
-        HEAD_DIM=d, BLOCK_SIZE=bs, NUM_KV_HEADS=h, MSE_BYTES=math.ceil(d * cfg.key_mse_bits / 8),
-        KPS=cfg.key_packed_size, VQB=cfg.value_quant_bits, VAL_DATA_BYTES=math.ceil(d * cfg.value_quant_bits / 8),
-        MSE_BITS=cfg.key_mse_bits, KEY_FP8=int(cfg.key_fp8), BLOCK_D=d,
-        NORM_CORRECTION=int(cfg.norm_correction), FP8_E4B15=0,
+        cache,
+        torch.zeros(1, 1, dtype=torch.int32),
+        cen,
+        k_out,
+        v_out,
+        k_out.stride(0),
+        k_out.stride(1),
+        k_out.stride(2),
+        v_out.stride(0),
+        v_out.stride(1),
+        v_out.stride(2),
+        cache.stride(0),
+        cache.stride(1),
+        cache.stride(2),
+        1,
+        HEAD_DIM=d,
+        BLOCK_SIZE=bs,
+        NUM_KV_HEADS=h,
+        MSE_BYTES=math.ceil(d * cfg.key_mse_bits / 8),
+        KPS=cfg.key_packed_size,
+        VQB=cfg.value_quant_bits,
+        VAL_DATA_BYTES=math.ceil(d * cfg.value_quant_bits / 8),
+        MSE_BITS=cfg.key_mse_bits,
+        KEY_FP8=int(cfg.key_fp8),
+        BLOCK_D=d,
+        NORM_CORRECTION=int(cfg.norm_correction),
+        FP8_E4B15=0,
     )
     kh, vh = kv.tq_roundtrip(cfg, cen)(k, v)
     theirs_k = k_out[0].transpose(0, 1).float()  # [N, H, D]
@@ -178,8 +221,12 @@ def test_turboquant_roundtrip_equals_vllms_kernels(turboquant: kv.TurboQuant, pr
         assert torch.equal(kh, k.to(torch.float8_e4m3fn).to(torch.float16))
     else:
         theirs_k = (theirs_k.half() @ H.half()).float()  # continuation prefill's inverse rotation
-        assert torch.allclose(kh.float(), theirs_k, rtol=2e-3, atol=2e-3), (kh.float() - theirs_k).abs().max()
-    assert torch.equal(vh, v_out[0].transpose(0, 1)), (vh.float() - v_out[0].transpose(0, 1).float()).abs().max()
+        assert torch.allclose(kh.float(), theirs_k, rtol=2e-3, atol=2e-3), (
+            (kh.float() - theirs_k).abs().max()
+        )
+    assert torch.equal(vh, v_out[0].transpose(0, 1)), (
+        (vh.float() - v_out[0].transpose(0, 1).float()).abs().max()
+    )
     # and the codec is lossy the way its preset says: fewer key bits, larger error
     rel = ((kh.float() - k.float()).norm() / k.float().norm()).item()
     assert 0 < rel < (0.05 if cfg.key_fp8 else 0.25), rel
@@ -187,24 +234,51 @@ def test_turboquant_roundtrip_equals_vllms_kernels(turboquant: kv.TurboQuant, pr
 
 def test_the_cpu_variant_trains_and_tabulates(tmp_path: Path) -> None:
     out = tmp_path / "q"
-    rc = quality.main([
-        "--model", "cpu-tiny", "--train-steps", "40", "--batch", "4", "--eval-windows", "4",
-        "--eval-batch", "2", "--corpus-limit", "3000000", "--iters-variants", "0", "--out", str(out),
-    ])
+    rc = quality.main(
+        [
+            "--model",
+            "cpu-tiny",
+            "--train-steps",
+            "40",
+            "--batch",
+            "4",
+            "--eval-windows",
+            "4",
+            "--eval-batch",
+            "2",
+            "--corpus-limit",
+            "3000000",
+            "--iters-variants",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     res = json.loads((out / "quality.json").read_text())
     rows = {r["name"]: r for r in res["rows"]}
     assert res["train"]["final_loss"] < math.log(256) - 1.5  # it learned something about bytes
-    assert {"fp16", "kvarn_k4v2_g128", "rtn_k4v2_g128", "rotation_k4v2_g128", "turboquant_3bit_nc"} <= set(rows)
+    assert {
+        "fp16",
+        "kvarn_k4v2_g128",
+        "rtn_k4v2_g128",
+        "rotation_k4v2_g128",
+        "turboquant_3bit_nc",
+    } <= set(rows)
     assert res["turboquant"].startswith("TurboQuant config and centroids read from")
     fp16 = rows["fp16"]
     assert fp16["cosines"] == [1.0] * 2
     # a compressed codec changes the output; 4-bit V is closer than 2-bit V
     assert rows["kvarn_k4v2_g128"]["cosines"][0] < 0.9999
     assert min(rows["kvarn_k4v4_g128"]["cosines"]) > min(rows["kvarn_k4v2_g128"]["cosines"])
-    assert rows["kvarn_k4v2_g128"]["bytes_per_token"] == ops.record_layout("kvarn_k4v2_g128", 128).size / 128
+    assert (
+        rows["kvarn_k4v2_g128"]["bytes_per_token"]
+        == ops.record_layout("kvarn_k4v2_g128", 128).size / 128
+    )
     assert rows["turboquant_3bit_nc"]["bytes_per_token"] == 102
     # with iters=0 KVarN is rotation-only RTN on the same records: the same output as the ablation
-    assert rows["kvarn_k4v2_g128_iters0"]["ppl"] == pytest.approx(rows["rotation_k4v2_g128"]["ppl"], rel=1e-3)
+    assert rows["kvarn_k4v2_g128_iters0"]["ppl"] == pytest.approx(
+        rows["rotation_k4v2_g128"]["ppl"], rel=1e-3
+    )
     table = (out / "quality.md").read_text()
     assert table.count("\n") == len(rows) + 2 and "`kvarn_k4v2_g128`" in table
