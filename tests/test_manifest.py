@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from hyperqwen_patches.errors import ExitCode, UsageError
+from hyperqwen_patches.records import replace
 from hyperqwen_patches.series import manifest as m
 from hyperqwen_patches.series.manifest import ManifestError, load_manifest, parse_manifest
 

@@ -12,7 +12,6 @@ rows are cut from the wheels themselves so the expected outcome is known without
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import os
 import re
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from hyperqwen_patches import records
 from hyperqwen_patches.checks.pipeline import run_check
 from hyperqwen_patches.port.run import port
 from hyperqwen_patches.port.triage import classify_rows, rows_from_manifest
@@ -99,7 +99,7 @@ def test_port_and_retire_on_real_wheels(
     only = ("hyperqwen_patches.port.retirements:check_retirements",)
     for pin, expected in (("0.30.0", []), ("0.29.0", ["error"])):
         # The candidate's own YAML, as the report prints it for the manifest.
-        entry = dataclasses.replace(candidate, pin=pin).to_yaml()
+        entry = records.replace(candidate, pin=pin).to_yaml()
         manifest.write_text(text + "retirements:\n" + textwrap.indent(entry, "  "))
         result = run_check(repo, pipeline=only)
         assert [f.severity for f in result.findings] == expected, result.findings

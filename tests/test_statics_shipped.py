@@ -78,14 +78,13 @@ def test_manifest_statics_keys_load(tmp_path: Path) -> None:
 
 def test_shipped_patch_rows_pass_the_git_apply_contract() -> None:
     """No shipped row is marked git_apply yet; marked here, every patch row passes real git."""
-    import dataclasses
-
+    from hyperqwen_patches import records
     from hyperqwen_patches.series.rows import load_series
     from hyperqwen_patches.statics.gitapply import gitapply_findings
 
     manifest = load_manifest(REPO)
     marked = [
-        dataclasses.replace(s, row=dataclasses.replace(s.row, git_apply=not s.row.is_module))
+        records.replace(s, row=records.replace(s.row, git_apply=not s.row.is_module))
         for s in load_series(manifest)
     ]
     assert sum(s.row.git_apply for s in marked) == 4

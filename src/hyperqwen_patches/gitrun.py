@@ -25,10 +25,10 @@ import logging
 import os
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from hyperqwen_patches.errors import EnvironmentProblem, GitError
+from hyperqwen_patches.records import record
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ _LOCATION_VARS = (
 NO_INDEX = "/nonexistent/hyperqwen-patches/no-index"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GitResult:
     """What a git command returned: exit code and raw output bytes."""
 

@@ -18,6 +18,7 @@ SHARED: tuple[str, ...] = (
     "resultcache",
     "atomicfile",
     "layers",
+    "records",
 )
 
 # Lowest first. Data flows the same way: a release and the series are read (sources, series), the

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ CARRIED_DIRS = ("patches", "kvarn")
 PATCH_SUFFIXES = (".patch", ".diff")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """One thing a check found: which check, how bad, about what, and the details."""
 
@@ -78,7 +78,7 @@ class _once(Generic[T]):
             return cache[self.name]  # type: ignore[no-any-return]
 
 
-@dataclass
+@record
 class CheckContext:
     """What the checks share; every expensive part is computed once, on first use."""
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import importlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hyperqwen_patches.checks.context import CheckContext, CheckFunction, Finding
 from hyperqwen_patches.errors import ExitCode, HqpError
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import load_manifest
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def check_name(target: str) -> str:
 # --- the report -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HunkRecord:
     path: str
     number: int
@@ -102,7 +102,7 @@ class HunkRecord:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RowRecord:
     """One line of the table: a row and how it applied."""
 
@@ -132,7 +132,7 @@ class RowRecord:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckReport:
     repo: Path
     pin: str

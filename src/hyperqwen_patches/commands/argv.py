@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hyperqwen_patches.records import field, record
 
 ROOT_VERBOSE = ("-v", "--verbose")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Call:
     """A parsed command line: which function to call, with which keyword arguments."""
 

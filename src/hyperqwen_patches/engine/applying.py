@@ -20,7 +20,6 @@ and each is off by default except ambiguity reporting:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from hyperqwen_patches.engine.patchset import (
@@ -39,6 +38,7 @@ from hyperqwen_patches.engine.placement import (
     locate,
     near_miss,
 )
+from hyperqwen_patches.records import field, record, replace
 
 Ambiguity = Literal["off", "report", "error"]
 HunkStatus = Literal["exact", "offset", "failed", "ambiguous"]
@@ -50,7 +50,7 @@ Reader = Callable[[bytes], bytes | None]
 INDEXED_FROM = 16  # hunks in one file
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Policy:
     """How strict placement is. The default is GNU patch ``--fuzz 0 --forward`` plus ambiguity reports."""
 
@@ -60,7 +60,7 @@ class Policy:
     forward: bool = True
 
 
-@dataclass(slots=True)  # not frozen: built once per hunk, on the hot path
+@record(slots=True)  # not frozen: built once per hunk, on the hot path
 class HunkResult:
     """One hunk's outcome.
 
@@ -99,7 +99,7 @@ class HunkResult:
         return f"Hunk #{self.number} succeeded at {self.applied_line} (offset {self.offset} line{plural})."
 
 
-@dataclass(slots=True)  # not frozen: built once per hunk, on the hot path
+@record(slots=True)  # not frozen: built once per hunk, on the hot path
 class FileResult:
     """One file patch's outcome. ``path`` is the file written (the old path for a deletion)."""
 
@@ -115,7 +115,7 @@ class FileResult:
         return self.status != "failed"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PatchResult:
     name: str
     status: PatchStatus
@@ -127,7 +127,7 @@ class PatchResult:
         return self.status != "failed"
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class SeriesResult:
     """The outcome of a series: every patch's result and, when all applied, the changes to write.
 
@@ -223,7 +223,7 @@ def apply_patch(patch: Patch, read: Reader, policy: Policy | None = None) -> Ser
 PresenceStatus = Literal["present", "missing", "partial"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PresenceResult:
     """Whether a tree carries one patch: each file's reverse application (see ``verify_applied``)."""
 
@@ -432,7 +432,7 @@ def _create(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
     return FileResult(target, "create", "applied", hunks)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Outcome:
     status: str  # "applied" | "already-applied" | "failed"
     output: bytes | None

@@ -18,7 +18,6 @@ named, and nothing is written: it is a tree no run of this series produced.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 from hyperqwen_patches.engine.applying import (
     FileResult,
@@ -31,9 +30,10 @@ from hyperqwen_patches.engine.applying import (
     verify_applied,
 )
 from hyperqwen_patches.engine.patchset import Patch
+from hyperqwen_patches.records import record, replace
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class CarriedResult:
     """``apply_carried``'s outcome: the series result, and how many leading rows the tree carried."""
 

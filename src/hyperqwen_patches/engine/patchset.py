@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.records import field, record
 
 #: The line kinds a hunk holds, as the byte that starts them in the patch.
 CONTEXT = 0x20  # b" "
@@ -46,7 +46,7 @@ class PatchParseError(UsageError):
         self.problem = problem
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Hunk:
     """One ``@@`` hunk. ``lines`` holds ``(kind, text)`` pairs: kind is CONTEXT/REMOVED/ADDED and text
     the line's bytes with its ending (no ending when ``\\ No newline at end of file`` followed it)."""
@@ -84,7 +84,7 @@ class Hunk:
                 break
             suffix += 1
         old = tuple([text for kind, text in lines if kind != ADDED])
-        set_ = object.__setattr__  # frozen dataclass: derived fields are set once, here
+        set_ = object.__setattr__  # frozen record: derived fields are set once, here
         set_(self, "old_lines", old)
         set_(self, "new_lines", tuple([text for kind, text in lines if kind != REMOVED]))
         set_(self, "prefix_context", prefix)
@@ -124,7 +124,7 @@ def _reorder_reversed(lines: tuple[tuple[int, bytes], ...]) -> tuple[tuple[int, 
     return tuple(out)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FilePatch:
     """The changes to one file. ``old_path`` is None for a creation, ``new_path`` None for a deletion."""
 
@@ -183,7 +183,7 @@ class FilePatch:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Patch:
     """A parsed patch file (or a module-file row): its file patches in order and the text before them."""
 
@@ -334,7 +334,7 @@ def _git_names(line: bytes) -> tuple[bytes, bytes] | None:
     return None
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _GitHeader:
     line: int
     names: tuple[bytes, bytes] | None

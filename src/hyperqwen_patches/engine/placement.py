@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from hyperqwen_patches.engine.patchset import Hunk
+from hyperqwen_patches.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class LineDiff:
     """One line where the file differs from the hunk's preimage at a near-miss position."""
 
@@ -37,7 +37,7 @@ class LineDiff:
     actual: bytes | None  # what the file has (None past the end of the file)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class NearMiss:
     """The place the preimage came closest to matching: most equal lines, nearest to the first guess."""
 
@@ -130,7 +130,7 @@ class FileLines:
         return self.lines[base : base + len(pattern)] == pattern
 
 
-@dataclass(slots=True)  # not frozen: built once per hunk, on the hot path
+@record(slots=True)  # not frozen: built once per hunk, on the hot path
 class Placement:
     """Where a hunk lands in the input file (``where`` 0 = not found) and every other match."""
 

@@ -6,7 +6,6 @@ and shared by the three.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -23,6 +22,7 @@ from hyperqwen_patches.fork.replay import (
     other_rows,
     tree_entries,
 )
+from hyperqwen_patches.records import record
 from hyperqwen_patches.sources import basecommit
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 BUNDLE = "patches/fork.bundle"
 
 
-@dataclass
+@record
 class ForkSession:
     """The fork as ``check`` sees it, opened once per run and shared by the fork checks."""
 

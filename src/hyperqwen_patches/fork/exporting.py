@@ -24,7 +24,6 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,6 +31,7 @@ from hyperqwen_patches import gitrun, resultcache
 from hyperqwen_patches.atomicfile import write_atomic
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import Manifest, yaml_scalar
 from hyperqwen_patches.sources import basecommit
 
@@ -126,7 +126,7 @@ _DIFFISH = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ExportRefusal:
     """Why a commit cannot be exported, with what to do about it."""
 
@@ -269,13 +269,13 @@ def binary_paths_of(
         found: dict[str, list[str]] = {}
         current: list[str] = []
         # Each commit's output is its SHA (a record without a tab), then "added\tdeleted\tpath" records.
-        for record in out.split(b"\0"):
-            if not record:
+        for item in out.split(b"\0"):
+            if not item:
                 continue
-            if b"\t" not in record:
-                current = found.setdefault(record.decode(), [])
-            elif record.startswith(b"-\t-\t"):
-                current.append(_b64(record[4:]))
+            if b"\t" not in item:
+                current = found.setdefault(item.decode(), [])
+            elif item.startswith(b"-\t-\t"):
+                current.append(_b64(item[4:]))
         missing = set(shas) - set(found)
         if missing:
             raise GitError(f"git diff-tree --stdin did not report {sorted(missing)[0][:12]}")
@@ -417,7 +417,7 @@ def check_message_encoding(message: bytes, where: str) -> None:
 Drift = Literal["unchanged", "new", "removed", "positional", "semantic", "rendered", "manifest"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileChange:
     """One repository file export would write (``new``) or remove (``new`` None)."""
 
@@ -428,7 +428,7 @@ class FileChange:
     drift: Drift
 
 
-@dataclass
+@record
 class ExportPlan:
     """What export would do; ``write_export`` does it, ``export --check`` reports it."""
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +27,7 @@ from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork import replay
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import ExportPoint, Manifest, Row
 from hyperqwen_patches.sources import basecommit
 
@@ -37,13 +37,13 @@ if TYPE_CHECKING:
 _DATE_RE = re.compile(rb"^(?P<ts>\d+) (?P<tz>[+-]\d{4})$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ImportedRow:
     row: str
     commit: str
 
 
-@dataclass
+@record
 class ImportResult:
     export_point: str
     branch: str
@@ -57,7 +57,7 @@ class ImportResult:
         return self.previous != self.tip
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MailHeader:
     author_name: bytes
     author_email: bytes

@@ -16,18 +16,18 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import GitError, UsageError
+from hyperqwen_patches.records import record
 
 # The trailer that names a fork commit's manifest row (docs/fork.md, "Matching rows to commits").
 ROW_TRAILER = b"Hqp-Row"
 _TRAILER_RE = re.compile(rb"^Hqp-Row:[ \t]*(?P<name>\S+)[ \t]*$", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Change:
     """One path changed by a commit (``git diff-tree -r -M`` raw record)."""
 
@@ -40,7 +40,7 @@ class Change:
     new_sha: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ForkCommit:
     """A commit on an export point, with what export, import and replay need to know about it."""
 
@@ -298,10 +298,10 @@ def ls_tree(git_dir: Path, treeish: str) -> dict[bytes, tuple[str, str]]:
         what=f"listing tree {treeish[:12]}",
     )
     entries: dict[bytes, tuple[str, str]] = {}
-    for record in out.split(b"\0"):
-        if not record:
+    for entry in out.split(b"\0"):
+        if not entry:
             continue
-        meta, _, path = record.partition(b"\t")
+        meta, _, path = entry.partition(b"\t")
         mode, _kind, sha = meta.decode().split(" ")
         entries[path] = (mode, sha)
     return entries

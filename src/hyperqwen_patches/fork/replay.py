@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -27,6 +26,7 @@ from hyperqwen_patches import gitrun
 from hyperqwen_patches.console import show
 from hyperqwen_patches.errors import FindingError, GitError
 from hyperqwen_patches.fork import reading as forkgit
+from hyperqwen_patches.records import field, record
 
 if TYPE_CHECKING:
     from hyperqwen_patches.engine.applying import SeriesResult
@@ -40,7 +40,7 @@ DEFAULT_MODE = 0o100644
 SHORT_DIFF_LINES = 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Problem:
     """One replay or membership finding (``check`` turns these into its ``Finding`` records)."""
 
@@ -213,7 +213,7 @@ def _failure_text(result: SeriesResult) -> str:
 # --- matching rows to fork commits -------------------------------------------------------------------
 
 
-@dataclass
+@record
 class Matching:
     pairs: list[tuple[str, forkgit.ForkCommit]] = field(default_factory=list)  # (row name, commit)
     missing_rows: list[tuple[str, forkgit.ForkCommit]] = field(
@@ -262,7 +262,7 @@ def match_rows(
 # --- opening a fork without writing to it -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ForkView:
     """A scratch repository that can read the fork's objects, and the fork's export point tip there."""
 
@@ -297,14 +297,14 @@ def fetch_branch(view: ForkView, fork: str, branch: str) -> ForkView:
 # --- the identity check ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StepResult:
     row: str
     commit: str | None
     differing: tuple[bytes, ...]
 
 
-@dataclass
+@record
 class ReplayReport:
     export_point: str
     base: str

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from hyperqwen_patches import gitrun
+from hyperqwen_patches import gitrun, records
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork import replay
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import ExportPoint, Manifest
 from hyperqwen_patches.sources import basecommit
 
@@ -35,7 +35,7 @@ STATE_FILE = "hqp-edit.json"  # in the fork's git directory: the row being edite
 WORK_DIR = ".hqp"  # in the series repository: the fork the tool keeps, and the edit work trees
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EditState:
     """The edit in progress: ``row`` at ``commit`` on ``branch``, checked out in ``worktree``."""
 
@@ -52,12 +52,12 @@ class EditState:
     def load(git_dir: Path) -> EditState | None:
         try:
             doc = json.loads((git_dir / STATE_FILE).read_text())
-            return EditState(**{k: str(doc[k]) for k in EditState.__dataclass_fields__})
+            return EditState(**{k: str(doc[k]) for k in records.fields(EditState)})
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EditResult:
     row: str
     commit: str
@@ -66,7 +66,7 @@ class EditResult:
     imported: bool  # the fork was built (or brought up to date) from the series first
 
 
-@dataclass
+@record
 class RefreshResult:
     row: str
     old: str

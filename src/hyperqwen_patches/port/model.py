@@ -5,7 +5,6 @@ and result. Plain data with ``to_json``; the triage fills it, the commands rende
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,6 +13,7 @@ from hyperqwen_patches.engine.applying import (
     Policy,
 )
 from hyperqwen_patches.engine.patchset import Patch
+from hyperqwen_patches.records import field, record
 
 RowStatus = Literal["exact", "offset", "upstream", "partly-upstream", "conflicts", "skipped"]
 HunkStatus = Literal["exact", "offset", "upstream", "conflict"]
@@ -42,7 +42,7 @@ FORWARD = Policy(ambiguity="report", forward=False)
 REVERSE = Policy(ambiguity="off", forward=False)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PortRow:
     """A row as port tries it: its name, place and engine patch (None for a skipped row)."""
 
@@ -53,7 +53,7 @@ class PortRow:
     skip: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HunkVerdict:
     """One hunk of a row on the new release."""
 
@@ -99,7 +99,7 @@ class HunkVerdict:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileVerdict:
     """One file of a row: its action, a file-level problem if any, and its hunks."""
 
@@ -119,7 +119,7 @@ class FileVerdict:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Attempt:
     """A row tried once (alone, or in sequence): its status and what each file and hunk did."""
 
@@ -146,7 +146,7 @@ class Attempt:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FileDrift:
     """Whether a file the row touches changed between the two releases, and by how much."""
 
@@ -173,7 +173,7 @@ class FileDrift:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RowPort:
     """One row on the new release: alone, in sequence, and how its files moved."""
 
@@ -222,7 +222,7 @@ class RowPort:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PortReport:
     """Every row of the series on another release."""
 
@@ -297,7 +297,7 @@ class PortReport:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RetirementCandidate:
     """A row (``hunk`` None) or one hunk of it that the new release carries: a manifest retirement
     waiting for its upstream reference (which a wheel cannot name: the maintainer fills it in)."""
@@ -330,7 +330,7 @@ def _yaml_str(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RebaseRequest:
     """``--rebase``: where to build the new fork branch."""
 
@@ -339,7 +339,7 @@ class RebaseRequest:
     force: bool = False  # move the new branch if it exists (never an export point's own branch)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RebaseResult:
     """The new fork branch: its base, one commit per row that went through, and what was left out."""
 

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from hyperqwen_patches.console import show
@@ -13,6 +12,7 @@ from hyperqwen_patches.engine.applying import (
 )
 from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.port.model import FORWARD
+from hyperqwen_patches.records import replace
 
 # --- check: a retirement is verified against the pin that carries it (invariant 8) ----------------
 

@@ -23,7 +23,6 @@ Everything here returns result objects; the command renders them (table, JSON, m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, Literal
 
 from hyperqwen_patches.console import show
@@ -55,6 +54,7 @@ from hyperqwen_patches.port.model import (
     RowStatus,
 )
 from hyperqwen_patches.port.pristinediff import PristinePair
+from hyperqwen_patches.records import replace
 from hyperqwen_patches.sources.pristine import PristineTree
 
 # --- classification -------------------------------------------------------------------------------

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from hyperqwen_patches.atomicfile import write_atomic
 from hyperqwen_patches.engine.patchset import PatchParseError, parse_patch
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import (
     CUT_RE,
     KINDS,
@@ -57,7 +57,7 @@ class AdoptError(UsageError):
     """A series that cannot be adopted as it is; the message names the file and line."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AdoptedRow:
     """One row as adopt writes it, and where it came from (``origin``: list file and line)."""
 
@@ -83,7 +83,7 @@ class AdoptedRow:
         return out
 
 
-@dataclass
+@record
 class AdoptPlan:
     root: Path
     package: str

@@ -14,11 +14,12 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from hyperqwen_patches import records
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.records import field, record
 
 if TYPE_CHECKING:
     import yaml
@@ -94,7 +95,7 @@ _TAG_WORDS = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Problem:
     """One thing wrong with the manifest, located in it."""
 
@@ -124,7 +125,7 @@ class ManifestError(UsageError):
         )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ExportPoint:
     """A named fork branch and the commit it was exported at (``base``: the fork's pristine commit)."""
 
@@ -135,7 +136,7 @@ class ExportPoint:
     line: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Row:
     """One entry of the series, in apply order: a patch file, or a directory of module files."""
 
@@ -166,7 +167,7 @@ class Row:
         return self.patch if self.patch is not None else str(self.files)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Retirement:
     """A row (or one hunk of it) dropped because ``pin`` carries it upstream."""
 
@@ -179,7 +180,7 @@ class Retirement:
     line: int = 0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AcceptedName:
     """A name the static checks may find removed or changed on a target release, and why that is fine."""
 
@@ -188,7 +189,7 @@ class AcceptedName:
     line: int = 0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RuntimeKnob:
     """A knob a row may keep off compile_factors' key (it changes no generated code), and why."""
 
@@ -197,7 +198,7 @@ class RuntimeKnob:
     line: int = 0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Manifest:
     """The validated manifest. ``root`` is the repository root (the parent of ``patches/``)."""
 
@@ -342,7 +343,7 @@ def parse_manifest(data: bytes, *, path: Path, root: Path, shown: str | None = N
     PyYAML, about a third of a 50-row ``apply``. An invalid manifest is never cached, so its problems
     are found and listed on every run.
     """
-    from dataclasses import replace
+    from hyperqwen_patches.records import replace
 
     digest = _cache_key(data)
     if digest is not None:
@@ -382,14 +383,12 @@ def _cache_key(data: bytes) -> str | None:
 
 
 def _encode(value: Any) -> Any:
-    """The model as JSON: a dataclass as ``{"$": class, field: ...}``; ``path`` and ``root`` are left
+    """The model as JSON: a record as ``{"$": class, field: ...}``; ``path`` and ``root`` are left
     out (they are where the bytes were read, not what they say) and put back on reading."""
     if isinstance(value, tuple):
         return [_encode(v) for v in value]
-    if hasattr(value, "__dataclass_fields__"):
-        fields = {
-            k: getattr(value, k) for k in value.__dataclass_fields__ if k not in ("path", "root")
-        }
+    if hasattr(value, "__record_fields__"):
+        fields = {k: getattr(value, k) for k in records.fields(value) if k not in ("path", "root")}
         return {"$": type(value).__name__, **{k: _encode(v) for k, v in fields.items()}}
     return value
 
@@ -425,7 +424,7 @@ def _what(node: yaml.Node) -> str:
     return _TAG_WORDS.get(node.tag, node.tag)
 
 
-@dataclass
+@record
 class _Validator:
     data: bytes
     path: Path

@@ -20,18 +20,18 @@ import difflib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.console import show
 from hyperqwen_patches.errors import GitError, UsageError
+from hyperqwen_patches.records import field, record, replace
 
 RowKind = Literal["patch", "files"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SeriesRow:
     """One row of a series revision, as ``diff`` compares it."""
 
@@ -44,7 +44,7 @@ class SeriesRow:
     metadata: Mapping[str, str] = field(default_factory=dict)  # manifest fields, as text
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SeriesSnapshot:
     """A series revision: its rows in apply order, where it came from, and its pin if it states one."""
 
@@ -130,7 +130,7 @@ def _row_text(row: SeriesRow) -> bytes:
     return b"".join(b"=== " + path + b"\n" + row.files[path] for path in sorted(row.files))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RowDiff:
     """One row of the comparison."""
 
@@ -170,7 +170,7 @@ class RowDiff:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SeriesDiff:
     """The comparison of two series revisions: one record per row, old order then additions."""
 
@@ -372,7 +372,7 @@ class SeriesTree(Protocol):
     def files(self, prefix: bytes) -> list[bytes]: ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DirTree:
     """A directory: the series as the working tree holds it."""
 
@@ -398,7 +398,7 @@ class DirTree:
         return sorted(found)
 
 
-@dataclass
+@record
 class GitTree:
     """A git revision: only committed content is read (the work tree and index are never looked at)."""
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from hyperqwen_patches.atomicfile import write_atomic
+from hyperqwen_patches.records import record
 from hyperqwen_patches.series.manifest import Manifest, Row
 
 LEDGER = "PATCHES.md"
@@ -184,7 +184,7 @@ def render(manifest: Manifest) -> dict[str, bytes]:
     }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Drift:
     """One rendered file that differs from what is on disk."""
 

@@ -9,13 +9,13 @@ package, whatever the manifest's path convention: with ``paths: package`` they a
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hyperqwen_patches import records
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.records import record
 from hyperqwen_patches.series.manifest import Manifest, Row, load_manifest
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class RowError(UsageError):
         self.row = row
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SeriesRow:
     """One row with its engine patch, or the error that kept it from being built."""
 
@@ -86,7 +86,7 @@ def module_files(root: Path, row: Row, package: str, paths: str) -> dict[bytes, 
 
 
 def _prefixed(fp: FilePatch, prefix: bytes) -> FilePatch:
-    return dataclasses.replace(
+    return records.replace(
         fp,
         old_path=None if fp.old_path is None else prefix + fp.old_path,
         new_path=None if fp.new_path is None else prefix + fp.new_path,
@@ -134,7 +134,7 @@ def build_patch(manifest: Manifest, row: Row) -> Patch:
     patch = parse_patch(data, name=row.name, strip=1)
     if manifest.paths == "package":
         prefix = manifest.package.encode() + b"/"
-        patch = dataclasses.replace(patch, files=tuple(_prefixed(f, prefix) for f in patch.files))
+        patch = records.replace(patch, files=tuple(_prefixed(f, prefix) for f in patch.files))
     return patch
 
 

@@ -26,13 +26,13 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.cachedir import entry_lock, staging_dir
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.records import record
 
 BASE_NAME = "hyperqwen-patches"
 BASE_EMAIL = "pristine@hyperqwen-patches.invalid"
@@ -48,7 +48,7 @@ class TreeSource(Protocol):
     def read(self, path: bytes) -> bytes | None: ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BaseCommit:
     """The base commit written into a repository."""
 
@@ -270,7 +270,7 @@ FINGERPRINT = "hqp-fingerprint"
 STALE_SECONDS = 3600.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DirFingerprint:
     digest: str  # sha1 over (path, size, mtime, ctime, inode) of every file, in path order
     files: int

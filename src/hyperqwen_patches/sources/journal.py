@@ -22,7 +22,8 @@ import json
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+
+from hyperqwen_patches.records import field, record
 
 JOURNAL = b".hqp-journal"
 TEMP_PREFIX = b".hqp-tmp-"
@@ -33,14 +34,14 @@ class JournalError(OSError):
     """The journal cannot be read (damaged); raised with the path so the caller can name it."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Entry:
     path: bytes  # relative to the directory's real path
     original: bytes | None  # None: the file did not exist before the write
     mode: int | None
 
 
-@dataclass
+@record
 class Recovery:
     """What ``recover`` did: files put back, files removed, and what it could not do."""
 

@@ -5,16 +5,16 @@ the release reader (pristine.py, docs/manifest.md)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.records import record
 
 
 class SourceSpecError(UsageError):
     """A pristine source string that does not parse."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SourceSpec:
     kind: str  # "pypi" | "git" | "dir"
     package: str | None = None

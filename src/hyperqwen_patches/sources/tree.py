@@ -23,7 +23,6 @@ import signal
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from hyperqwen_patches.engine.applying import (
@@ -35,6 +34,7 @@ from hyperqwen_patches.engine.applying import (
 from hyperqwen_patches.engine.carried import CarriedResult, apply_carried, unapply_carried
 from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.errors import HqpError, Interrupted, UsageError
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.sources import journal
 
 
@@ -362,7 +362,7 @@ def _signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class TreeApplyResult:
     """What ``apply`` did to a directory: the engine's result and the files written (if any)."""
 
@@ -427,7 +427,7 @@ def _carry(
     )
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class TreeCheckResult:
     """``apply --check-applied``: does the directory carry each patch?"""
 

@@ -11,10 +11,10 @@ import ast
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from hyperqwen_patches.console import show
+from hyperqwen_patches.records import record
 
 if TYPE_CHECKING:
     from hyperqwen_patches.checks.context import CheckContext, Finding
@@ -25,7 +25,7 @@ Severity = Literal["error", "warning", "problem"]
 _KEY = "_statics_analysis"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StaticFinding:
     """One finding of a static check, located: the row, the patched file and its line."""
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import ast
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hyperqwen_patches import resultcache
 from hyperqwen_patches.console import show
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, analysis_of, no_gc
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ REGISTRY = "environment_variables"
 _HINTS = (b"environ", b"getenv", b"envs")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Registry:
     """``vllm/envs.py`` as parsed: annotated names, registry entries and the compile-factor ignores."""
 
@@ -162,7 +162,7 @@ def _ignore_list(fn: ast.FunctionDef) -> tuple[bool, dict[str, int]]:
     return False, {}
 
 
-@dataclass
+@record
 class _Aliases:
     """How a module names ``os``, ``os.environ``, ``os.getenv`` and ``vllm.envs``."""
 
@@ -206,7 +206,7 @@ def _aliases(tree: ast.Module) -> _Aliases:
     return a
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KnobUse:
     """A knob on an added line: how it is read, where, and by which row."""
 
@@ -358,7 +358,7 @@ def _sites_of(analysis: Analysis, path: bytes, data: bytes, prefixes: tuple[str,
     return resultcache.cached(CHECK + "-sites", RESULT_VERSION, parts, compute)["sites"]
 
 
-@dataclass
+@record
 class KnobReport:
     """What the knob check found, with the registry's size before and after the series."""
 

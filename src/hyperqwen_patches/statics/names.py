@@ -20,9 +20,9 @@ from __future__ import annotations
 import builtins
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from hyperqwen_patches.records import field, record, replace
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, python_files
 from hyperqwen_patches.statics.refs import CallRef, Ref, collect
 from hyperqwen_patches.statics.symbols import ClassInfo, Found, Missing, Result, Symbols, Unknown
@@ -57,7 +57,7 @@ def resolve(symbols: Symbols, ref: Ref) -> Result:
     return symbols.lookup(ref.module, list(ref.attrs))
 
 
-@dataclass
+@record
 class Views:
     """The old and new symbol tables of one comparison, and the traced series on the old pin."""
 
@@ -135,7 +135,7 @@ class Views:
         )
 
 
-@dataclass
+@record
 class NameReport:
     findings: list[StaticFinding]
     stats: Counter[str] = field(default_factory=Counter)

@@ -15,15 +15,15 @@ Pure functions on bytes, like the engine: nothing here reads disk or runs git.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 
 from hyperqwen_patches.engine.applying import FileResult, SeriesResult
 from hyperqwen_patches.engine.patchset import ADDED, CONTEXT, REMOVED, FilePatch, Patch, split_lines
+from hyperqwen_patches.records import field, record
 
 Reader = Callable[[bytes], bytes | None]
 
 
-@dataclass
+@record
 class Provenance:
     """The patched files of a series (only those it touches) with an owner per line.
 

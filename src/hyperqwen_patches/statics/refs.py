@@ -11,13 +11,13 @@ followed (their types are not known statically); they are counted as skipped.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
+from hyperqwen_patches.records import record
 from hyperqwen_patches.statics.provenance import Provenance
 from hyperqwen_patches.statics.symbols import dotted_chain, resolve_relative
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Ref:
     row: str
     path: bytes
@@ -40,7 +40,7 @@ class Ref:
         return ".".join((self.module, *self.attrs))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CallRef:
     ref: Ref | None  # None: the callee is not a name chain (a call result, a subscript, a local)
     row: str

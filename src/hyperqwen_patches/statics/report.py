@@ -9,10 +9,10 @@ and how many references and calls were resolved or skipped. ``port`` attaches
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from hyperqwen_patches.sources.pristine import PristineTree
 
 
-@dataclass
+@record
 class StaticsReport:
     """What the static checks found on one release (``target`` None: the pin itself)."""
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import StaticFinding
 from hyperqwen_patches.statics.names import BUILTINS, Views, accepted, resolve
 from hyperqwen_patches.statics.refs import CallRef
@@ -100,7 +100,7 @@ def _sig(fn: Def) -> str:
     return f"({ast.unparse(fn.args)})"
 
 
-@dataclass
+@record
 class SignatureReport:
     findings: list[StaticFinding]
     stats: Counter[str] = field(default_factory=Counter)

@@ -20,9 +20,9 @@ from __future__ import annotations
 import ast
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Literal
 
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import no_gc
 
 Reader = Callable[[bytes], bytes | None]
@@ -35,7 +35,7 @@ ENUM_BASES = frozenset({"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag"})
 ENUM_ATTRS = frozenset(dir(enum.IntFlag)) | frozenset(dir(enum.StrEnum)) | {"name", "value"}
 
 
-@dataclass
+@record
 class ClassInfo:
     module: ModuleInfo
     node: ast.ClassDef
@@ -48,7 +48,7 @@ class ClassInfo:
     dynamic: bool = False  # defines __getattr__ / __getattribute__
 
 
-@dataclass
+@record
 class ModuleInfo:
     name: str
     path: bytes
@@ -60,7 +60,7 @@ class ModuleInfo:
     )  # id(ClassDef) -> its table, built once
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Found:
     kind: Kind
     obj: object  # ModuleInfo | ClassInfo | ast.FunctionDef | None
@@ -71,13 +71,13 @@ class Found:
     type_expr: ast.expr | None = None  # a value's declared or constructed class (in owner's module)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Missing:
     container: str  # what lacks the name (module or class, dotted)
     name: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Unknown:
     reason: str
 

@@ -11,10 +11,10 @@ row's lines land in the patched file (the engine's placement, offsets included).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hyperqwen_patches.engine.patchset import ADDED, CONTEXT, REMOVED, Patch, split_lines
+from hyperqwen_patches.records import record
 
 if TYPE_CHECKING:
     from hyperqwen_patches.checks.context import CheckContext, Finding
@@ -26,7 +26,7 @@ CHECK = "whitespace"
 _SPACE = b" \t\r\n"  # git's isspace(): sane_ctype marks exactly these four
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WsError:
     """One added line git would flag: the file, its line in the new file, and git's wording."""
 
