@@ -279,6 +279,45 @@ def test_write_failure_midway_restores_the_directory(tree: Path) -> None:
     assert snapshot(tree) == before
 
 
+def test_a_failure_among_parallel_writes_restores_the_directory_and_names_the_file(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Enough files that the temporaries are written by several threads: one that cannot be
+    written stops them all, every file is put back, no temporary is left, and the error names the
+    file. The failure is injected (ENOSPC for one target's temporary, as a full disk gives it):
+    this runs as root, for whom no permission makes a create fail."""
+    import errno
+
+    from hyperqwen_patches.sources import journal
+    from hyperqwen_patches.sources import tree as treemod
+
+    for i in range(60):
+        (tree / "vllm" / f"m{i:02d}.py").write_bytes(b"x = %d\n" % i)
+    before = snapshot(tree)
+    changes: dict[bytes, bytes | None] = {b"vllm/m%02d.py" % i: b"y = %d\n" % i for i in range(60)}
+    assert len(changes) >= 2 * treemod.PARALLEL_WRITES_FROM
+    real_write_temp = journal.write_temp
+    threads: set[int] = set()
+
+    def write_temp(directory: bytes, content: bytes, mode: int, **kw: object) -> bytes:
+        import threading
+
+        threads.add(threading.get_ident())
+        if content == b"y = 41\n":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write_temp(directory, content, mode, **kw)
+
+    monkeypatch.setattr(journal, "write_temp", write_temp)
+    with pytest.raises(TreeWriteError, match=r"nothing was changed") as err:
+        Tree(tree).write(changes)
+    monkeypatch.undo()
+    assert "No space left on device: " in str(err.value)
+    assert str(err.value).split(")")[0].endswith("site-packages/vllm/m41.py")
+    assert len(threads) >= 2
+    assert snapshot(tree) == before
+    assert not [p for p in tree.rglob("*") if p.name.startswith(".hqp")]
+
+
 def test_rename_failure_after_replacements_restores_them(tree: Path) -> None:
     """The rename phase fails on its last target (a directory is in the way) after earlier files
     were already replaced: they are put back from memory, with their permissions."""

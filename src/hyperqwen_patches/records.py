@@ -144,10 +144,13 @@ def _build(cls: type, frozen: bool, slots: bool) -> type:
         lines.append(set_.format(f.name, value))
     if "__post_init__" in body:
         lines.append("self.__post_init__()")
-    src = [f"def __init__(self, {', '.join(params)}):", *(f"    {line}" for line in lines or ["pass"])]
+    src = [
+        f"def __init__(self, {', '.join(params)}):",
+        *(f"    {line}" for line in lines or ["pass"]),
+    ]
     # Only __init__ is compiled per class (it is on the hot path: a record per hunk); the other
     # methods are shared and read the class's field names.
-    exec(compile("\n".join(src), f"<record {cls.__qualname__}>", "exec"), env)  # noqa: S102
+    exec(compile("\n".join(src), f"<record {cls.__qualname__}>", "exec"), env)
     compared = tuple(f.name for f in flds if f.compare)
     env.update(
         __repr__=_repr,

@@ -174,14 +174,19 @@ class Tree:
                 for directory in new_dirs:
                     current = directory
                     os.mkdir(directory)
-                temps: dict[bytes, bytes] = {}  # real target -> temp
-                for path, real, content in plan:
-                    if content is None:
-                        continue
-                    current = real
-                    original = originals[real]
-                    mode = _mode_for(original[1] if original else None, modes.get(path))
-                    temps[real] = journal.write_temp(os.path.dirname(real), content, mode)
+                jobs = [
+                    (
+                        real,
+                        content,
+                        _mode_for(o[1] if (o := originals[real]) else None, modes.get(path)),
+                    )
+                    for path, real, content in plan
+                    if content is not None
+                ]
+                temps, failed = _write_temps(jobs)  # real target -> temp
+                if failed is not None:
+                    current = failed[0]
+                    raise failed[1]
                 for _path, real, content in plan:
                     current = real
                     self._recheck(real)
@@ -312,6 +317,59 @@ def _missing_dirs(parents: Iterable[bytes]) -> list[bytes]:
             missing.add(current)
             current = os.path.dirname(current)
     return sorted(missing, key=lambda d: (d.count(b"/"), d))
+
+
+# Creating a file costs 0.3 ms of kernel time on these machines, whoever does it; a few threads
+# overlap that (100 files: 36 -> 22 ms with two). Below this many files one thread is as fast.
+PARALLEL_WRITES_FROM = 16
+
+
+def _write_temps(
+    jobs: Sequence[tuple[bytes, bytes, int]],
+) -> tuple[dict[bytes, bytes], tuple[bytes, BaseException] | None]:
+    """Write each (target, content, mode) to a temporary file beside its target; returns the
+    temporaries by target, and the first failure (its target and error) if any, after every thread
+    has stopped, so a rollback never races a write. A signal that interrupts the wait stops the
+    threads, waits for them with signals blocked, and is raised then."""
+    temps: dict[bytes, bytes] = {}
+    failures: list[tuple[bytes, BaseException]] = []
+    workers = min(4, os.cpu_count() or 1, len(jobs) // (PARALLEL_WRITES_FROM // 2) or 1)
+    if len(jobs) < PARALLEL_WRITES_FROM or workers < 2:
+        for real, content, mode in jobs:
+            try:
+                temps[real] = journal.write_temp(os.path.dirname(real), content, mode)
+            except OSError as exc:
+                return temps, (real, exc)
+        return temps, None
+    order = iter(range(len(jobs)))  # next() on a range iterator is atomic under the GIL
+    stop = threading.Event()
+
+    def work() -> None:
+        for i in order:
+            if stop.is_set():
+                return
+            real, content, mode = jobs[i]
+            try:
+                temps[real] = journal.write_temp(os.path.dirname(real), content, mode)
+            except BaseException as exc:
+                failures.append((real, exc))
+                stop.set()
+                return
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+    try:  # a signal may land while the threads start, as well as while they run
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    except BaseException:
+        stop.set()
+        with _signals_blocked():
+            for t in threads:
+                if t.ident is not None:  # started
+                    t.join()
+        raise
+    return temps, (failures[0] if failures else None)
 
 
 def _mode_for(existing: int | None, wanted: int | None) -> int:
