@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TextIO
 
+TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:
+    from typing import Any, TextIO
+
     from rich.console import Console
+
 
 # Off a terminal (CI logs, pipes) rich would wrap at 80 columns, cutting table cells and breaking
 # ``file:line: message`` lines mid-token; a log has no width, so there lines are never wrapped.

@@ -17,12 +17,24 @@ ignored and recomputed, never trusted; a cache dir that cannot be written only c
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
+
+
+try:  # CPython's built-in SHA-256: hashlib's first import loads OpenSSL (2 ms of every start)
+    from _sha2 import sha256  # 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256  # type: ignore[no-redef]  # 3.11
+    except ImportError:
+        from hashlib import sha256  # type: ignore[assignment]  # other interpreters
+
 
 SUBDIR = "results"
 DISABLE_ENV = "HQP_RESULT_CACHE"
@@ -40,7 +52,7 @@ def root() -> Path:
 
 def key(name: str, version: str, parts: Iterable[bytes | str]) -> str:
     """sha256 over the name, the logic version and every part, each length-prefixed (unambiguous)."""
-    h = hashlib.sha256()
+    h = sha256()
     for part in (name, version, *parts):
         data = part.encode("utf-8") if isinstance(part, str) else part
         h.update(b"%d:" % len(data))

@@ -13,10 +13,11 @@ Typer, and no command imports another command's module.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:
     import typer
+
 
 COMMANDS: list[str] = [
     "check",
@@ -42,6 +43,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
     start-up with all of them), so a run that names its command registers that one alone; ``--help``
     and unknown names register all.
     """
+    from typing import Annotated, Any
+
     import typer
 
     from hyperqwen_patches.commands.argtable import TABLE
@@ -52,4 +55,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
     for name in modules:
         module = importlib.import_module(f"hyperqwen_patches.commands.{name}")
         module.typer = typer  # type: ignore[attr-defined]  # the name the signature strings use
+        # typing's names the signatures use, for modules that import typing for checkers only
+        module.__dict__.setdefault("Annotated", Annotated)
+        module.__dict__.setdefault("Any", Any)
         module.register(app)

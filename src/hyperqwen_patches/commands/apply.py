@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
 
 from hyperqwen_patches.errors import FindingError, UsageError
 
+TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:
+    from typing import Annotated, Any
+
     import typer
 
     from hyperqwen_patches.engine.applying import FileResult, HunkResult, PresenceResult
     from hyperqwen_patches.engine.patchset import Patch
     from hyperqwen_patches.engine.placement import NearMiss
     from hyperqwen_patches.sources.tree import TreeApplyResult, TreeCheckResult
+
 
 HELP = """Apply patches to DIR at fuzz 0, all or nothing.
 

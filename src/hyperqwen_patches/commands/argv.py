@@ -18,9 +18,13 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
 from hyperqwen_patches.records import field, record
+
+TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 ROOT_VERBOSE = ("-v", "--verbose")
 

@@ -20,7 +20,6 @@ and each is off by default except ambiguity reporting:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
 
 from hyperqwen_patches.engine.patchset import (
     ADDED,
@@ -40,11 +39,17 @@ from hyperqwen_patches.engine.placement import (
 )
 from hyperqwen_patches.records import field, record, replace
 
-Ambiguity = Literal["off", "report", "error"]
-HunkStatus = Literal["exact", "offset", "failed", "ambiguous"]
-FileStatus = Literal["applied", "already-applied", "failed"]
-PatchStatus = Literal["applied", "already-applied", "failed"]
-FileAction = Literal["modify", "create", "delete", "rename", "copy"]
+TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
+if TYPE_CHECKING:
+    from typing import Literal
+
+
+if TYPE_CHECKING:  # annotations only (strings at run time)
+    Ambiguity = Literal["off", "report", "error"]
+    HunkStatus = Literal["exact", "offset", "failed", "ambiguous"]
+    FileStatus = Literal["applied", "already-applied", "failed"]
+    PatchStatus = Literal["applied", "already-applied", "failed"]
+    FileAction = Literal["modify", "create", "delete", "rename", "copy"]
 
 Reader = Callable[[bytes], bytes | None]
 INDEXED_FROM = 16  # hunks in one file
@@ -220,7 +225,8 @@ def apply_patch(patch: Patch, read: Reader, policy: Policy | None = None) -> Ser
     return apply_series([patch], read, policy)
 
 
-PresenceStatus = Literal["present", "missing", "partial"]
+if TYPE_CHECKING:
+    PresenceStatus = Literal["present", "missing", "partial"]
 
 
 @record(frozen=True, slots=True)

@@ -15,14 +15,17 @@ import itertools
 import json
 import re
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
 
 from hyperqwen_patches import records
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.records import field, record
 
+TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:
+    from typing import Any
+
     import yaml
+
 
 MANIFEST_RELPATH = "patches/manifest.yaml"
 FORMAT = 1

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hyperqwen_patches import records
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.records import record
 from hyperqwen_patches.series.manifest import Manifest, Row, load_manifest
 
+TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:
     from hyperqwen_patches.engine.patchset import FilePatch, Patch
+
 
 # Build debris that is never part of a module row (Python writes it beside the sources).
 IGNORED_DIRS = frozenset({b"__pycache__"})
