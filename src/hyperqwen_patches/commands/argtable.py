@@ -126,6 +126,7 @@ TABLE: dict[str, dict[str, Any]] = {
         "params": [
             {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
             {"name": "check", "kind": "option", "opts": ["--check"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
+            {"name": "json_output", "kind": "option", "opts": ["--json"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
         ],
     },
     "export": {
@@ -152,6 +153,7 @@ TABLE: dict[str, dict[str, Any]] = {
             {"name": "source", "kind": "option", "opts": ["--source"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
             {"name": "create", "kind": "option", "opts": ["--create"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
             {"name": "force", "kind": "option", "opts": ["--force"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
+            {"name": "json_output", "kind": "option", "opts": ["--json"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
         ],
     },
     "diff": {

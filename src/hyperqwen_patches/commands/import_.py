@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 if TYPE_CHECKING:
     import typer
@@ -25,6 +25,8 @@ Examples:
   hyperqwen-patches import --into ../vllm-fork --create
 
   hyperqwen-patches import --into ../vllm-fork --export-point qwen38 --force
+
+  hyperqwen-patches import --into ../vllm-fork --json | jq -r '.branches[].tip'
 
 Exit codes: 0 imported; 1 a row does not apply; 2 usage or an invalid manifest; 3 git failed (or the
 branch exists elsewhere without --force).
@@ -60,8 +62,11 @@ def import_command(
     force: Annotated[
         bool, typer.Option("--force", help="Move a branch that exists at another commit.")
     ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print each branch, its tip and row commits as JSON.")
+    ] = False,
 ) -> None:
-    from hyperqwen_patches.console import out
+    from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.fork.importing import import_series
     from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
     from hyperqwen_patches.sources.pristine import open_pristine
@@ -79,18 +84,39 @@ def import_command(
         )
     finally:
         tree.close()
+    if json_output:
+        emit_json(
+            {
+                "ok": True,
+                "into": str(into),
+                "branches": [
+                    {
+                        "export_point": r.export_point,
+                        "branch": r.branch,
+                        "base": r.base,
+                        "tip": r.tip,
+                        "previous": r.previous,
+                        "state": _state(r),
+                        "rows": [{"row": row.row, "commit": row.commit} for row in r.rows],
+                    }
+                    for r in results
+                ],
+            }
+        )
+        return
     for result in results:
         for row in result.rows:
             out.print(f"{row.commit[:12]} {row.row}", soft_wrap=True)
-        state = (
-            "unchanged"
-            if not result.changed
-            else ("created" if result.previous is None else "moved")
-        )
         out.print(
-            f"{result.branch}: {result.tip} ({state}; base {result.base[:12]}, {len(result.rows)} rows)",
+            f"{result.branch}: {result.tip} ({_state(result)}; base {result.base[:12]}, {len(result.rows)} rows)",
             soft_wrap=True,
         )
+
+
+def _state(result: Any) -> str:
+    return (
+        "unchanged" if not result.changed else ("created" if result.previous is None else "moved")
+    )
 
 
 def register(app: typer.Typer) -> None:

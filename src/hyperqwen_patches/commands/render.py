@@ -19,6 +19,8 @@ Examples:
 
   hyperqwen-patches render --check      # CI: is the ledger up to date?
 
+  hyperqwen-patches render --check --json | jq -r '.differ[]'
+
 Exit codes: 0 written (or, with --check, already up to date); 1 --check found a difference;
 2 usage or an invalid manifest (every problem listed with file, line and field).
 """
@@ -37,8 +39,14 @@ def render_command(
             "--check", help="Write nothing; print a unified diff of what would change and exit 1."
         ),
     ] = False,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print what was written (or, with --check, what differs) as JSON."
+        ),
+    ] = False,
 ) -> None:
-    from hyperqwen_patches.console import err, out
+    from hyperqwen_patches.console import emit_json, err, out
     from hyperqwen_patches.errors import FindingError
     from hyperqwen_patches.series import render
     from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
@@ -46,9 +54,20 @@ def render_command(
     manifest = load_manifest(resolve_repo(repo))
     if check:
         drifts = render.drift(manifest)
-        for d in drifts:
-            out.file.write(d.diff)
-        out.file.flush()
+        if json_output:
+            emit_json(
+                {
+                    "ok": not drifts,
+                    "check": True,
+                    "differ": [d.path for d in drifts],
+                    "diffs": {d.path: d.diff for d in drifts},
+                    "written": [],
+                }
+            )
+        else:
+            for d in drifts:
+                out.file.write(d.diff)
+            out.file.flush()
         if drifts:
             names = ", ".join(d.path for d in drifts)
             raise FindingError(
@@ -58,6 +77,8 @@ def render_command(
         err.print("render --check: PATCHES.md and patches/series are up to date", soft_wrap=True)
         return
     changed = render.write(manifest)
+    if json_output:
+        emit_json({"ok": True, "check": False, "differ": [], "diffs": {}, "written": list(changed)})
     if changed:
         err.print(f"render: wrote {', '.join(changed)}", soft_wrap=True)
     else:
