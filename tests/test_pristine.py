@@ -9,6 +9,7 @@ real vLLM 0.29.0 wheel from PyPI (through the shared cache, so it is downloaded 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import http.server
 import json
@@ -641,3 +642,50 @@ def test_a_corrupt_member_read_from_many_threads_is_fetched_again_once(
         got = list(pool.map(tree.read, paths))
     assert got[0] == MARKER * 4 and got[1] == b"VERSION = '1.0'\n"
     assert pip_runs(caplog) == 2  # the first fill, and one refetch
+
+
+class _Recorder:
+    """A Progress that keeps every download update (done, total)."""
+
+    def __init__(self) -> None:
+        self.updates: list[tuple[int, int | None]] = []
+
+    def waiting(self, label: str) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def download(self, label: str) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext(lambda done, total: self.updates.append((done, total)))
+
+
+def test_the_download_progress_never_passes_the_size_pip_announces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip downloads into its TMPDIR and then copies into -d: counting both made the bar run to
+    twice the size. A wheel of about 3 MB over HTTP: every update stays within the size pip
+    announces (rounded by pip to 0.1 MB) and the last one is the whole file."""
+    import secrets
+
+    links = tmp_path / "links"
+    wheel = build_wheel(
+        links, extra=b"# " + base64.b64encode(secrets.token_bytes(2_300_000)) + b"\n"
+    )
+    handler = type("Handler", (_SlowHandler,), {"delay": 0.5})
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a: handler(*a, directory=str(links))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("PIP_NO_INDEX", "1")
+        monkeypatch.setenv("PIP_FIND_LINKS", f"http://127.0.0.1:{server.server_address[1]}/")
+        rec = _Recorder()
+        tree = open_pristine(
+            f"pypi:{PKG}==1.0", package=PKG, version="1.0", cache=tmp_path / "cache", progress=rec
+        )
+        tree.close()
+    finally:
+        server.shutdown()
+    size = wheel.stat().st_size
+    assert rec.updates[-1] == (size, size)  # the bar ends full, at the file's real size
+    announced = {t for _, t in rec.updates[:-1]} - {None}
+    assert all(abs(t - size) <= 0.05 * size for t in announced), (announced, size)
+    assert all(t is None or done <= t for done, t in rec.updates), rec.updates

@@ -581,11 +581,15 @@ class PypiCache:
         thread.start()
         with self.progress.download(f"downloading {label}") as update:
             while proc.poll() is None:
-                # pip writes into its TMPDIR, then copies into -d: the larger of the two is the progress.
-                update(max(_tree_size(piptmp), _tree_size(dl)), total[0])
+                # pip writes into its TMPDIR, then copies into -d: the larger of the two is the progress
+                # (their sum ran to twice the size). pip rounds the size it announces ("2.3 MB"), so
+                # the count is held at it until the real size is known at the end.
+                done = max(_tree_size(piptmp), _tree_size(dl))
+                update(done if total[0] is None else min(done, total[0]), total[0])
                 time.sleep(0.2)
             thread.join()
-            update(_tree_size(dl), total[0])
+            size = _tree_size(dl)
+            update(size, size)
         files = sorted(dl.iterdir())
         if proc.returncode == 0 and len(files) == 1:
             return files[0]
