@@ -331,6 +331,27 @@ def test_rename_failure_after_replacements_restores_them(tree: Path) -> None:
     assert snapshot(tree) == before
 
 
+def test_a_rename_failure_among_parallel_renames_restores_them(tree: Path) -> None:
+    """The same with enough files that the renames run in several threads: whichever renames
+    finished are put back with their permissions, and the error names the target in the way."""
+    from hyperqwen_patches.sources import tree as treemod
+
+    for i in range(60):
+        (tree / "vllm" / f"m{i:02d}.py").write_bytes(b"x = %d\n" % i)
+        (tree / "vllm" / f"m{i:02d}.py").chmod(0o640 if i % 2 else 0o644)
+    (tree / "vllm" / "m30_dir").mkdir()
+    (tree / "vllm" / "m30_dir" / "keep.py").write_bytes(b"keep\n")
+    before = snapshot(tree)
+    changes: dict[bytes, bytes | None] = {b"vllm/m%02d.py" % i: b"y\n" for i in range(60)}
+    changes[b"vllm/m30_dir"] = b"in the way\n"
+    assert len(changes) >= 2 * treemod.PARALLEL_WRITES_FROM
+    with pytest.raises(TreeWriteError, match="nothing was changed") as err:
+        Tree(tree).write(changes)
+    assert "m30_dir" in str(err.value)
+    assert snapshot(tree) == before
+    assert not [p for p in tree.rglob("*") if p.name.startswith(".hqp")]
+
+
 def test_deleting_the_last_file_removes_its_empty_directories(tree: Path, tmp_path: Path) -> None:
     """GNU patch removes the directories a deletion leaves empty; so do we (nothing more)."""
     (tree / "vllm/v1/sub").mkdir()

@@ -37,6 +37,10 @@ from hyperqwen_patches.errors import HqpError, Interrupted, UsageError
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.sources import journal
 
+TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class TreeError(UsageError):
     """A path that is unsafe or unusable in the target directory (escapes it, is a directory, ...)."""
@@ -187,18 +191,27 @@ class Tree:
                 if failed is not None:
                     current = failed[0]
                     raise failed[1]
-                for _path, real, content in plan:
-                    current = real
+
+                def put(job: tuple[bytes, bytes | None]) -> None:
+                    real, content = job
                     self._recheck(real)
                     if content is None:
                         if originals[real] is not None:
                             os.unlink(real)
                     else:
                         os.replace(temps[real], real)
+
+                failed = _each([(real, content) for _p, real, content in plan], put)
+                if failed is not None:
+                    current = failed[0]
+                    raise failed[1]
                 renamed = True
                 journal.remove(root)  # the commit point
         except OSError as exc:
-            name = _show(os.fsencode(exc.filename)) if exc.filename else _show(current)
+            # A failed rename reports our temporary as its filename: name the target instead.
+            named = exc.filename2 or exc.filename
+            temp = named and os.path.basename(os.fsencode(named)).startswith(journal.TEMP_PREFIX)
+            name = _show(os.fsencode(named)) if named and not temp else _show(current)
             raise TreeWriteError(
                 f"writing to {self.root} failed ({exc.strerror}: {name}); " + self._put_back()
             ) from None
@@ -328,31 +341,43 @@ def _write_temps(
     jobs: Sequence[tuple[bytes, bytes, int]],
 ) -> tuple[dict[bytes, bytes], tuple[bytes, BaseException] | None]:
     """Write each (target, content, mode) to a temporary file beside its target; returns the
-    temporaries by target, and the first failure (its target and error) if any, after every thread
-    has stopped, so a rollback never races a write. A signal that interrupts the wait stops the
-    threads, waits for them with signals blocked, and is raised then."""
+    temporaries by target, and the first failure (its target and error) if any."""
     temps: dict[bytes, bytes] = {}
-    failures: list[tuple[bytes, BaseException]] = []
+
+    def write(job: tuple[bytes, bytes, int]) -> None:
+        real, content, mode = job
+        temps[real] = journal.write_temp(os.path.dirname(real), content, mode)
+
+    return temps, _each(jobs, write)
+
+
+def _each(
+    jobs: Sequence[tuple[Any, ...]], fn: Callable[[Any], None]
+) -> tuple[bytes, BaseException] | None:
+    """Run ``fn`` on every job (``job[0]`` names its target), in up to four threads from
+    PARALLEL_WRITES_FROM jobs on; returns the first failure (target, error), after every thread has
+    stopped, so a rollback never races a write. A signal that interrupts the wait stops the threads,
+    waits for them with signals blocked, and is raised then."""
     workers = min(4, os.cpu_count() or 1, len(jobs) // (PARALLEL_WRITES_FROM // 2) or 1)
     if len(jobs) < PARALLEL_WRITES_FROM or workers < 2:
-        for real, content, mode in jobs:
+        for job in jobs:
             try:
-                temps[real] = journal.write_temp(os.path.dirname(real), content, mode)
+                fn(job)
             except OSError as exc:
-                return temps, (real, exc)
-        return temps, None
-    order = iter(range(len(jobs)))  # next() on a range iterator is atomic under the GIL
+                return job[0], exc
+        return None
+    failures: list[tuple[bytes, BaseException]] = []
+    order = iter(jobs)  # next() on a list iterator is atomic under the GIL
     stop = threading.Event()
 
     def work() -> None:
-        for i in order:
+        for job in order:
             if stop.is_set():
                 return
-            real, content, mode = jobs[i]
             try:
-                temps[real] = journal.write_temp(os.path.dirname(real), content, mode)
+                fn(job)
             except BaseException as exc:
-                failures.append((real, exc))
+                failures.append((job[0], exc))
                 stop.set()
                 return
 
@@ -369,7 +394,7 @@ def _write_temps(
                 if t.ident is not None:  # started
                     t.join()
         raise
-    return temps, (failures[0] if failures else None)
+    return failures[0] if failures else None
 
 
 def _mode_for(existing: int | None, wanted: int | None) -> int:
