@@ -269,3 +269,56 @@ def test_port_shows_static_findings_in_its_table_and_markdown(tmp_path: Path) ->
     assert "## Static checks against 0.30.0" in text
     assert "] row use: vllm/user.py:8: CONST" in text
     assert "- names: " in text  # the counts line comes along
+
+
+WIDE_LIB = b"""def fetch(
+    url,
+):
+    return url
+
+
+CONST = 3
+"""
+WIDE_USER = b"""from vllm.lib import fetch
+
+
+def go():
+    return fetch("u")
+"""
+
+
+def _widening(tmp_path: Path, target_lib: bytes) -> list[tuple[str, str, str]]:
+    """A row widens ``fetch`` (a new keyword on its own line; the ``def`` line stays the pin's)
+    and passes the new keyword in the same row."""
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": WIDE_LIB, "vllm/user.py": WIDE_USER}
+    widened = WIDE_LIB.replace(b"    url,\n", b"    url,\n    headers=None,\n")
+    call = WIDE_USER.replace(b'fetch("u")', b'fetch("u", headers={})')
+    root = make_repo(
+        tmp_path, pristine, [("widen", {"vllm/lib.py": widened, "vllm/user.py": call})]
+    )
+    target = tmp_path / "target"
+    (target / "vllm").mkdir(parents=True)
+    (target / "vllm/__init__.py").write_bytes(b"")
+    (target / "vllm/lib.py").write_bytes(target_lib)
+    (target / "vllm/user.py").write_bytes(WIDE_USER)
+    manifest = load_manifest(root)
+    with (
+        open_pristine(manifest.source, version="0.29.0") as old,
+        open_pristine(f"dir:{target}", version="0.30.0") as new,
+    ):
+        report = port_statics(manifest, old, new)
+    return [(f.check, f.subject, f.message) for f in report.findings]
+
+
+def test_a_row_that_widens_a_signature_and_uses_it_is_not_an_error(tmp_path: Path) -> None:
+    """The call is judged against the definition as the series leaves it on the target: the row's
+    own hunk carries the new keyword there too (issue #21: 6 such false errors on a real series)."""
+    assert _widening(tmp_path, WIDE_LIB.replace(b"CONST = 3", b"CONST = 4")) == []
+
+
+def test_a_widening_the_target_cannot_carry_is_still_an_error(tmp_path: Path) -> None:
+    """Upstream renamed the parameter the row's hunk sits on: the hunk does not apply there, so
+    the target's ``fetch`` has no ``headers`` and the call does not bind."""
+    found = _widening(tmp_path, WIDE_LIB.replace(b"    url,\n", b"    uri,\n"))
+    assert [(c, s) for c, s, _ in found] == [("signatures", "row widen: vllm/user.py:5")]
+    assert "headers" in found[0][2]

@@ -264,7 +264,14 @@ def _cut_views(
     )
     # The series traced on the pin stands in for "the rows on their cut_against release": the
     # added lines are the same, and the old table only needs to say the name existed there.
+    # The new side is the pin as the series leaves it (a row's own widening of a signature holds
+    # there), which is what the rows were traced on.
+    content = analysis.prov.content
+
+    def on_pin(path: bytes) -> bytes | None:
+        return content[path] if path in content else ctx.pristine.read(path)
+
     views = Views.build(
-        analysis, cut.read, ctx.pristine.read, cut.label, ctx.pristine.label, ctx.manifest.package
+        analysis, cut.read, on_pin, cut.label, ctx.pristine.label, ctx.manifest.package
     )
     return views, cut.close

@@ -16,6 +16,8 @@ from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from hyperqwen_patches.series.manifest import Manifest
     from hyperqwen_patches.sources.pristine import PristineTree
 
@@ -55,6 +57,22 @@ def trace_series(manifest: Manifest, tree: PristineTree) -> Analysis:
     return Analysis(trace(patches, result, tree.read), tree.read)
 
 
+def carried_reader(manifest: Manifest, tree: PristineTree) -> Callable[[bytes], bytes | None]:
+    """The target as the series leaves it: every row that applies there, in order (a row that does
+    not apply contributes nothing, as in ``port``'s in-sequence pass). A call a row widens a
+    signature for, in its own hunk, is then judged against the widened definition."""
+    from hyperqwen_patches.engine.applying import Policy, apply_series
+    from hyperqwen_patches.series.rows import load_series
+
+    patches = [s.patch for s in load_series(manifest) if s.patch is not None]
+    changes = apply_series(patches, tree.read, Policy(ambiguity="report")).changes
+
+    def read(path: bytes) -> bytes | None:
+        return changes[path] if path in changes else tree.read(path)
+
+    return read
+
+
 def port_statics(
     manifest: Manifest, old: PristineTree, new: PristineTree, analysis: Analysis | None = None
 ) -> StaticsReport:
@@ -63,7 +81,9 @@ def port_statics(
     from hyperqwen_patches.statics.signatures import changed_signatures
 
     analysis = analysis or trace_series(manifest, old)
-    views = Views.build(analysis, old.read, new.read, old.label, new.label, manifest.package)
+    views = Views.build(
+        analysis, old.read, carried_reader(manifest, new), old.label, new.label, manifest.package
+    )
     accept = tuple(a.name for a in manifest.accepted_names)
     names = removed_names(views, accept)
     sigs = changed_signatures(views, accept)
