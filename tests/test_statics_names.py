@@ -262,7 +262,9 @@ def test_port_shows_static_findings_in_its_table_and_markdown(tmp_path: Path) ->
     argv = [sys.executable, "-m", "hyperqwen_patches", "port", "--repo", str(root)]
     argv += ["--to", "0.30.0", "--source", f"dir:{target}", "--markdown", str(md)]
     proc = subprocess.run(argv, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    # The rows apply, but the code they add would fail there: a finding, exit 1, said so.
+    assert proc.returncode == 1, proc.stderr
+    assert "0.30.0: 2 static error(s)" in proc.stderr
     assert "static checks against 0.30.0: 2 finding(s)" in proc.stdout
     assert "[names] row use: vllm/user.py:1: from vllm.lib import CONST" in proc.stdout
     text = md.read_text()

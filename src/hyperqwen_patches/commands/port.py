@@ -30,8 +30,10 @@ Examples:
   hqp port --to 0.30.0 --to 0.31.0 --to 0.32.0 --markdown docs/port-matrix.md
   hqp port --to 0.30.0 --rebase --fork ../fork
 
-Exit codes: 0 every row applies or is upstream; 1 at least one row conflicts; 2 usage or
-environment problem (a version not on PyPI, the pin itself); 3 git failed.
+Exit codes: 0 every row applies or is upstream and the static checks find no error on the target;
+1 at least one row conflicts, or a static check finds an error (a name the target removed, a call
+that no longer binds: code that applies but would fail there); 2 usage or environment problem (a
+version not on PyPI, the pin itself); 3 git failed.
 """
 
 
@@ -163,14 +165,18 @@ def port(
                 f"{rebased.branch} holds the {len(rebased.commits)} row(s) that go through; "
                 "resolve the conflicting rows on it"
             )
+        parts = []
+        for r in conflicting:
+            what = []
+            if r.conflicts:
+                what.append(f"{r.conflicts} of {len(r.rows)} rows conflict")
+            if r.static_errors:
+                what.append(f"{r.static_errors} static error(s)")
+            parts.append(f"{r.to_version}: {' and '.join(what)}")
         raise FindingError(
-            "rows conflict on "
-            + ", ".join(
-                f"{r.to_version} ({sum(1 for x in r.rows if x.status == 'conflicts')} of "
-                f"{len(r.rows)})"
-                for r in conflicting
-            ),
-            hint="the table and --markdown show each conflicting hunk and its cause",
+            "; ".join(parts),
+            hint="the table and --markdown show each conflicting hunk and its cause, and each "
+            "static finding with its row, file and line",
         )
 
 

@@ -278,9 +278,20 @@ class PortReport:
         return tuple(out)
 
     @property
+    def conflicts(self) -> int:
+        return sum(1 for r in self.rows if r.status == "conflicts")
+
+    @property
+    def static_errors(self) -> int:
+        """Errors of the static checks on the target (a name it removed, a call that no longer
+        binds): code that applies but would fail there."""
+        return self.statics.errors if self.statics is not None else 0
+
+    @property
     def ok(self) -> bool:
-        """Every row goes through (applies, or is carried upstream): nothing for a maintainer to fix."""
-        return not any(r.status == "conflicts" for r in self.rows)
+        """Every row goes through (applies, or is carried upstream) and no static check finds an
+        error on the target: nothing for a maintainer to fix."""
+        return self.conflicts == 0 and self.static_errors == 0
 
     def to_json(self) -> dict[str, Any]:
         return {
