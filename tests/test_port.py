@@ -17,7 +17,7 @@ import pytest
 
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.port.model import PortReport
-from hyperqwen_patches.port.report import render_markdown
+from hyperqwen_patches.port.report import count_line, render_markdown
 from hyperqwen_patches.port.run import port
 from tests.conftest import require_gnu_patch
 
@@ -456,3 +456,82 @@ def test_a_conflict_by_cascade_names_the_row_it_comes_from(tmp_path: Path) -> No
         if proc.returncode:
             failed.append(name)
     assert failed == ["a", "b", "c"]
+
+
+GATED_OLD = """import os
+
+
+def setup(cfg):
+    size = cfg.size
+    name = cfg.name
+    return size, name
+"""
+
+
+def test_a_row_taken_upstream_in_changed_form_is_named_with_its_evidence(tmp_path: Path) -> None:
+    """The row adds two lines; the release took them re-indented under a new `if` (gated for another
+    platform), so neither the row nor its reverse applies. port names the hunk upstream in changed
+    form, gives the release lines that carry it, and counts the row apart for review; GNU patch
+    fails the hunk as port does."""
+    ours = GATED_OLD.replace(
+        "    name = cfg.name\n",
+        "    name = cfg.name\n    if cfg.tp > 1:\n        size = size // cfg.tp\n",
+    )
+    upstream = GATED_OLD.replace(
+        "    name = cfg.name\n",
+        "    name = cfg.name\n    if os.name != 'nt':\n        if cfg.tp > 1:\n"
+        "            size = size // cfg.tp\n",
+    )
+    old = release(tmp_path, "old", {"vllm/setup.py": GATED_OLD})
+    new = release(tmp_path, "new", {"vllm/setup.py": upstream})
+    patch = make_patch("vllm/setup.py", GATED_OLD, ours, tmp_path / "w")
+    plain = make_patch(
+        "vllm/setup.py", GATED_OLD, GATED_OLD.replace("import os", "import os, re"), tmp_path / "w2"
+    )
+    repo = make_repo(tmp_path, [("tp-split", patch), ("imports", plain)])
+    report = run_port(tmp_path, old, new, repo)
+    row, other = report.rows
+    assert row.status == "conflicts" and other.status == "exact"
+    (hunk,) = row.in_sequence.hunks
+    assert hunk.status == "conflict"
+    assert [n for n, _ in hunk.upstream_evidence] == [8, 9]  # under the new `if` at line 7
+    assert hunk.upstream_evidence[1][1] == b"            size = size // cfg.tp"
+    assert "upstream in changed form" in hunk.cause
+    assert row.upstream_changed_form and not other.upstream_changed_form
+    doc = row.to_json()
+    assert doc["upstream_form"] == "changed"
+    assert doc["in_sequence"]["files"][0]["hunks"][0]["evidence"][0] == {
+        "line": 8,
+        "text": "        if cfg.tp > 1:",
+    }
+    assert report.counts["upstream_in_changed_form"] == 1
+    assert "1 of the conflicts upstream in changed form" in count_line(report)
+    assert gnu_fails(new, patch)
+
+
+def test_a_conflict_whose_lines_are_not_upstream_has_no_changed_form(tmp_path: Path) -> None:
+    """Only one of the two added lines is in the release: no claim."""
+    ours = GATED_OLD.replace(
+        "    name = cfg.name\n",
+        "    name = cfg.name\n    if cfg.tp > 1:\n        size = size // cfg.tp\n",
+    )
+    upstream = GATED_OLD.replace(
+        "    name = cfg.name\n", "    name = cfg.label\n    if cfg.tp > 1:\n"
+    )
+    old = release(tmp_path, "old", {"vllm/setup.py": GATED_OLD})
+    new = release(tmp_path, "new", {"vllm/setup.py": upstream})
+    repo = make_repo(
+        tmp_path, [("tp-split", make_patch("vllm/setup.py", GATED_OLD, ours, tmp_path / "w"))]
+    )
+    (row,) = run_port(tmp_path, old, new, repo).rows
+    (hunk,) = row.in_sequence.hunks
+    assert hunk.status == "conflict" and hunk.upstream_evidence == ()
+    assert not row.upstream_changed_form and row.to_json()["upstream_form"] is None
+
+
+def gnu_fails(tree: Path, patch_text: str) -> bool:
+    proc = subprocess.run(
+        [require_gnu_patch(), "-p1", "--fuzz=0", "--forward", "--dry-run", "-d", str(tree)],
+        input=patch_text, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return proc.returncode == 1 and "FAILED" in proc.stdout

@@ -165,7 +165,9 @@ def check_series(ctx: CheckContext) -> list[Finding]:
         if entry not in listed:
             row = by_entry[entry]
             add(SERIES, f"row {row.name} ({entry}) is missing from {SERIES}")
-    expected_set = set(expected)  # built once: a set per entry made this quadratic (50,000 rows: 70 s)
+    expected_set = set(
+        expected
+    )  # built once: a set per entry made this quadratic (50,000 rows: 70 s)
     actual_order = [e for _, e in entries if e in expected_set]
     wanted_order = [e for e in expected if e in listed]
     if actual_order != wanted_order:

@@ -79,6 +79,9 @@ class HunkVerdict:
     # sequence: rows not carried; alone: rows it builds on). Non-empty: a cascade, not a clash with
     # the new release itself.
     caused_by: tuple[str, ...] = ()
+    # conflicts: release lines (number, text) that carry every added line in another form
+    # (whitespace, indentation): upstream may have taken the change; review for retirement.
+    upstream_evidence: tuple[tuple[int, bytes], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +99,8 @@ class HunkVerdict:
             "pristine_diff": show(self.pristine_diff),
             "reported_line": self.reported_line,
             "caused_by": list(self.caused_by),
+            "upstream_form": "changed" if self.upstream_evidence else None,
+            "evidence": [{"line": n, "text": show(t)} for n, t in self.upstream_evidence],
         }
 
 
@@ -207,8 +212,15 @@ class RowPort:
             return ()
         return tuple(dict.fromkeys(name for h in failed for name in h.caused_by))
 
+    @property
+    def upstream_changed_form(self) -> bool:
+        """Every conflicting hunk (in sequence) has its added lines in the release in another form."""
+        failed = [h for h in self.in_sequence.hunks if h.status == "conflict"]
+        return bool(failed) and all(h.upstream_evidence for h in failed)
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "upstream_form": "changed" if self.upstream_changed_form else None,
             "name": self.name,
             "position": self.position,
             "kind": self.kind,
@@ -240,6 +252,8 @@ class PortReport:
         counts = {s: sum(1 for r in self.rows if r.status == s) for s in ROW_STATUSES}
         # Of the conflicting rows, those that conflict only because earlier rows were not carried.
         counts["conflicts_by_cascade"] = sum(1 for r in self.rows if r.cascade)
+        # Of the conflicting rows, those whose every failing hunk the release carries in changed form.
+        counts["upstream_in_changed_form"] = sum(1 for r in self.rows if r.upstream_changed_form)
         return counts
 
     @property

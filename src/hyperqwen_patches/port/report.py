@@ -38,9 +38,15 @@ def count_line(report: PortReport) -> str:
     """ "8 exact, 26 offset, 16 conflicts (2 of them by cascade)": the rows per status."""
     counts = dict(report.counts)
     cascade = counts.pop("conflicts_by_cascade", 0)
+    changed = counts.pop("upstream_in_changed_form", 0)
     line = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     if cascade:
         line += f" ({cascade} of the conflicts by cascade from earlier rows)"
+    if changed:
+        line += (
+            f" ({changed} of the conflicts upstream in changed form: every added line is in the "
+            "release, re-indented or reformatted; review them for retirement)"
+        )
     return line
 
 

@@ -315,10 +315,20 @@ def _conflict(
             f"{aligned_line} ({where})"
             + (f"; it has {other} other line{'s' if other != 1 else ''} there" if other else "")
         )
+    evidence = _changed_form(
+        hunk, current, aligned_line or (miss.line if miss else None) or old_where
+    )
+    if evidence:
+        cause += (
+            f"; every added line is in the release in changed form (whitespace or indentation) "
+            f"at lines {evidence[0][0]}-{evidence[-1][0]}: upstream in changed form? review for "
+            "retirement"
+        )
     return HunkVerdict(
         path=path,
         number=hunk.number,
         status="conflict",
+        upstream_evidence=evidence,
         stated_line=hunk.old_start,
         line=None,
         offset=0,
@@ -329,6 +339,41 @@ def _conflict(
         pristine_diff=diff,
         reported_line=result.reported_line,
     )
+
+
+# A hunk's added lines found in the release near where its region went, compared without any
+# whitespace: a change upstream took in another form (re-indented under a new `if`, rewrapped). Lines
+# shorter than this (a lone `)`, `else:`) are too common to be evidence.
+CHANGED_FORM_MIN_CHARS = 6
+CHANGED_FORM_WINDOW = 40
+
+
+def _squeeze(line: bytes) -> bytes:
+    return b"".join(line.split())
+
+
+def _changed_form(
+    hunk: Hunk, content: bytes | None, center: int | None
+) -> tuple[tuple[int, bytes], ...]:
+    """The release lines (1-based number, text) that carry every added line of ``hunk`` in order,
+    whitespace aside, within CHANGED_FORM_WINDOW lines of ``center``; () when one is missing."""
+    added = [t for kind, t in hunk.lines if kind == ADDED]
+    wanted = [_squeeze(t) for t in added if len(_squeeze(t)) >= CHANGED_FORM_MIN_CHARS]
+    if not content or not wanted or center is None:
+        return ()
+    lines = split_lines(content)
+    lo = max(0, center - 1 - CHANGED_FORM_WINDOW)
+    hi = min(len(lines), center - 1 + len(hunk.new_lines) + CHANGED_FORM_WINDOW)
+    evidence: list[tuple[int, bytes]] = []
+    i = lo
+    for w in wanted:
+        while i < hi and _squeeze(lines[i]) != w:
+            i += 1
+        if i == hi:
+            return ()
+        evidence.append((i + 1, lines[i].rstrip(b"\r\n")))
+        i += 1
+    return tuple(evidence)
 
 
 def _touched(patch: Patch) -> list[bytes]:
