@@ -155,6 +155,26 @@ def test_import_is_deterministic_and_leaves_the_repository_alone(tmp_path: Path)
     assert forced[0].tip == a[0].tip
 
 
+def test_a_work_tree_left_in_the_environment_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIT_WORK_TREE (as a git hook leaves it) pointing elsewhere: import --create makes the same
+    repository and commits as without it (it failed with git's "Cannot access work tree")."""
+    fork = tmp_path / "fork"
+    make_fork(fork)
+    series = new_series(tmp_path / "series")
+    export(series, fork)
+    manifest = load_manifest(series)
+    plain = importing.import_series(manifest, tmp_path / "a", tree=DictTree(PRISTINE), create=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("GIT_WORK_TREE", str(elsewhere))
+    leaked = importing.import_series(manifest, tmp_path / "b", tree=DictTree(PRISTINE), create=True)
+    assert [r.commit for r in leaked[0].rows] == [r.commit for r in plain[0].rows]
+    assert list(elsewhere.iterdir()) == []
+    assert (tmp_path / "b/.git/config").read_bytes() == (tmp_path / "a/.git/config").read_bytes()
+
+
 def test_import_refuses_to_move_a_checked_out_branch(tmp_path: Path) -> None:
     fork = tmp_path / "fork"
     make_fork(fork)

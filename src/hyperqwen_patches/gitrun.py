@@ -181,6 +181,10 @@ def run(
     command = [os.fsdecode(a) if isinstance(a, bytes) else a for a in argv]
     # The isolation overrides on top of the caller's environment (PATH, HOME, TMPDIR).
     run_env = {**os.environ, **full_env}
+    if "--bare" in args and args[:1] == ["init"]:
+        # A bare repository has no work tree: git refuses one given (a leaked GIT_WORK_TREE is
+        # otherwise pointed at the git dir above, harmlessly for every other command).
+        run_env.pop("GIT_WORK_TREE", None)
     try:
         if input is not None and not isinstance(input, (bytes, bytearray, memoryview)):
             return _streamed(command, work, run_env, input)

@@ -217,6 +217,9 @@ def import_series(
             ["init", "--quiet"],
             git_dir=repo.resolve() / ".git",
             cwd=repo.resolve(),
+            # The work tree named too: one left in the environment (GIT_WORK_TREE, as a git hook
+            # sets it) would otherwise stand in for it, and init fails on a path that is not there.
+            env={"GIT_WORK_TREE": str(repo.resolve())},
             what=f"creating {repo}",
         )
     git_dir = gitrun.git_dir_of(repo)
