@@ -69,6 +69,24 @@ def test_inherited_git_dir_and_index_are_ignored(
     assert env["GIT_INDEX_FILE"] == gitrun.NO_INDEX
 
 
+def test_a_leaked_work_tree_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIT_WORK_TREE from a git hook: with a git dir the work tree is neutralised, without one the
+    command's cwd is its work tree, and a bare repository can still be made."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / ".gitattributes").write_text("* diff=nope\n")
+    monkeypatch.setenv("GIT_WORK_TREE", str(elsewhere))
+    bare = gitrun.init_bare(tmp_path / "b.git")
+    assert gitrun.check(["rev-parse", "--is-bare-repository"], git_dir=bare, what="t") == b"true\n"
+    work = tmp_path / "w"
+    work.mkdir()
+    top = gitrun.run(["rev-parse", "--show-toplevel"], git_dir=None, cwd=work)
+    assert elsewhere.name.encode() not in top.stdout + top.stderr
+    assert list(elsewhere.iterdir()) == [elsewhere / ".gitattributes"]
+
+
 def test_leaked_object_directory_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

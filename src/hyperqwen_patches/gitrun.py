@@ -135,10 +135,12 @@ def isolated_env(
     for name in leaked:
         if name == "GIT_NAMESPACE":
             env[name] = ""  # empty namespace = the plain ref space
-        elif name == "GIT_WORK_TREE" and git_dir is not None:
-            env[name] = str(
-                git_dir
-            )  # no work tree content is read: the git dir has no .gitattributes
+        elif name == "GIT_WORK_TREE":
+            if (
+                git_dir is not None
+            ):  # no work tree content is read: the git dir has no .gitattributes
+                env[name] = str(git_dir)
+            # else: dropped by run(), so the command's cwd is its work tree, as intended
         else:
             raise EnvironmentProblem(
                 f"{name} is set in the environment ({os.environ[name]!r}); it would point git at "
@@ -181,9 +183,9 @@ def run(
     command = [os.fsdecode(a) if isinstance(a, bytes) else a for a in argv]
     # The isolation overrides on top of the caller's environment (PATH, HOME, TMPDIR).
     run_env = {**os.environ, **full_env}
-    if "--bare" in args and args[:1] == ["init"]:
-        # A bare repository has no work tree: git refuses one given (a leaked GIT_WORK_TREE is
-        # otherwise pointed at the git dir above, harmlessly for every other command).
+    if "GIT_WORK_TREE" not in full_env or ("--bare" in args and args[:1] == ["init"]):
+        # A leaked GIT_WORK_TREE goes: without a git dir the cwd is the work tree, and a bare
+        # repository has none (git refuses one given).
         run_env.pop("GIT_WORK_TREE", None)
     try:
         if input is not None and not isinstance(input, (bytes, bytearray, memoryview)):
