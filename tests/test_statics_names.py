@@ -9,7 +9,7 @@ from test_statics_provenance import make_repo
 
 from hyperqwen_patches.series.manifest import load_manifest
 from hyperqwen_patches.sources.pristine import open_pristine
-from hyperqwen_patches.statics.report import port_statics
+from hyperqwen_patches.statics.report import StaticsReport, port_statics
 
 LIB = b"""from enum import Enum
 
@@ -50,20 +50,31 @@ ADDED = USER.replace(
 ).replace(b"from vllm.lib import Base, util\n", b"from vllm.lib import CONST, Base, Mode, util\n")
 
 
-def run(tmp_path: Path, new_lib: bytes, extra: str = "") -> tuple[list[tuple[str, str, str]], dict]:
-    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/user.py": USER}
-    root = make_repo(tmp_path, pristine, [("use", {"vllm/user.py": ADDED})], extra=extra)
+def statics_report(
+    tmp_path: Path,
+    pristine: dict[str, bytes],
+    rows: list[tuple[str, dict[str, bytes]]],
+    target_files: dict[str, bytes],
+    extra: str = "",
+) -> StaticsReport:
+    """port_statics of ``rows`` on ``pristine`` (0.29.0) against ``target_files`` (0.30.0)."""
+    root = make_repo(tmp_path, pristine, rows, extra=extra)
     target = tmp_path / "target"
-    (target / "vllm").mkdir(parents=True)
-    (target / "vllm/__init__.py").write_bytes(b"")
-    (target / "vllm/lib.py").write_bytes(new_lib)
-    (target / "vllm/user.py").write_bytes(USER)
+    for rel, data in target_files.items():
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        (target / rel).write_bytes(data)
     manifest = load_manifest(root)
     with (
         open_pristine(manifest.source, version="0.29.0") as old,
         open_pristine(f"dir:{target}", version="0.30.0") as new,
     ):
-        report = port_statics(manifest, old, new)
+        return port_statics(manifest, old, new)
+
+
+def run(tmp_path: Path, new_lib: bytes, extra: str = "") -> tuple[list[tuple[str, str, str]], dict]:
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/user.py": USER}
+    target = {"vllm/__init__.py": b"", "vllm/lib.py": new_lib, "vllm/user.py": USER}
+    report = statics_report(tmp_path, pristine, [("use", {"vllm/user.py": ADDED})], target, extra)
     found = [(f.check, f.subject, f.message.split(":", 1)[0]) for f in report.findings]
     return found, report.stats
 
@@ -295,20 +306,9 @@ def _widening(tmp_path: Path, target_lib: bytes) -> list[tuple[str, str, str]]:
     pristine = {"vllm/__init__.py": b"", "vllm/lib.py": WIDE_LIB, "vllm/user.py": WIDE_USER}
     widened = WIDE_LIB.replace(b"    url,\n", b"    url,\n    headers=None,\n")
     call = WIDE_USER.replace(b'fetch("u")', b'fetch("u", headers={})')
-    root = make_repo(
-        tmp_path, pristine, [("widen", {"vllm/lib.py": widened, "vllm/user.py": call})]
-    )
-    target = tmp_path / "target"
-    (target / "vllm").mkdir(parents=True)
-    (target / "vllm/__init__.py").write_bytes(b"")
-    (target / "vllm/lib.py").write_bytes(target_lib)
-    (target / "vllm/user.py").write_bytes(WIDE_USER)
-    manifest = load_manifest(root)
-    with (
-        open_pristine(manifest.source, version="0.29.0") as old,
-        open_pristine(f"dir:{target}", version="0.30.0") as new,
-    ):
-        report = port_statics(manifest, old, new)
+    rows = [("widen", {"vllm/lib.py": widened, "vllm/user.py": call})]
+    target = {"vllm/__init__.py": b"", "vllm/lib.py": target_lib, "vllm/user.py": WIDE_USER}
+    report = statics_report(tmp_path, pristine, rows, target)
     return [(f.check, f.subject, f.message) for f in report.findings]
 
 
