@@ -216,6 +216,21 @@ def test_version_and_a_plain_command_do_not_import_typer(tmp_path: Path) -> None
     assert "hyperqwen_patches.commands.apply" not in mods  # no command pays for another's imports
 
 
+def test_a_plain_apply_imports_no_typing_dataclasses_inspect_or_hashlib(tmp_path: Path) -> None:
+    """The modules an `apply` start pays for and does not need (docs/performance.md, "A
+    real-shaped series"): typing, dataclasses and its inspect, hashlib's OpenSSL."""
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm/f.py").write_text("a\n")
+    patch = tmp_path / "p.patch"
+    patch.write_text("--- a/vllm/f.py\n+++ b/vllm/f.py\n@@ -1 +1 @@\n-a\n+b\n")
+    applied, mods = run(tmp_path, "apply", str(site), "--patch", str(patch))
+    assert applied.returncode == 0, applied.stderr[-2000:]
+    assert (site / "vllm/f.py").read_text() == "b\n"
+    assert "hyperqwen_patches.commands.apply" in mods
+    assert not mods & {"typing", "dataclasses", "inspect", "hashlib", "_hashlib"}
+
+
 def test_help_and_usage_errors_still_come_from_typer(tmp_path: Path) -> None:
     helped, mods = run(tmp_path, "apply", "--help")
     assert helped.returncode == 0

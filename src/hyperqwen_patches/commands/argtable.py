@@ -3,7 +3,11 @@
 The fast path (``commands/argv.py``) reads command lines with it; ``tests/test_argv.py`` fails
 when it no longer matches the commands."""
 
-from typing import Any
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing itself is not imported by a plain run
+if TYPE_CHECKING:
+    from typing import Any
 
 # fmt: off
 TABLE: dict[str, dict[str, Any]] = {
