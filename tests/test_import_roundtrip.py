@@ -52,6 +52,15 @@ def patch_files(root: Path) -> dict[str, bytes]:
     }
 
 
+def exported_series(tmp_path: Path) -> tuple[Path, Path]:
+    """A fork with the four rows, and a series repository exported from it."""
+    fork = tmp_path / "fork"
+    make_fork(fork)
+    series = new_series(tmp_path / "series")
+    export(series, fork)
+    return series, fork
+
+
 def test_export_then_import_then_export(tmp_path: Path) -> None:
     fork = tmp_path / "fork"
     base, shas = make_fork(fork)
@@ -112,10 +121,7 @@ def test_export_then_import_then_export(tmp_path: Path) -> None:
 
 
 def test_import_is_deterministic_and_leaves_the_repository_alone(tmp_path: Path) -> None:
-    fork = tmp_path / "fork"
-    make_fork(fork)
-    series = new_series(tmp_path / "series")
-    export(series, fork)
+    series, _fork = exported_series(tmp_path)
     manifest = load_manifest(series)
 
     a = importing.import_series(manifest, tmp_path / "a", tree=DictTree(PRISTINE), create=True)
@@ -160,10 +166,7 @@ def test_a_work_tree_left_in_the_environment_changes_nothing(
 ) -> None:
     """GIT_WORK_TREE (as a git hook leaves it) pointing elsewhere: import --create makes the same
     repository and commits as without it (it failed with git's "Cannot access work tree")."""
-    fork = tmp_path / "fork"
-    make_fork(fork)
-    series = new_series(tmp_path / "series")
-    export(series, fork)
+    series, _fork = exported_series(tmp_path)
     manifest = load_manifest(series)
     plain = importing.import_series(manifest, tmp_path / "a", tree=DictTree(PRISTINE), create=True)
     elsewhere = tmp_path / "elsewhere"
@@ -176,10 +179,7 @@ def test_a_work_tree_left_in_the_environment_changes_nothing(
 
 
 def test_import_refuses_to_move_a_checked_out_branch(tmp_path: Path) -> None:
-    fork = tmp_path / "fork"
-    make_fork(fork)
-    series = new_series(tmp_path / "series")
-    export(series, fork)
+    series, fork = exported_series(tmp_path)
     sh(["update-ref", f"refs/heads/{BRANCH}", f"{BRANCH}~1"], cwd=fork)
     with pytest.raises(GitError, match="checked out"):
         importing.import_series(load_manifest(series), fork, tree=DictTree(PRISTINE), force=True)
@@ -211,10 +211,7 @@ def test_import_under_hostile_config_gives_the_same_shas(
 ) -> None:
     from fixtures_git import make_hostile
 
-    fork = tmp_path / "fork"
-    make_fork(fork)
-    series = new_series(tmp_path / "series")
-    export(series, fork)
+    series, _fork = exported_series(tmp_path)
     manifest = load_manifest(series)
     clean = importing.import_series(manifest, tmp_path / "a", tree=DictTree(PRISTINE), create=True)
     hostile_repo = tmp_path / "b"
@@ -229,10 +226,7 @@ def test_import_under_hostile_config_gives_the_same_shas(
 def test_import_of_a_row_that_does_not_apply_names_row_file_and_hunk(tmp_path: Path) -> None:
     from hyperqwen_patches.errors import FindingError
 
-    fork = tmp_path / "fork"
-    make_fork(fork)
-    series = new_series(tmp_path / "series")
-    export(series, fork)
+    series, fork = exported_series(tmp_path)
     broken = series / "patches" / "crlf-latin1.patch"
     broken.write_bytes(broken.read_bytes().replace(b" x = 1\n", b" x = 100\n"))
     before = sh(["for-each-ref"], cwd=fork)

@@ -136,11 +136,10 @@ def isolated_env(
         if name == "GIT_NAMESPACE":
             env[name] = ""  # empty namespace = the plain ref space
         elif name == "GIT_WORK_TREE":
-            if (
-                git_dir is not None
-            ):  # no work tree content is read: the git dir has no .gitattributes
+            # With a git dir: pointed at it (no work tree content is read; it has no
+            # .gitattributes). Without one: dropped by run(), so the cwd is the work tree.
+            if git_dir is not None:
                 env[name] = str(git_dir)
-            # else: dropped by run(), so the command's cwd is its work tree, as intended
         else:
             raise EnvironmentProblem(
                 f"{name} is set in the environment ({os.environ[name]!r}); it would point git at "

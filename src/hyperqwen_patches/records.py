@@ -4,7 +4,8 @@ Every result object here is a plain record: fields, ``__init__``, ``__repr__``, 
 when frozen. ``dataclasses`` builds each class with five or six ``exec`` calls and imports
 ``inspect`` (and through it ``ast``, ``dis``, ``tokenize``): 17 ms of the 32 ms that ``apply`` spent
 importing its modules, more than the work on a 50-row series (docs/performance.md, "Start-up").
-``record`` compiles one small module of methods per class instead.
+``record`` compiles only ``__init__`` per class (a record per hunk is made on the hot path) and
+shares one ``__repr__``, ``__eq__`` and ``__hash__`` that read the class's field names.
 
 The same spelling and meaning as ``dataclasses`` for what is supported: ``@record``,
 ``@record(frozen=True, slots=True)``, ``field(default=..., default_factory=..., init=False,
@@ -70,8 +71,11 @@ def replace(obj: T, **changes: Any) -> T:
 
 
 def _key(names: tuple[str, ...]) -> Callable[[Any], tuple]:
-    get = attrgetter(*names)
-    return get if len(names) > 1 else lambda self: (get(self),)
+    """The compared fields of a record as a tuple (attrgetter gives a bare value for one name)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    get = attrgetter(*names) if names else None
+    return (lambda self: (get(self),)) if get else (lambda self: ())
 
 
 def _repr(self: Any) -> str:
@@ -151,28 +155,18 @@ def _build(cls: type, frozen: bool, slots: bool) -> type:
     # Only __init__ is compiled per class (it is on the hot path: a record per hunk); the other
     # methods are shared and read the class's field names.
     exec(compile("\n".join(src), f"<record {cls.__qualname__}>", "exec"), env)
-    compared = tuple(f.name for f in flds if f.compare)
-    env.update(
-        __repr__=_repr,
-        __eq__=_eq,
-        __hash__=_hash,
-        __setattr__=_frozen_setattr,
-        __delattr__=_frozen_delattr,
-    )
-
-    explicit_hash = "__hash__" in body and not (body["__hash__"] is None and "__eq__" in body)
-    methods = ["__init__"] + [m for m in ("__repr__", "__eq__") if m not in body]
+    init = env["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    new_attrs: dict[str, Any] = {"__init__": init}
+    new_attrs.update({m: f for m, f in (("__repr__", _repr), ("__eq__", _eq)) if m not in body})
     if frozen:
-        methods += ["__setattr__", "__delattr__"]
-    if not explicit_hash and frozen:
-        methods.append("__hash__")
-    new_attrs: dict[str, Any] = {m: env[m] for m in methods}
-    env["__init__"].__qualname__ = f"{cls.__qualname__}.__init__"
-    if not explicit_hash and not frozen:
-        new_attrs["__hash__"] = None  # mutable and compared by value: unhashable, as dataclasses
+        new_attrs.update(__setattr__=_frozen_setattr, __delattr__=_frozen_delattr)
+    if "__hash__" not in body or (body["__hash__"] is None and "__eq__" in body):
+        # as dataclasses: frozen and compared by value hashes by value; mutable is unhashable
+        new_attrs["__hash__"] = _hash if frozen else None
     new_attrs["__record_fields__"] = tuple(flds)
     new_attrs["__record_shown__"] = tuple(f.name for f in flds if f.repr)
-    new_attrs["__record_key__"] = (lambda self: ()) if not compared else _key(compared)
+    new_attrs["__record_key__"] = _key(tuple(f.name for f in flds if f.compare))
     if not slots:
         for f in flds:
             if isinstance(body.get(f.name), Field):

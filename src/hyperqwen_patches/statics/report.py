@@ -18,6 +18,7 @@ from hyperqwen_patches.statics.analysis import Analysis, StaticFinding
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from hyperqwen_patches.engine.patchset import Patch
     from hyperqwen_patches.series.manifest import Manifest
     from hyperqwen_patches.sources.pristine import PristineTree
 
@@ -46,25 +47,31 @@ class StaticsReport:
         }
 
 
-def trace_series(manifest: Manifest, tree: PristineTree) -> Analysis:
+def series_patches(manifest: Manifest) -> list[Patch]:
+    """The active rows as engine patches, in order (read and parsed once per comparison)."""
+    from hyperqwen_patches.series.rows import load_series
+
+    return [s.patch for s in load_series(manifest) if s.patch is not None]
+
+
+def trace_series(
+    manifest: Manifest, tree: PristineTree, patches: list[Patch] | None = None
+) -> Analysis:
     """The active rows applied in memory onto ``tree`` (``check``'s policy), traced per line."""
     from hyperqwen_patches.engine.applying import Policy, apply_series
-    from hyperqwen_patches.series.rows import load_series
     from hyperqwen_patches.statics.provenance import trace
 
-    patches = [s.patch for s in load_series(manifest) if s.patch is not None]
+    patches = series_patches(manifest) if patches is None else patches
     result = apply_series(patches, tree.read, Policy(ambiguity="error"))
     return Analysis(trace(patches, result, tree.read), tree.read)
 
 
-def carried_reader(manifest: Manifest, tree: PristineTree) -> Callable[[bytes], bytes | None]:
+def carried_reader(patches: list[Patch], tree: PristineTree) -> Callable[[bytes], bytes | None]:
     """The target as the series leaves it: every row that applies there, in order (a row that does
     not apply contributes nothing, as in ``port``'s in-sequence pass). A call a row widens a
     signature for, in its own hunk, is then judged against the widened definition."""
     from hyperqwen_patches.engine.applying import Policy, apply_series
-    from hyperqwen_patches.series.rows import load_series
 
-    patches = [s.patch for s in load_series(manifest) if s.patch is not None]
     changes = apply_series(patches, tree.read, Policy(ambiguity="report")).changes
 
     def read(path: bytes) -> bytes | None:
@@ -74,15 +81,20 @@ def carried_reader(manifest: Manifest, tree: PristineTree) -> Callable[[bytes], 
 
 
 def port_statics(
-    manifest: Manifest, old: PristineTree, new: PristineTree, analysis: Analysis | None = None
+    manifest: Manifest,
+    old: PristineTree,
+    new: PristineTree,
+    analysis: Analysis | None = None,
+    patches: list[Patch] | None = None,
 ) -> StaticsReport:
     """Removed names and changed signatures of the series' added lines, pin (``old``) -> ``new``."""
     from hyperqwen_patches.statics.names import Views, removed_names
     from hyperqwen_patches.statics.signatures import changed_signatures
 
-    analysis = analysis or trace_series(manifest, old)
+    patches = series_patches(manifest) if patches is None else patches
+    analysis = analysis or trace_series(manifest, old, patches)
     views = Views.build(
-        analysis, old.read, carried_reader(manifest, new), old.label, new.label, manifest.package
+        analysis, old.read, carried_reader(patches, new), old.label, new.label, manifest.package
     )
     accept = tuple(a.name for a in manifest.accepted_names)
     names = removed_names(views, accept)
@@ -144,7 +156,8 @@ def run_statics(
         progress=progress,
     ) as pin:
         reports.append(pin_statics(manifest, pin))
-        analysis = trace_series(manifest, pin) if to_versions else None
+        patches = series_patches(manifest) if to_versions else None
+        analysis = trace_series(manifest, pin, patches) if to_versions else None
         for version in to_versions:
             with open_pristine(
                 f"pypi:{manifest.package}=={version}",
@@ -152,7 +165,7 @@ def run_statics(
                 version=version,
                 progress=progress,
             ) as new:
-                reports.append(port_statics(manifest, pin, new, analysis))
+                reports.append(port_statics(manifest, pin, new, analysis, patches))
     return reports
 
 
