@@ -251,6 +251,8 @@ def tq_roundtrip(cfg, centroids: torch.Tensor) -> Roundtrip:
 
 
 def _sylvester(d: int, device: torch.device) -> torch.Tensor:
+    """TurboQuant's rotation as vLLM builds it (``_build_hadamard``: fp32, divided in fp32), not
+    KVarN's ``hadamard`` (built in float64, then cast): the last bit matters to match its kernels."""
     h = torch.tensor([[1.0]])
     while h.shape[0] < d:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
