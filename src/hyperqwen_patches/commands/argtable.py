@@ -178,7 +178,7 @@ TABLE: dict[str, dict[str, Any]] = {
         "function": "port",
         "no_args_is_help": True,
         "params": [
-            {"name": "to", "kind": "option", "opts": ["--to"], "secondary": [], "flag": False, "multiple": True, "required": True, "type": "str"},
+            {"name": "to", "kind": "option", "opts": ["--to"], "secondary": [], "flag": False, "multiple": True, "required": False, "type": "str"},
             {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
             {"name": "source", "kind": "option", "opts": ["--source"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
             {"name": "from_source", "kind": "option", "opts": ["--from-source"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
@@ -189,6 +189,10 @@ TABLE: dict[str, dict[str, Any]] = {
             {"name": "fork", "kind": "option", "opts": ["--fork"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": True, "dir_okay": True, "readable": True},
             {"name": "branch", "kind": "option", "opts": ["--branch"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
             {"name": "force", "kind": "option", "opts": ["--force"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
+            {"name": "worktree", "kind": "option", "opts": ["--worktree"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": True, "dir_okay": True, "readable": True},
+            {"name": "resume", "kind": "option", "opts": ["--continue"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
+            {"name": "skip", "kind": "option", "opts": ["--skip"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
+            {"name": "abort", "kind": "option", "opts": ["--abort"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
         ],
     },
     "statics": {

@@ -17,10 +17,15 @@ partly upstream (some hunks carried, the rest apply), or conflicts. A conflictin
 that no longer match and the old-vs-new pristine diff around it; every row lists which of its files
 changed between the releases.
 
-With --rebase, a new fork branch is built on the new release's base commit from every row that goes
-through (offsets refreshed; already-upstream hunks dropped), the upstream rows are recorded as
-retirement candidates with their evidence, and the conflicting rows are listed. The old branch is
-never rewritten.
+With --rebase, a new fork branch is built on the new release's base commit, one commit per row in
+order, each tried on the branch as built so far: at fuzz 0 (offsets refreshed, already-upstream hunks
+dropped), else by a three-way merge of the row's old fork commit (git merge-file: a release change in
+the hunk's context merges; one on the same or the next line does not). Rows the release carries get
+no commit. A row that needs a person pauses the rebase: its files are checked out with diff3 conflict
+markers in a worktree of the fork (../FORK-port-VERSION, or --worktree), nothing staged. Resolve them,
+then --continue (commits the worktree with the row's message, or takes your own commit there);
+--skip leaves the row out; --abort drops the paused rebase. The branch is written when the last row
+is through; the old branch, the checked-out branch and the fork's index are never touched.
 
 Examples:
 
@@ -29,11 +34,14 @@ Examples:
   hqp port --to 0.31.0 --markdown port-0.31.md --json > port-0.31.json
   hqp port --to 0.30.0 --to 0.31.0 --to 0.32.0 --markdown docs/port-matrix.md
   hqp port --to 0.30.0 --rebase --fork ../fork
+  hqp port --rebase --continue --fork ../fork     (after resolving the paused row)
 
-Exit codes: 0 every row applies or is upstream and the static checks find no error on the target;
-1 at least one row conflicts, or a static check finds an error (a name the target removed, a call
-that no longer binds: code that applies but would fail there); 2 usage or environment problem (a
-version not on PyPI, the pin itself); 3 git failed.
+Exit codes: 0 every row applies or is upstream (with --rebase: the branch is written with every row
+that is not upstream) and the static checks find no error on the target; 1 at least one row
+conflicts (with --rebase: the rebase paused for a person, or a row was skipped), or a static check
+finds an error (a name the target removed, a call that no longer binds: code that applies but would
+fail there); 2 usage or environment problem (a version not on PyPI, the pin itself, conflict markers
+left at --continue); 3 git failed.
 """
 
 
@@ -43,12 +51,13 @@ def register(app: typer.Typer) -> None:
 
 def port(
     to: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "--to",
-            help="The release to port to, such as 0.30.0; repeat it for a matrix of releases.",
+            help="The release to port to, such as 0.30.0; repeat it for a matrix of releases. "
+            "Not needed with --continue, --skip or --abort.",
         ),
-    ],
+    ] = None,
     repo: Annotated[
         Path | None,
         typer.Option(
@@ -97,6 +106,30 @@ def port(
     force: Annotated[
         bool, typer.Option("--force", help="Move --branch if it exists (never an export point).")
     ] = False,
+    worktree: Annotated[
+        Path | None,
+        typer.Option(
+            "--worktree",
+            help="Where --rebase checks out a row that needs you (default: ../FORK-port-VERSION).",
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--continue",
+            help="Go on with a paused --rebase: commit the resolved worktree (or take your commit "
+            "there) as the paused row.",
+        ),
+    ] = False,
+    skip: Annotated[
+        bool, typer.Option("--skip", help="Go on with a paused --rebase, leaving its row out.")
+    ] = False,
+    abort: Annotated[
+        bool,
+        typer.Option(
+            "--abort", help="Drop a paused --rebase: its worktree and state; no branch is written."
+        ),
+    ] = False,
 ) -> None:
     from hyperqwen_patches.console import emit_json, err, out
     from hyperqwen_patches.errors import FindingError, UsageError
@@ -104,12 +137,29 @@ def port(
     from hyperqwen_patches.port.report import render_markdown, render_matrix
     from hyperqwen_patches.port.run import port as run_port
 
-    if not rebase and (fork is not None or branch is not None or force):
-        raise UsageError("--fork, --branch and --force only make sense with --rebase")
+    actions = [name for name, on in (("continue", resume), ("skip", skip), ("abort", abort)) if on]
+    if len(actions) > 1:
+        raise UsageError(f"--{actions[0]} and --{actions[1]} cannot go together")
+    action = actions[0] if actions else "start"
+    if not rebase and (fork is not None or branch is not None or force or worktree or actions):
+        raise UsageError(
+            "--fork, --branch, --force, --worktree, --continue, --skip and --abort only make "
+            "sense with --rebase"
+        )
+    if action != "start" and (branch is not None or force or worktree is not None):
+        raise UsageError(f"--{action} goes on with the paused rebase's own branch and worktree")
     if repo is None:
         from hyperqwen_patches.series.manifest import find_repo_root
 
         repo = find_repo_root(Path.cwd()) or Path.cwd()
+    fork_path = (fork or repo).resolve()
+    if action == "abort":
+        _abort(fork_path, as_json)
+        return
+    if action != "start":
+        to, source, from_source = _resume_options(fork_path, action, to, source, from_source)
+    if not to:
+        raise UsageError("give the release to port to with --to, such as --to 0.30.0")
     if len(to) != len(set(to)):
         raise UsageError("--to names the same release twice")
     if rebase and len(to) > 1:
@@ -121,7 +171,13 @@ def port(
         )
     request = None
     if rebase:
-        request = RebaseRequest(fork=(fork or repo).resolve(), branch=branch, force=force)
+        request = RebaseRequest(
+            fork=fork_path,
+            branch=branch,
+            force=force,
+            action=action,  # type: ignore[arg-type]
+            worktree=worktree,
+        )
     results = [
         run_port(
             repo.resolve(),
@@ -158,13 +214,23 @@ def port(
             render_rebase(rebased)
     if markdown is not None:
         err.print(f"wrote {markdown}")
+    if rebased is not None:
+        # With --rebase the branch is the outcome: the triage's conflicts are what it met on the way.
+        report = reports[0]
+        if rebased.paused is not None:
+            raise FindingError(
+                f"row {rebased.paused.row} needs you: resolve the conflict markers in "
+                f"{rebased.paused.worktree}",
+                hint=f"then `{rebased.paused.resume}` (or --skip to leave the row out, --abort)",
+            )
+        if not rebased.ok or report.static_errors:
+            what = [f"left out: {', '.join(rebased.skipped)}"] if rebased.skipped else []
+            if report.static_errors:
+                what.append(f"{report.static_errors} static error(s)")
+            raise FindingError(f"{rebased.branch} is written; " + " and ".join(what))
+        return
     conflicting = [r for r in reports if not r.ok]
     if conflicting:
-        if rebased is not None:
-            err.print(
-                f"{rebased.branch} holds the {len(rebased.commits)} row(s) that go through; "
-                "resolve the conflicting rows on it"
-            )
         parts = []
         for r in conflicting:
             what = []
@@ -178,6 +244,37 @@ def port(
             hint="the table and --markdown show each conflicting hunk and its cause, and each "
             "static finding with its row, file and line",
         )
+
+
+def _resume_options(
+    fork: Path, action: str, to: list[str] | None, source: str | None, from_source: str | None
+) -> tuple[list[str], str | None, str | None]:
+    """--continue/--skip take the release and the sources the paused rebase was started with."""
+    from hyperqwen_patches.errors import UsageError
+    from hyperqwen_patches.port.rebase import paused_rebase
+
+    saved = paused_rebase(fork)
+    if saved is None:
+        raise UsageError(f"no port --rebase is paused in {fork}: nothing to {action}")
+    if to and to != [saved.to_version]:
+        raise UsageError(f"the paused port --rebase is to {saved.to_version}, not {', '.join(to)}")
+    return [saved.to_version], source or saved.to_source, from_source or saved.from_source
+
+
+def _abort(fork: Path, as_json: bool) -> None:
+    from hyperqwen_patches.console import emit_json, out
+    from hyperqwen_patches.port.rebase import abort_rebase
+
+    saved = abort_rebase(fork)
+    if as_json:
+        aborted = {"to": saved.to_version, "branch": saved.branch, "row": saved.row,
+                   "worktree": saved.worktree}  # fmt: skip
+        emit_json({"ok": True, "reports": [], "aborted": aborted})
+        return
+    out.print(
+        f"dropped the paused port --rebase to {saved.to_version} (at row {saved.row}); "
+        f"removed {saved.worktree}; {saved.branch} was not written"
+    )
 
 
 def _progress() -> object:
@@ -293,23 +390,43 @@ def render_terminal(report: object, *, details: bool) -> None:
 def render_rebase(result: object) -> None:
     from rich.text import Text
 
-    from hyperqwen_patches.console import out
+    from hyperqwen_patches.console import out, show
     from hyperqwen_patches.port.model import RebaseResult
 
     assert isinstance(result, RebaseResult)
     out.print()
-    verb = "moved" if result.previous else "created"
+    if result.paused is None:
+        verb = "moved" if result.previous else "created"
+        head = f"{verb} {result.branch} in {result.fork}"
+    else:
+        head = f"paused building {result.branch} in {result.fork} (not written yet)"
     out.print(
         Text(
-            f"{verb} {result.branch} in {result.fork}: base {result.base[:12]}, "
-            f"{len(result.commits)} commit(s), tip {result.tip[:12]} "
+            f"{head}: base {result.base[:12]}, {len(result.commits)} commit(s), "
+            f"{'tip' if result.paused is None else 'last'} {result.tip[:12]} "
             f"(messages from the {result.messages_from})",
             style="bold",
         )
     )
-    for row, sha in result.commits:
-        out.print(f"  {sha[:12]} {row}")
+    merged = dict(result.merged)
+    for row, sha, how in result.commits:
+        extra = ""
+        if how == "merged":
+            both = merged.get(row, ())
+            extra = " (both sides changed " + ", ".join(show(p) for p in both) + ")" if both else ""
+        out.print(f"  {sha[:12]} {row}  [{how}{extra}]")
     if result.upstream:
         out.print(f"left out, already upstream: {', '.join(result.upstream)}")
-    if result.conflicts:
-        out.print(Text(f"left for you, conflicting: {', '.join(result.conflicts)}", style="red"))
+    if result.skipped:
+        out.print(Text(f"left out with --skip: {', '.join(result.skipped)}", style="red"))
+    if result.paused is not None:
+        paused = result.paused
+        out.print(Text(f"row {paused.row} needs you, in {paused.worktree}:", style="red bold"))
+        for f in paused.files:
+            what = {
+                "conflict": f"{f.conflicts} conflict(s), markers left",
+                "removed-upstream": "the release removed it; the row's version is there",
+                "modify-delete": "the row deletes it, the release changed it; the release's is there",
+            }.get(f.how, f"clean ({f.how})")
+            out.print(f"  {show(f.path)}: {what}")
+        out.print(f"then: {paused.resume}   (or --skip, --abort)")

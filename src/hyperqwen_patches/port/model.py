@@ -355,38 +355,89 @@ def _yaml_str(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
 
 
+RebaseAction = Literal["start", "continue", "skip", "abort"]
+
+
 @record(frozen=True)
 class RebaseRequest:
-    """``--rebase``: where to build the new fork branch."""
+    """``--rebase``: where to build the new fork branch, and whether a paused rebase goes on."""
 
-    fork: Path  # the fork repository (objects and one new ref are written; nothing else)
+    fork: Path  # the fork repository (objects, one new ref, one linked worktree while paused)
     branch: str | None = None  # default: the export point's branch with the new release's version
     force: bool = False  # move the new branch if it exists (never an export point's own branch)
+    # "continue": take the person's resolution of the paused row; "skip": leave it out; "abort": drop
+    # the paused rebase (its worktree and state), writing no branch.
+    action: RebaseAction = "start"
+    worktree: Path | None = None  # where a row that needs a person is checked out
+
+
+# How a row reached the new branch: its hunks applied at fuzz 0 ("applied"), without the hunks the
+# release carries ("partly-upstream"), by a clean three-way merge ("merged"), or by a person
+# ("resolved").
+CommitHow = Literal["applied", "partly-upstream", "merged", "resolved"]
+
+
+@record(frozen=True)
+class Paused:
+    """A row that neither applies at fuzz 0 nor merges cleanly: checked out for a person."""
+
+    row: str
+    worktree: Path
+    files: tuple[Any, ...]  # threeway.FileMerge, each file of the row as written there
+    resume: str  # the command that goes on after the person's resolution
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "row": self.row,
+            "worktree": str(self.worktree),
+            "files": [f.to_json() for f in self.files],
+            "continue": self.resume,
+        }
 
 
 @record(frozen=True)
 class RebaseResult:
-    """The new fork branch: its base, one commit per row that went through, and what was left out."""
+    """The new fork branch: its base, one commit per row that went through, and what was left out.
+
+    ``state`` is "done" (the branch is written), "paused" (a row waits for a person in ``paused``'s
+    worktree; no branch is written yet) or "aborted"."""
 
     fork: Path
     branch: str
     base: str
-    tip: str
+    tip: str  # the branch's tip; while paused, the last commit so far
     previous: str | None
-    commits: tuple[tuple[str, str], ...]  # (row, commit SHA), in order
-    conflicts: tuple[str, ...]  # rows left for the maintainer
+    commits: tuple[tuple[str, str, CommitHow], ...]  # (row, commit SHA, how), in order
     upstream: tuple[str, ...]  # rows left out because the release carries them
     messages_from: str  # "fork" (the export point's commits) or "patch files"
+    state: Literal["done", "paused", "aborted"] = "done"
+    # rows combined by git merge-file, with the files where both sides' changes met
+    merged: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
+    skipped: tuple[str, ...] = ()  # rows a person left out with --skip
+    paused: Paused | None = None
+
+    @property
+    def conflicts(self) -> tuple[str, ...]:
+        """Rows left for a person: skipped ones and the one paused."""
+        return self.skipped + ((self.paused.row,) if self.paused is not None else ())
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "done" and not self.skipped
 
     def to_json(self) -> dict[str, Any]:
         return {
             "fork": str(self.fork),
             "branch": self.branch,
+            "state": self.state,
             "base": self.base,
             "tip": self.tip,
             "previous": self.previous,
-            "commits": [{"row": r, "commit": c} for r, c in self.commits],
+            "commits": [{"row": r, "commit": c, "how": h} for r, c, h in self.commits],
+            "merged": [{"row": r, "files": [show(p) for p in ps]} for r, ps in self.merged],
             "conflicts": list(self.conflicts),
+            "skipped": list(self.skipped),
             "upstream": list(self.upstream),
+            "paused": self.paused.to_json() if self.paused is not None else None,
             "messages_from": self.messages_from,
         }

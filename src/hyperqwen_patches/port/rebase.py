@@ -5,12 +5,20 @@ with the export point's messages and authors.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from hyperqwen_patches.console import show
 from hyperqwen_patches.errors import UsageError
-from hyperqwen_patches.port.model import PortReport, RebaseRequest, RebaseResult
+from hyperqwen_patches.port.model import (
+    CommitHow,
+    Paused,
+    PortReport,
+    PortRow,
+    RebaseRequest,
+    RebaseResult,
+)
 from hyperqwen_patches.sources.pristine import PristineTree
 
 # --- --rebase: the new fork branch -----------------------------------------------------------------
@@ -86,19 +94,98 @@ def _with_port_note(message: bytes, note: bytes) -> bytes:
     return body + b"\n\n" + note.rstrip(b"\n") + b"\n"
 
 
-def rebase_fork(
-    manifest: Any, report: PortReport, new: PristineTree, request: RebaseRequest
-) -> RebaseResult:
-    """Build the new fork branch: the new release's base commit, then one commit per row that goes
-    through in sequence (the row's hunks that apply, at their refreshed offsets). Rows the release
-    carries and conflicting rows get no commit. Only objects and the new branch's ref are written."""
+def _message(
+    view: Path, manifest: Any, messages: dict[str, tuple[bytes, dict[str, str]]], row: str
+) -> tuple[bytes, dict[str, str], bool]:
+    """The row's message and identity: the old fork commit's, else built from the patch file (the
+    third item says which)."""
+    from hyperqwen_patches.fork import importing
+
+    if row in messages:
+        return (*messages[row], False)
+    message, env = importing.commit_for_row(view, manifest, manifest.row(row))
+    return message, env, True
+
+
+def _state_at(git_dir: Path, commit: str, new: PristineTree) -> Any:
+    """The tree state of a commit on the new release's base (blobs the release has are read from
+    it; the few the rows changed, from git)."""
+    from hyperqwen_patches.fork import reading as forkgit
+    from hyperqwen_patches.fork import replay
+
+    entries = replay.tree_entries(git_dir, commit)
+
+    def read(path: bytes) -> bytes | None:
+        sha = entries[path][1]
+        data = new.read(path)
+        if data is not None and forkgit.blob_sha(data) == sha:
+            return data
+        return forkgit.read_blob(git_dir, sha)
+
+    return replay.TreeState(entries, read)
+
+
+class _OldSide:
+    """The pin with the rows applied in order: each row's file before and after it, as the old fork
+    commit's parent and the commit hold them (replay identity), for the three-way merge."""
+
+    def __init__(self, old: PristineTree) -> None:
+        self._old = old
+        self._state: dict[bytes, bytes | None] = {}
+
+    def read(self, path: bytes) -> bytes | None:
+        return self._state[path] if path in self._state else self._old.read(path)
+
+    def step(self, row: PortRow) -> tuple[dict[bytes, bytes | None], dict[bytes, int]]:
+        """Apply ``row``; return its changes and modes (the state moves on only after the caller
+        has read the "before" side: call :meth:`commit` then)."""
+        from hyperqwen_patches.engine.applying import Policy, apply_series
+        from hyperqwen_patches.fork.replay import RowDoesNotApply, _failure_text
+
+        assert row.patch is not None
+        result = apply_series([row.patch], self.read, Policy())
+        if not result.ok:
+            raise RowDoesNotApply(row.name, f"on {self._old.label}: {_failure_text(result)}")
+        return dict(result.changes), dict(result.modes)
+
+    def reader_after(self, changes: dict[bytes, bytes | None]) -> Callable[[bytes], bytes | None]:
+        """The files as the row leaves them (before :meth:`commit`)."""
+        return lambda path: changes[path] if path in changes else self.read(path)
+
+    def commit(self, changes: dict[bytes, bytes | None]) -> None:
+        self._state.update(changes)
+
+
+def paused_rebase(fork: Path) -> Any:
+    """The state of a paused ``port --rebase`` in ``fork`` (pausing.RebaseState), or None."""
+    from hyperqwen_patches import gitrun
+    from hyperqwen_patches.port import pausing
+
+    return pausing.load(gitrun.git_dir_of(fork))
+
+
+def abort_rebase(fork: Path) -> Any:
+    """Drop a paused rebase: its worktree and state; no branch was written. Returns the state."""
+    from hyperqwen_patches import gitrun
+    from hyperqwen_patches.port import pausing
+
+    git_dir = gitrun.git_dir_of(fork)
+    saved = pausing.load(git_dir)
+    if saved is None:
+        raise UsageError(f"no port --rebase is paused in {fork}: nothing to abort")
+    pausing.close_worktree(git_dir, Path(saved.worktree))
+    pausing.drop(git_dir)
+    return saved
+
+
+def _start(
+    git_dir: Path, manifest: Any, report: PortReport, request: RebaseRequest
+) -> tuple[str, str | None]:
+    """Check the new branch may be written; (branch, its current commit or None)."""
     from hyperqwen_patches import gitrun
     from hyperqwen_patches.errors import GitError
-    from hyperqwen_patches.fork import importing, replay
     from hyperqwen_patches.fork import reading as forkgit
-    from hyperqwen_patches.sources import basecommit
 
-    git_dir = gitrun.git_dir_of(request.fork)
     branch = request.branch or default_branch(manifest, report.to_version)
     ref = f"refs/heads/{branch}"
     protected = {p.branch for p in manifest.export_points}
@@ -117,68 +204,241 @@ def rebase_fork(
             f"branch {branch} already exists in {request.fork} (at {previous[:12]})",
             hint="pass --force to move it, or name another branch with --branch",
         )
+    _refuse_checked_out(git_dir, branch, request.fork)
+    return branch, previous
+
+
+def _refuse_checked_out(git_dir: Path, branch: str, fork: Path) -> None:
+    from hyperqwen_patches import gitrun
+    from hyperqwen_patches.errors import GitError
+
     head = gitrun.run(["symbolic-ref", "--quiet", "HEAD"], git_dir=git_dir).stdout.strip()
-    if previous is not None and head == ref.encode():
+    if head == f"refs/heads/{branch}".encode():
         raise GitError(
-            f"branch {branch} is checked out in {request.fork}; port never moves a checked-out branch"
+            f"branch {branch} is checked out in {fork}; port never moves a checked-out branch"
         )
 
+
+def rebase_fork(
+    manifest: Any,
+    report: PortReport,
+    rows: Sequence[PortRow],
+    old: PristineTree,
+    new: PristineTree,
+    request: RebaseRequest,
+    *,
+    sources: tuple[str | None, str | None] = (None, None),
+) -> RebaseResult:
+    """Build the new fork branch: the new release's base commit, then one commit per row, in order.
+
+    Each row is tried on the branch as built so far: at fuzz 0 (without the hunks the release
+    carries), else by a three-way merge of its old fork commit (threeway.py). A row the release
+    carries gets no commit. A row that needs a person pauses the rebase: its files go into a
+    worktree with conflict markers, the state into the fork's git dir, and ``--continue`` (the
+    person's resolution) or ``--skip`` goes on. The branch's ref is written once, at the end; only
+    objects, that ref and, while paused, one linked worktree and the state file are written.
+    """
+    from hyperqwen_patches import gitrun
+    from hyperqwen_patches.errors import GitError
+    from hyperqwen_patches.fork import importing, replay
+    from hyperqwen_patches.fork import reading as forkgit
+    from hyperqwen_patches.port import pausing
+    from hyperqwen_patches.port.pristinediff import PristinePair
+    from hyperqwen_patches.port.threeway import merge_row
+    from hyperqwen_patches.port.triage import attempt_row, touched_paths
+    from hyperqwen_patches.sources import basecommit
+
+    git_dir = gitrun.git_dir_of(request.fork)
+    saved = pausing.load(git_dir)
     messages = _fork_messages(git_dir, manifest)
-    base = basecommit.write_base_commit(
-        git_dir, new, package=manifest.package, version=report.to_version
-    )
-    state = replay.TreeState(replay.tree_entries(git_dir, base.commit), new.read)
-    parent = base.commit
-    commits: list[tuple[str, str]] = []
-    from_patch_files = False
+    from_patch_files = not messages
+    commits: list[tuple[str, str, CommitHow]] = []
+    merged: list[tuple[str, tuple[bytes, ...]]] = []
+    upstream: list[str] = []
+    skipped: list[str] = []
+    names = [r.name for r in rows]
     with forkgit.scratch_repo() as view:
-        for row in report.rows:
-            attempt = row.in_sequence
-            if attempt.carried is None or attempt.status not in (
-                "exact",
-                "offset",
-                "partly-upstream",
-            ):
-                continue
-            replay.apply_row(state, attempt.carried, row=row.name)
-            if row.name in messages:
-                message, env = messages[row.name]
+        if request.action == "start":
+            if saved is not None:
+                raise GitError(
+                    f"a port --rebase to {saved.to_version} is paused in {request.fork} at row "
+                    f"{saved.row} (worktree {saved.worktree})",
+                    hint="finish it with --continue or --skip, or drop it with --abort",
+                )
+            branch, previous = _start(git_dir, manifest, report, request)
+            base = basecommit.write_base_commit(
+                git_dir, new, package=manifest.package, version=report.to_version
+            ).commit
+            parent = base
+            state = replay.TreeState(replay.tree_entries(git_dir, base), new.read)
+            start = 0
+        else:
+            if saved is None:
+                raise UsageError(
+                    f"no port --rebase is paused in {request.fork}: nothing to {request.action}"
+                )
+            if saved.to_version != report.to_version:
+                raise UsageError(
+                    f"the paused port --rebase is to {saved.to_version}, not {report.to_version}"
+                )
+            if saved.row not in names:
+                raise UsageError(
+                    f"the paused row {saved.row} is no longer in the manifest",
+                    hint="--abort drops the paused rebase",
+                )
+            branch, previous, base = saved.branch, saved.previous, saved.base
+            _refuse_checked_out(git_dir, branch, request.fork)
+            commits = [(r, c, h) for r, c, h in saved.commits]  # type: ignore[misc]
+            merged = [(r, tuple(p.encode("utf-8", "surrogateescape") for p in ps))
+                      for r, ps in saved.merged]  # fmt: skip
+            upstream, skipped = list(saved.upstream), list(saved.skipped)
+            from_patch_files = saved.messages_from == "patch files"
+            if request.action == "skip":
+                parent = saved.parent
+                skipped.append(saved.row)
             else:
-                from_patch_files = True
-                message, env = importing.commit_for_row(view, manifest, manifest.row(row.name))
-            if row.status == "partly-upstream":
-                dropped = ", ".join(
-                    f"{show(h.path)} hunk #{h.number}"
-                    for h in attempt.hunks
-                    if h.status == "upstream"
+                message, env, built = _message(view, manifest, messages, saved.row)
+                from_patch_files |= built
+                conflicted = [f["path"] for f in saved.files if f["how"] == "conflict"] or [
+                    f["path"] for f in saved.files
+                ]
+                note = (
+                    f"Ported to {report.package} {report.to_version} by hand: "
+                    f"{', '.join(conflicted)} resolved in a three-way merge."
                 )
-                message = _with_port_note(
-                    message,
-                    f"Ported to {report.package} {report.to_version}: {dropped} dropped, "
-                    f"already upstream.".encode(),
+                parent, _ = pausing.take_resolution(
+                    git_dir, saved, _with_port_note(message, note.encode()), env
                 )
+                commits.append((saved.row, parent, "resolved"))
+            pausing.close_worktree(git_dir, Path(saved.worktree))
+            state = _state_at(git_dir, parent, new)
+            start = names.index(saved.row) + 1
+
+        pair = PristinePair(old, new)
+        old_side = _OldSide(old)
+        for row in rows[:start]:
+            if row.patch is not None:
+                old_side.commit(old_side.step(row)[0])
+        labels = (
+            f"{report.package} {report.to_version} + rows before",
+            f"{report.package} {report.from_version} + rows before",
+            "",
+        )
+        for row in rows[start:]:
+            if row.patch is None:
+                continue
+            old_changes, old_modes = old_side.step(row)
+            attempt = attempt_row(row.patch, state.read, pair)
+            note = ""
+            if attempt.status == "upstream":
+                upstream.append(row.name)
+                old_side.commit(old_changes)
+                continue
+            if attempt.status != "conflicts":
+                assert attempt.carried is not None
+                replay.apply_row(state, attempt.carried, row=row.name)
+                how: CommitHow = "applied"
+                if attempt.status == "partly-upstream":
+                    how = "partly-upstream"
+                    dropped = ", ".join(
+                        f"{show(h.path)} hunk #{h.number}"
+                        for h in attempt.hunks
+                        if h.status == "upstream"
+                    )
+                    note = (
+                        f"Ported to {report.package} {report.to_version}: {dropped} dropped, "
+                        "already upstream."
+                    )
+            else:
+                merge = merge_row(
+                    touched_paths(row.patch),
+                    old_side.read,
+                    old_side.reader_after(old_changes),
+                    state.read,
+                    (labels[0], labels[1], f"row {row.name}"),
+                )
+                if not merge.clean:
+                    worktree = (request.worktree or pausing.default_worktree(
+                        request.fork, git_dir, report.to_version)).resolve()  # fmt: skip
+                    resume = (
+                        f"hqp port --to {report.to_version} --rebase --continue --fork "
+                        f"{request.fork}"
+                    )
+                    pausing.save(
+                        git_dir,
+                        pausing.RebaseState(
+                            to_version=report.to_version,
+                            branch=branch,
+                            previous=previous,
+                            base=base,
+                            parent=parent,
+                            row=row.name,
+                            worktree=str(worktree),
+                            files=pausing.files_json(merge.files),
+                            to_source=sources[0],
+                            from_source=sources[1],
+                            commits=[list(c) for c in commits],
+                            merged=[[r, [show(p) for p in ps]] for r, ps in merged],
+                            upstream=upstream,
+                            skipped=skipped,
+                            messages_from="patch files" if from_patch_files else "fork",
+                        ),
+                    )
+                    try:
+                        pausing.open_worktree(git_dir, worktree, parent, merge.files)
+                    except BaseException:
+                        pausing.drop(git_dir)
+                        raise
+                    return RebaseResult(
+                        fork=request.fork,
+                        branch=branch,
+                        base=base,
+                        tip=parent,
+                        previous=previous,
+                        commits=tuple(commits),
+                        upstream=tuple(upstream),
+                        messages_from="patch files" if from_patch_files else "fork",
+                        state="paused",
+                        merged=tuple(merged),
+                        skipped=tuple(skipped),
+                        paused=Paused(row.name, worktree, merge.files, resume),
+                    )
+                state.apply_changes(row.patch, {f.path: f.content for f in merge.files}, old_modes)
+                how = "merged"
+                both = merge.merged_paths
+                merged.append((row.name, both))
+                note = f"Ported to {report.package} {report.to_version} by a three-way merge" + (
+                    f"; both sides changed {', '.join(show(p) for p in both)}." if both else "."
+                )
+            old_side.commit(old_changes)
+            message, env, built = _message(view, manifest, messages, row.name)
+            from_patch_files |= built
+            if note:
+                message = _with_port_note(message, note.encode())
             parent = importing.write_state_commit(git_dir, state, parent, message, env)
-            commits.append((row.name, parent))
+            commits.append((row.name, parent, how))
     gitrun.check(
         [
             "update-ref",
             "-m",
             f"hyperqwen-patches port --to {report.to_version} --rebase",
-            ref,
+            f"refs/heads/{branch}",
             parent,
             previous or "0" * 40,
         ],
         git_dir=git_dir,
         what=f"creating {branch}",
     )
+    pausing.drop(git_dir)
     return RebaseResult(
         fork=request.fork,
         branch=branch,
-        base=base.commit,
+        base=base,
         tip=parent,
         previous=previous,
         commits=tuple(commits),
-        conflicts=tuple(r.name for r in report.rows if r.status == "conflicts"),
-        upstream=tuple(r.name for r in report.rows if r.status == "upstream"),
-        messages_from="patch files" if from_patch_files or not messages else "fork",
+        upstream=tuple(upstream),
+        messages_from="patch files" if from_patch_files else "fork",
+        merged=tuple(merged),
+        skipped=tuple(skipped),
     )

@@ -71,7 +71,9 @@ def port(
             )
             result = None
             if rebase is not None:
-                result = rebase_fork(manifest, report, new, rebase)
+                result = rebase_fork(
+                    manifest, report, rows, old, new, rebase, sources=(to_source, from_source)
+                )
         finally:
             new.close()
     finally:

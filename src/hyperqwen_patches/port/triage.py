@@ -107,7 +107,7 @@ def _same_basename(path: bytes, pair: PristinePair) -> list[bytes]:
     return [p for p in pair.new_paths() if p.rsplit(b"/", 1)[-1] == base][:3]
 
 
-def _attempt(patch: Patch, read: Reader, pair: PristinePair) -> Attempt:
+def attempt_row(patch: Patch, read: Reader, pair: PristinePair) -> Attempt:
     """Try one row on the state ``read`` returns: forward, then the reverse of what did not apply."""
     forward = apply_patch(patch, read, FORWARD).patches[0]
     reverse = apply_patch(patch.reversed(), read, REVERSE).patches[0]
@@ -376,7 +376,7 @@ def _changed_form(
     return tuple(evidence)
 
 
-def _touched(patch: Patch) -> list[bytes]:
+def touched_paths(patch: Patch) -> list[bytes]:
     paths: list[bytes] = []
     for fp in patch.files:
         for p in (fp.old_path, fp.new_path):
@@ -449,8 +449,8 @@ def classify_rows(rows: Sequence[PortRow], old: PristineTree, new: PristineTree)
             skipped = Attempt("skipped")
             out.append(RowPort(row.name, row.position, row.kind, skipped, skipped, skip=row.skip))
             continue
-        alone = _attempt(row.patch, pair.read_new, pair)
-        in_sequence = _attempt(row.patch, read_sequence, pair)
+        alone = attempt_row(row.patch, pair.read_new, pair)
+        in_sequence = attempt_row(row.patch, read_sequence, pair)
         # A cascade: alone, the rows this one builds on; in sequence, the ones not carried.
         alone = _with_causes(alone, row.patch, pair.read_new, [(n, a) for n, a, _ in earlier])
         in_sequence = _with_causes(
@@ -458,7 +458,7 @@ def classify_rows(rows: Sequence[PortRow], old: PristineTree, new: PristineTree)
         )
         earlier.append((row.name, _added_lines(row.patch), in_sequence.status != "conflicts"))
         state.update(in_sequence.changes)
-        drift = tuple(pair.drift(p) for p in _touched(row.patch))
+        drift = tuple(pair.drift(p) for p in touched_paths(row.patch))
         out.append(RowPort(row.name, row.position, row.kind, alone, in_sequence, drift))
     return out
 

@@ -1,0 +1,227 @@
+"""A paused ``port --rebase``: its state file in the fork's git dir, and the worktree a person resolves in.
+
+The state lives in ``<git dir>/hqp-port-rebase.json`` (as git keeps ``rebase-merge/`` there): what is
+built so far, the row waiting, where. The worktree is a linked worktree of the fork (``git worktree
+add --detach``) at the last commit built; the row's files are written into it with diff3 markers where
+they conflict, nothing staged. Its index and HEAD are its own, so the user's checkout, index and
+branches are never touched; the branch itself is written once, when the rebase is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hyperqwen_patches import gitrun
+from hyperqwen_patches.atomicfile import write_atomic
+from hyperqwen_patches.console import show
+from hyperqwen_patches.errors import GitError, UsageError
+from hyperqwen_patches.records import field, record
+
+STATE_FILE = "hqp-port-rebase.json"
+STATE_FORMAT = 1
+
+
+@record
+class RebaseState:
+    """Everything a later ``--continue`` needs; plain data, stored as JSON."""
+
+    to_version: str
+    branch: str
+    previous: str | None
+    base: str
+    parent: str  # the last commit built: the worktree's starting HEAD
+    row: str  # the row waiting for a person
+    worktree: str
+    files: list[dict[str, Any]]  # {"path", "how", "conflicts"} of the row's files as written
+    to_source: str | None = None
+    from_source: str | None = None
+    commits: list[list[str]] = field(default_factory=list)  # [row, sha, how]
+    merged: list[list[Any]] = field(default_factory=list)  # [row, [path, ...]]
+    upstream: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    messages_from: str = "fork"
+
+
+def state_path(git_dir: Path) -> Path:
+    return git_dir / STATE_FILE
+
+
+def load(git_dir: Path) -> RebaseState | None:
+    path = state_path(git_dir)
+    try:
+        raw = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise GitError(
+            f"{path}: unreadable state of a paused port --rebase ({exc})",
+            hint="`hqp port --rebase --abort` drops it",
+        ) from exc
+    if not isinstance(raw, dict) or raw.pop("format", None) != STATE_FORMAT:
+        raise GitError(
+            f"{path}: not a state file this version of hyperqwen-patches wrote",
+            hint="`hqp port --rebase --abort` drops it",
+        )
+    try:
+        return RebaseState(**raw)
+    except TypeError as exc:
+        raise GitError(f"{path}: damaged state of a paused port --rebase ({exc})") from exc
+
+
+def save(git_dir: Path, state: RebaseState) -> None:
+    from hyperqwen_patches import records
+
+    data = {"format": STATE_FORMAT, **{k: getattr(state, k) for k in records.fields(state)}}
+    write_atomic(state_path(git_dir), json.dumps(data, indent=2).encode() + b"\n")
+
+
+def drop(git_dir: Path) -> None:
+    state_path(git_dir).unlink(missing_ok=True)
+
+
+# --- the worktree -----------------------------------------------------------------------------------
+
+
+def default_worktree(fork: Path, git_dir: Path, to_version: str) -> Path:
+    """``../<fork>-port-<version>`` beside the fork's work tree (beside a bare fork's git dir)."""
+    top = fork if git_dir != fork.resolve() else git_dir
+    return top.resolve().parent / f"{top.resolve().name.removesuffix('.git')}-port-{to_version}"
+
+
+def _admin_dir(worktree: Path) -> Path:
+    """A linked worktree's own git dir (``<fork git dir>/worktrees/<name>``), from its ``.git`` file."""
+    dotgit = worktree / ".git"
+    try:
+        text = dotgit.read_text()
+    except OSError as exc:
+        raise GitError(f"{worktree}: not a worktree of this rebase ({exc})") from exc
+    if not text.startswith("gitdir: "):
+        raise GitError(f"{dotgit}: not a linked worktree's .git file")
+    admin = Path(text[len("gitdir: ") :].strip())
+    return admin if admin.is_absolute() else (worktree / admin).resolve()
+
+
+def _in_worktree(worktree: Path, args: Sequence[str], *, what: str) -> bytes:
+    admin = _admin_dir(worktree)
+    return gitrun.check(
+        args,
+        git_dir=admin,
+        cwd=worktree,
+        index=admin / "index",
+        env={"GIT_WORK_TREE": str(worktree)},
+        what=what,
+    )
+
+
+def open_worktree(git_dir: Path, worktree: Path, commit: str, files: Sequence[Any]) -> None:
+    """A linked worktree at ``commit`` (detached), then ``files`` (threeway.FileMerge) written into
+    it; nothing staged."""
+    if worktree.exists() or worktree.is_symlink():
+        raise UsageError(
+            f"{worktree} exists; port --rebase checks a row that needs you out there",
+            hint="move it away, or name another place with --worktree",
+        )
+    gitrun.check(
+        ["worktree", "add", "--no-checkout", "--detach", str(worktree), commit],
+        git_dir=git_dir,
+        what=f"adding the worktree {worktree}",
+    )
+    _in_worktree(worktree, ["read-tree", commit], what="reading the last commit into the worktree")
+    _in_worktree(worktree, ["checkout-index", "--all"], what="checking out the worktree")
+    for f in files:
+        target = worktree / os.fsdecode(f.path)
+        if f.content is None:
+            target.unlink(missing_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(f.content)
+
+
+def close_worktree(git_dir: Path, worktree: Path) -> None:
+    """Remove the worktree and git's record of it (a worktree already deleted by hand is fine)."""
+    if worktree.exists():
+        shutil.rmtree(worktree)
+    gitrun.run(["worktree", "prune"], git_dir=git_dir)
+
+
+MARKERS = (b"<<<<<<< ", b">>>>>>> ", b"||||||| ")
+
+
+def leftover_markers(worktree: Path, paths: Sequence[str]) -> list[str]:
+    """``path:line`` of every conflict marker line still in ``paths``."""
+    found = []
+    for path in paths:
+        try:
+            data = (worktree / path).read_bytes()
+        except FileNotFoundError:
+            continue
+        for number, line in enumerate(data.splitlines(), start=1):
+            if line.startswith(MARKERS):
+                found.append(f"{path}:{number}")
+    return found
+
+
+def take_resolution(
+    git_dir: Path, state: RebaseState, message: bytes, env: dict[str, str]
+) -> tuple[str, str]:
+    """The paused row's commit from the worktree: the person's own commit on top of ``state.parent``,
+    or (nothing committed) every change in the worktree committed with the row's message. Returns
+    (commit, "committed" | "from the worktree")."""
+    from hyperqwen_patches.fork import reading as forkgit
+    from hyperqwen_patches.sources import basecommit
+
+    worktree = Path(state.worktree)
+    if not worktree.exists():
+        raise GitError(
+            f"the worktree {worktree} of the paused row {state.row} is gone",
+            hint="--skip leaves the row out; --abort drops the whole rebase",
+        )
+    head = _in_worktree(worktree, ["rev-parse", "HEAD"], what="reading the worktree's HEAD")
+    head_sha = head.decode().strip()
+    status = _in_worktree(
+        worktree,
+        ["status", "--porcelain", "-z", "--untracked-files=all"],
+        what="reading the worktree's status",
+    )
+    if head_sha != state.parent:
+        if not forkgit.is_ancestor(git_dir, state.parent, head_sha):
+            raise GitError(
+                f"the worktree's HEAD {head_sha[:12]} does not build on {state.parent[:12]}, where "
+                f"the rebase left it",
+                hint="commit your resolution on top of that commit, or --skip / --abort",
+            )
+        if status:
+            raise GitError(
+                f"{worktree} has changes besides your commit {head_sha[:12]}",
+                hint="commit or discard them, then --continue again",
+            )
+        return head_sha, "committed"
+    conflicted = [f["path"] for f in state.files if f["how"] not in ("row", "same", "merged")]
+    left = leftover_markers(worktree, conflicted)
+    if left:
+        raise UsageError(
+            f"conflict markers are still in {', '.join(left[:5])}"
+            + (f" and {len(left) - 5} more" if len(left) > 5 else ""),
+            hint=f"resolve them in {worktree}, then --continue",
+        )
+    if not status:
+        raise UsageError(
+            f"{worktree} holds no change on {state.parent[:12]}: the row {state.row} would add "
+            "nothing",
+            hint="--skip leaves the row out of the branch",
+        )
+    _in_worktree(worktree, ["add", "--all"], what="staging the resolution")
+    tree = _in_worktree(worktree, ["write-tree"], what="writing the resolution's tree")
+    commit = basecommit.commit_tree(
+        git_dir, tree.decode().strip(), parents=[state.parent], message=message, env=env
+    )
+    return commit, "from the worktree"
+
+
+def files_json(files: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{"path": show(f.path), "how": f.how, "conflicts": f.conflicts} for f in files]
