@@ -66,6 +66,8 @@ class Views:
     new: Symbols
     old_label: str
     new_label: str
+    # references(), once: both the name and the signature checks read them.
+    _references: tuple[list[Ref], list[CallRef]] | None = None
 
     @classmethod
     def build(
@@ -97,6 +99,11 @@ class Views:
         return found.line == 0 or prov.owner(found.path, found.line) is None
 
     def references(self) -> tuple[list[Ref], list[CallRef]]:
+        if self._references is None:
+            self._references = self._collect_references()
+        return self._references
+
+    def _collect_references(self) -> tuple[list[Ref], list[CallRef]]:
         refs: list[Ref] = []
         calls: list[CallRef] = []
         for path in python_files(self.analysis.prov):

@@ -11,6 +11,7 @@ followed (their types are not known statically); they are counted as skipped.
 from __future__ import annotations
 
 import ast
+import bisect
 
 from hyperqwen_patches.records import record
 from hyperqwen_patches.statics.provenance import Provenance
@@ -115,6 +116,17 @@ class _Collector:
                     if a.name != "*":
                         self.imports[a.asname or a.name] = (f"{src}.{a.name}", node.lineno)
         self.tree = tree
+        # Lines rows added, sorted: a statement that spans none of them holds no reference to
+        # record (every node recorded starts or ends on an added line), so it is not walked.
+        self.added = [line for line, _ in prov.added_lines(path)]
+
+    def _spans_added(self, stmt: ast.stmt) -> bool:
+        first = min(
+            [stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))]
+        )
+        last = stmt.end_lineno or stmt.lineno
+        i = bisect.bisect_left(self.added, first)
+        return i < len(self.added) and self.added[i] <= last
 
     def _source(self, node: ast.ImportFrom) -> str:
         if node.level:
@@ -139,7 +151,8 @@ class _Collector:
         cls_param: str | None,
     ) -> None:
         for stmt in body:
-            self.visit(stmt, scopes, cls, me, cls_param)
+            if self._spans_added(stmt):
+                self.visit(stmt, scopes, cls, me, cls_param)
 
     def visit(
         self,
