@@ -82,7 +82,9 @@ def make_series(old: object, new: object, root: Path, seed: int = 29) -> list[st
     (root / "patches").mkdir(parents=True)
     names, entries = [], []
     for i in range(1, ROWS + 1):
-        path = files[(i * 7) % FILES] if i % 5 else rng.choice([p for p in files if added[p]] or files)
+        path = (
+            files[(i * 7) % FILES] if i % 5 else rng.choice([p for p in files if added[p]] or files)
+        )
         before = state[path]
         after = list(before)
         if i % 5 == 0 and added[path]:
@@ -193,11 +195,14 @@ def main() -> int:
         print(
             "verdicts (alone, in sequence) agree with GNU patch on "
             f"{ROWS - len(differ)} of {ROWS} rows"
-            + (f"; differ: {', '.join(f'{n} ours {ours[n]} gnu {gnu[n]}' for n in differ)}"
-               if differ else "")  # fmt: skip
+            + (
+                f"; differ: {', '.join(f'{n} ours {ours[n]} gnu {gnu[n]}' for n in differ)}"
+                if differ
+                else ""
+            )
         )
         o, g = statistics.median(times["ours"]), statistics.median(times["gnu"])
-        print(f"| runs | ours port (median) | GNU loop (median) | GNU / ours |")
+        print("| runs | ours port (median) | GNU loop (median) | GNU / ours |")
         print(f"| {args.runs} | {o:.2f} s | {g:.2f} s | {g / o:.2f}x |")
         print("all runs, s: ours", [round(t, 2) for t in times["ours"]],
               "gnu", [round(t, 2) for t in times["gnu"]])  # fmt: skip

@@ -216,7 +216,7 @@ def show_path(path: bytes) -> str:
 def test_continue_refuses_markers_and_a_second_start(ported: dict) -> None:
     with pytest.raises(UsageError, match=r"conflict markers are still in vllm/conf.py:\d+"):
         go_on(ported, "continue")
-    with pytest.raises(GitError, match="paused in .* at row row-conf"):
+    with pytest.raises(GitError, match=r"paused in .* at row row-conf"):
         port(ported["repo"], "0.30.0", rebase=RebaseRequest(fork=ported["fork"]), **sources(ported))
     # Emptied back to the last commit: the row would add nothing.
     wt = ported["rebased"].paused.worktree
@@ -465,7 +465,9 @@ def test_the_command_pauses_continues_and_aborts(ported: dict) -> None:
     src = ["--from-source", f"dir:{ported['old']}", "--source", f"dir:{ported['new']}"]
     again = hqp("--to", "0.30.0", *src, "--rebase", "--force", "--fork", str(fork))
     assert again.returncode == 1
-    assert "row row-conf needs you" in again.stdout and "vllm/conf.py: 1 conflict(s)" in again.stdout
+    assert (
+        "row row-conf needs you" in again.stdout and "vllm/conf.py: 1 conflict(s)" in again.stdout
+    )
     assert "--rebase --continue" in again.stderr
     aborted = hqp("--rebase", "--abort", "--fork", str(fork), "--json")
     assert aborted.returncode == 0, aborted.stderr
