@@ -187,3 +187,49 @@ def test_the_rebase_merges_what_it_can_and_pauses_for_the_rest(project: dict) ->
     assert rebase["skipped"] == ["base", "cascade", "gated"]
     merged = git(fork, "show", f"{rebase['tip']}:vllm/merge.py") + "\n"
     assert merged == lines_with({17: "line 17 upstream\n", 20: "line 20 merged\n"})
+
+
+def test_a_crash_while_pausing_again_keeps_the_resolution(
+    project: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--continue takes the person's resolution of ``base``, goes on, and dies while checking out
+    the next row that needs a person (fault injected where the worktree is made). The state already
+    holds the resolved commit; --abort then removes everything; nothing else of the fork moved."""
+    from hyperqwen_patches.errors import UsageError
+    from hyperqwen_patches.port import pausing
+    from hyperqwen_patches.port.model import RebaseRequest
+    from hyperqwen_patches.port.rebase import abort_rebase, paused_rebase
+    from hyperqwen_patches.port.run import port
+
+    repo, old, new = project["repo"], project["old"], project["new"]
+    fork = tmp_path / "fork"
+    importing.import_series(
+        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
+    )
+    refs = git(fork, "for-each-ref")
+    kw = {"from_source": f"dir:{old}", "to_source": f"dir:{new}"}
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    with pytest.raises(UsageError, match="exists"):
+        port(repo, "0.30.0", rebase=RebaseRequest(fork=fork, worktree=busy), **kw)
+    assert paused_rebase(fork) is None  # refused before anything was written
+    _, first = port(repo, "0.30.0", rebase=RebaseRequest(fork=fork), **kw)
+    assert first is not None and first.paused is not None and first.paused.row == "base"
+    wt = first.paused.worktree
+    (wt / "vllm/envs.py").write_text(lines_with({20: "line 20 upstream and ours\n"}))
+
+    def dies(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pausing, "open_worktree", dies)
+    with pytest.raises(KeyboardInterrupt):
+        port(repo, "0.30.0", rebase=RebaseRequest(fork=fork, action="continue"), **kw)
+    saved = paused_rebase(fork)
+    assert saved.row == "cascade"
+    assert (saved.commits[0][0], saved.commits[0][2]) == ("base", "resolved")
+    assert not wt.exists()  # base's worktree went once its commit was in the state
+    monkeypatch.undo()
+    abort_rebase(fork)
+    assert paused_rebase(fork) is None
+    assert git(fork, "for-each-ref") == refs
+    assert git(fork, "worktree", "list").count("\n") == 0  # only the fork itself

@@ -118,14 +118,18 @@ def _in_worktree(worktree: Path, args: Sequence[str], *, what: str) -> bytes:
     )
 
 
-def open_worktree(git_dir: Path, worktree: Path, commit: str, files: Sequence[Any]) -> None:
-    """A linked worktree at ``commit`` (detached), then ``files`` (threeway.FileMerge) written into
-    it; nothing staged."""
+def refuse_existing(worktree: Path) -> None:
     if worktree.exists() or worktree.is_symlink():
         raise UsageError(
             f"{worktree} exists; port --rebase checks a row that needs you out there",
             hint="move it away, or name another place with --worktree",
         )
+
+
+def open_worktree(git_dir: Path, worktree: Path, commit: str, files: Sequence[Any]) -> None:
+    """A linked worktree at ``commit`` (detached), then ``files`` (threeway.FileMerge) written into
+    it; nothing staged."""
+    refuse_existing(worktree)
     gitrun.check(
         ["worktree", "add", "--no-checkout", "--detach", str(worktree), commit],
         git_dir=git_dir,

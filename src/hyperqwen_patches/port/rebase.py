@@ -257,6 +257,7 @@ def rebase_fork(
     upstream: list[str] = []
     skipped: list[str] = []
     names = [r.name for r in rows]
+    done_with: Path | None = None  # the worktree of the row --continue/--skip just took
     with forkgit.scratch_repo() as view:
         if request.action == "start":
             if saved is not None:
@@ -310,7 +311,9 @@ def rebase_fork(
                     git_dir, saved, _with_port_note(message, note.encode()), env
                 )
                 commits.append((saved.row, parent, "resolved"))
-            pausing.close_worktree(git_dir, Path(saved.worktree))
+            # The person's worktree goes only once what it gave is recorded: in the next pause's
+            # state or in the branch (a kill in between loses no resolution).
+            done_with = Path(saved.worktree)
             state = _state_at(git_dir, parent, new)
             start = names.index(saved.row) + 1
 
@@ -364,6 +367,8 @@ def rebase_fork(
                         f"hqp port --to {report.to_version} --rebase --continue --fork "
                         f"{request.fork}"
                     )
+                    if worktree != done_with:
+                        pausing.refuse_existing(worktree)
                     pausing.save(
                         git_dir,
                         pausing.RebaseState(
@@ -384,11 +389,10 @@ def rebase_fork(
                             messages_from="patch files" if from_patch_files else "fork",
                         ),
                     )
-                    try:
-                        pausing.open_worktree(git_dir, worktree, parent, merge.files)
-                    except BaseException:
-                        pausing.drop(git_dir)
-                        raise
+                    if done_with is not None:
+                        pausing.close_worktree(git_dir, done_with)
+                    # A failure from here on leaves the state: --abort removes what was made.
+                    pausing.open_worktree(git_dir, worktree, parent, merge.files)
                     return RebaseResult(
                         fork=request.fork,
                         branch=branch,
@@ -429,6 +433,8 @@ def rebase_fork(
         git_dir=git_dir,
         what=f"creating {branch}",
     )
+    if done_with is not None:
+        pausing.close_worktree(git_dir, done_with)
     pausing.drop(git_dir)
     return RebaseResult(
         fork=request.fork,

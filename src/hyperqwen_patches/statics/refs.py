@@ -121,9 +121,7 @@ class _Collector:
         self.added = [line for line, _ in prov.added_lines(path)]
 
     def _spans_added(self, stmt: ast.stmt) -> bool:
-        first = min(
-            [stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))]
-        )
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
         last = stmt.end_lineno or stmt.lineno
         i = bisect.bisect_left(self.added, first)
         return i < len(self.added) and self.added[i] <= last
