@@ -21,7 +21,7 @@ import contextlib
 import os
 import signal
 import stat
-import threading
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -366,6 +366,8 @@ def _each(
             except OSError as exc:
                 return job[0], exc
         return None
+    import threading
+
     failures: list[tuple[bytes, BaseException]] = []
     order = iter(jobs)  # next() on a list iterator is atomic under the GIL
     stop = threading.Event()
@@ -412,11 +414,18 @@ class _Signalled(BaseException):
         self.name = signal.Signals(signum).name
 
 
+def _in_main_thread() -> bool:
+    """Signal handlers can be set in the main thread only. Without ``threading`` imported no other
+    thread was started through it (its 1-2 ms import is spared a write of a few files)."""
+    threading = sys.modules.get("threading")
+    return threading is None or threading.current_thread() is threading.main_thread()
+
+
 @contextlib.contextmanager
 def _signals_raise() -> Iterator[None]:
     """While files are being replaced, SIGTERM (what ``timeout`` and ``docker stop`` send) and
     SIGHUP interrupt like Ctrl-C does, so the write is undone instead of stopping half done."""
-    if threading.current_thread() is not threading.main_thread():
+    if not _in_main_thread():
         yield
         return
 
@@ -435,7 +444,7 @@ def _signals_raise() -> Iterator[None]:
 def _signals_blocked() -> Iterator[None]:
     """A rollback is not itself interrupted (a second Ctrl-C would leave it half done)."""
     sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    if threading.current_thread() is not threading.main_thread():
+    if not _in_main_thread():
         yield
         return
     old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
