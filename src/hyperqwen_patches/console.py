@@ -6,7 +6,6 @@ is never read as rich markup or recoloured, and ``:smile:`` in a subject stays t
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 
@@ -97,6 +96,8 @@ _json_emitted = False
 
 def emit_json(payload: Any) -> None:
     """Print a JSON document to stdout: sorted keys, stable, one trailing newline."""
+    import json
+
     global _json_emitted
     sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     sys.stdout.flush()

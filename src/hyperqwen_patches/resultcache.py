@@ -17,7 +17,6 @@ ignored and recomputed, never trusted; a cache dir that cannot be written only c
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -66,6 +65,8 @@ def _path(name: str, digest: str) -> Path:
 
 def load(name: str, digest: str) -> Any | None:
     """The stored value, or None for a miss (absent, unreadable, corrupt, or another key's entry)."""
+    import json
+
     if not enabled():
         return None
     try:
@@ -80,6 +81,8 @@ def load(name: str, digest: str) -> Any | None:
 
 def store(name: str, digest: str, value: Any) -> None:
     """Write the entry atomically; a failure to write is not an error (the result is still right)."""
+    import json
+
     if not enabled():
         return
     target = _path(name, digest)
@@ -106,6 +109,8 @@ def cached(
     name: str, version: str, parts: Iterable[bytes | str], compute: Callable[[], Any]
 ) -> Any:
     """``compute()``'s JSON-serializable value, from the cache when the same inputs were seen before."""
+    import json
+
     if not enabled():
         return compute()
     digest = key(name, version, parts)
