@@ -103,7 +103,7 @@ class KVarNCase:
 
     def runner(self, cfg: config.KVarNConfig, mod=triton_decode, ws=None, **kw):
         """The whole ``mod.kvarn_decode`` call on this case as a closure (``mod``: the current
-        module or a baseline kept in gpu/kvarn/baseline; ``kw``: its launch overrides)."""
+        module or a past one loaded from git history; ``kw``: its launch overrides)."""
         ws = ws if ws is not None else mod.DecodeWorkspace()
 
         def run():

@@ -1,16 +1,24 @@
-"""Before/after for the decode kernel's speed path, in one device run: the run-7 kernel (kept verbatim
-in baseline/triton_decode_run7.py; run 5 too, baseline/triton_decode_run5.py) and the current one on
-the same synthetic caches, against an fp8 (e4m3) KV-cache Triton decode (fp8_decode.py, the fastest
-of a few tile orientations / warp / stage counts per row), torch SDPA on fp16, and the copy-bandwidth
-floors of the compressed and the fp8 bytes (the setup of bench_decode.py, whose case builder and
-timer this reuses).
+"""Before/after for the decode kernel's speed path, in one device run: a past kernel (taken from git
+history by commit, ``--baseline FILE``) and the current one on the same synthetic caches, against an
+fp8 (e4m3) KV-cache Triton decode (fp8_decode.py, the fastest of a few tile orientations / warp /
+stage counts per row), torch SDPA on fp16 (folded; bench_serving.py has SDPA's GQA path and eager
+timings), and the copy-bandwidth floors of the compressed and the fp8 bytes (the setup of
+bench_decode.py, whose case builder and timer this reuses).
 
-    python3 gpu/kvarn/bench_speedpath.py --out DIR [--batches 1,8,32,128] [--contexts 8192,32768,131072]
-                                         [--variants D:warps:maxnreg:splitx,...] [--smoke]
+    python3 gpu/kvarn/bench_speedpath.py --out DIR [--baseline FILE] [--batches 1,8,32,128]
+        [--contexts 8192,32768,131072] [--variants D:warps:maxnreg:splitx,...] [--smoke]
 
-Writes DIR/speedpath.json and DIR/speedpath.md. Each row also records the cosine between the new and
-the run-7 kernel's outputs (same inputs), so a fast but wrong kernel shows up in the table itself;
-the fp8 kernel is checked against SDPA on its dequantized cache once at the start.
+The run-7 kernel, the baseline of runs 12-22, is the file at commit d9dcd90; the device gets no git
+history, so take it out first into the ignored build/ and carry that:
+
+    mkdir -p build/kvarn-baseline
+    git show d9dcd90:gpu/kvarn/baseline/triton_decode_run7.py > build/kvarn-baseline/run7.py
+    BENCH_ARGS="--baseline build/kvarn-baseline/run7.py" bash gpu/kvarn/run_speedpath.sh  # carry build/kvarn-baseline
+
+Writes DIR/speedpath.json and DIR/speedpath.md. With a baseline, each row also records the cosine
+between the new and the baseline's outputs (same inputs), so a fast but wrong kernel shows up in the
+table itself; the fp8 kernel is checked against SDPA on its dequantized cache once at the start.
+Without one, the baseline columns are empty and the variants compare with the current kernel.
 """
 
 from __future__ import annotations
@@ -34,10 +42,8 @@ HERE = Path(__file__).resolve().parent
 FP8_CONFIGS = [(True, 4, 2), (False, 4, 2), (True, 8, 3)]
 
 
-def _load_baseline(run: str):
-    spec = importlib.util.spec_from_file_location(
-        f"kvarn_ops.triton_decode_{run}", HERE / f"baseline/triton_decode_{run}.py"
-    )
+def _load_baseline(path: str):
+    spec = importlib.util.spec_from_file_location("kvarn_ops.triton_decode_baseline", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -87,7 +93,7 @@ def main() -> None:
     ap.add_argument("--contexts", default="8192,32768,131072")
     ap.add_argument("--no-sdpa", action="store_true")
     ap.add_argument("--no-fp8", action="store_true")
-    ap.add_argument("--no-run5", action="store_true")
+    ap.add_argument("--baseline", help="a past triton_decode.py (from git history) to compare with")
     ap.add_argument(
         "--variants",
         default="",
@@ -103,8 +109,7 @@ def main() -> None:
         bd.DEV = "cpu"
     from kvarn_ops import triton_decode as new
 
-    r7 = _load_baseline("run7")
-    r5 = None if args.no_run5 else _load_baseline("run5")
+    r7 = _load_baseline(args.baseline) if args.baseline else new
     cfg = config.KVarNConfig.from_env(os.environ)
     # run 7 ran with at most 64 splits (the default then): its column stays comparable
     cfg7 = dataclasses.replace(cfg, max_splits=64)
@@ -140,7 +145,6 @@ def main() -> None:
                 cos = bd._cos(f_new(), f_r7())
                 t_r7 = bd.bench(f_r7)
                 t_new = bd.bench(f_new)
-                t_r5 = None if r5 is None else bd.bench(_runner(r5, case, cfg7, 4))
                 # run 7's split count (4-warp programs; the fp8 kernel tries it and the new one's)
                 splits = r7.choose_splits(b, hkv, case.nb, sms, cfg7)
                 warps_new = new.choose_warps(b, hkv, case.nb, sms, cfg, d)
@@ -165,7 +169,7 @@ def main() -> None:
                     "splits": splits,
                     "splits_new": splits_new,
                     "warps_new": warps_new,
-                    "run5_us": None if t_r5 is None else t_r5 * 1e6,
+                    "baseline": args.baseline,
                     "run7_us": t_r7 * 1e6,
                     "new_us": t_new * 1e6,
                     "new_vs_run7": t_r7 / t_new,
@@ -234,9 +238,9 @@ def write_md(path: str, meta: dict, rows: list[dict], variants: list[dict]) -> N
         f"measured copy bandwidth {meta['copy_bw_TBps']} TB/s (read + write); preset "
         f"{meta['preset']}; new kernel warps {meta['new_warps']}, maxnreg {meta['new_maxnreg']}",
         "",
-        "| D | Hq/Hkv | batch | ctx | warps, splits new (run 7) | run-7 µs | new µs | new / run 7 | fp8 µs (cfg) | "
+        "| D | Hq/Hkv | batch | ctx | warps, splits new (baseline) | baseline µs | new µs | new / baseline | fp8 µs (cfg) | "
         "new vs fp8 | fp8 floor µs | new vs fp8 floor | SDPA fp16 µs | new vs fp16 | new TB/s | "
-        "of copy BW: new (run 7) | KVarN floor µs | cos(new, run 7) |",
+        "of copy BW: new (baseline) | KVarN floor µs | cos(new, baseline) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -252,7 +256,7 @@ def write_md(path: str, meta: dict, rows: list[dict], variants: list[dict]) -> N
     if variants:
         lines += [
             "",
-            "| D | batch | ctx | warps | maxnreg | splits | µs | of copy BW | cos(variant, run 7) |",
+            "| D | batch | ctx | warps | maxnreg | splits | µs | of copy BW | cos(variant, baseline) |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for v in variants:

@@ -1,0 +1,153 @@
+"""KVarN decode against the best fp16 SDPA call, in a CUDA graph and eager, with the host time of a
+call: the baselines of issue #24, in one process on the same shapes.
+
+For each (D, batch, context):
+
+- KVarN: the whole ``kvarn_decode`` (bench_decode.KVarNCase: random codes, sink and last block in the
+  fp16 pool);
+- SDPA on an fp16 cache two ways: the query heads of a KV head folded into the query length
+  (``q [B, Hkv, Hq/Hkv, D]``: what the README timed before) and SDPA's own grouped-query path
+  (``q [B, Hq, 1, D]``, ``enable_gqa=True``); "best SDPA" is the faster of the two;
+- each timed four ways: **graph** (captured in a CUDA graph, replayed under do_bench, L2 cleared
+  before each run: the GPU time as a graph-captured serving loop sees it); **eager** (the same call
+  launched from Python under do_bench); **back to back** (100 eager calls, one synchronize, per call:
+  what an eager decode loop gets when the host is the bottleneck); **host** (the CPU time of one call
+  returning, 50 calls without a synchronize, per call: launch cost, Python and small torch ops).
+
+    python3 gpu/kvarn/bench_serving.py --out DIR [--batches 1,8,32,128] [--contexts 8192,32768,131072]
+
+Writes DIR/serving.json and DIR/serving.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import bench_decode as bd  # also loads kvarn_ops (through _load)
+import torch
+import torch.nn.functional as F
+import triton
+from kvarn_ops import config
+
+
+def eager(fn) -> float:
+    """Seconds per call launched from Python, under do_bench (its events around each call)."""
+    return triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median") * 1e-3
+
+
+def back_to_back(fn, n: int = 100) -> tuple[float, float]:
+    """(seconds per call for n eager calls and one synchronize, host seconds per call returning)."""
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    per_call = (time.perf_counter() - start) / n
+    # Host time: few enough calls that the launch queue never fills (it would block the host).
+    host = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(50):
+            fn()
+        host.append((time.perf_counter() - start) / 50)
+        torch.cuda.synchronize()
+    return per_call, sorted(host)[len(host) // 2]
+
+
+def sdpa_calls(b: int, ctx: int, d: int, hq: int, hkv: int):
+    k = torch.empty(b, hkv, ctx, d, dtype=torch.float16, device="cuda").normal_()
+    v = torch.empty_like(k).normal_()
+    q_fold = torch.randn(b, hkv, hq // hkv, d, dtype=torch.float16, device="cuda")
+    q_gqa = q_fold.reshape(b, hq, 1, d)  # query head h reads KV head h // (hq // hkv)
+    fold = lambda: F.scaled_dot_product_attention(q_fold, k, v)  # noqa: E731
+    gqa = lambda: F.scaled_dot_product_attention(q_gqa, k, v, enable_gqa=True)  # noqa: E731
+    # Same numbers both ways (the fold is exact for decode): a wrong baseline would show here.
+    a, g = fold().reshape(b, hq, d).float(), gqa().reshape(b, hq, d).float()
+    cos = torch.nn.functional.cosine_similarity(a.flatten(), g.flatten(), dim=0).item()
+    return fold, gqa, cos, (k, v, q_fold)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--batches", default="1,8,32,128")
+    ap.add_argument("--contexts", default="8192,32768,131072")
+    args = ap.parse_args()
+    cfg = config.KVarNConfig.from_env(os.environ)
+    props = torch.cuda.get_device_properties(0)
+    meta = {
+        "device": props.name,
+        "sms": props.multi_processor_count,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "preset": bd.PRESET,
+    }
+    print(json.dumps(meta), flush=True)
+    rows = []
+    for d, hq, hkv in bd.SHAPES:
+        for b in map(int, args.batches.split(",")):
+            for ctx in map(int, args.contexts.split(",")):
+                case = bd.KVarNCase(b, ctx, d, hq, hkv)
+                kv = case.runner(cfg)
+                kv()
+                row: dict = {"D": d, "Hq": hq, "Hkv": hkv, "batch": b, "ctx": ctx}
+                row["kvarn_graph_us"] = bd.bench(kv) * 1e6
+                row["kvarn_eager_us"] = eager(kv) * 1e6
+                b2b, host = back_to_back(kv)
+                row["kvarn_b2b_us"], row["kvarn_host_us"] = b2b * 1e6, host * 1e6
+                del case, kv
+                torch.cuda.empty_cache()
+                fold, gqa, cos, keep = sdpa_calls(b, ctx, d, hq, hkv)
+                row["sdpa_fold_graph_us"] = bd.bench(fold) * 1e6
+                row["sdpa_gqa_graph_us"] = bd.bench(gqa) * 1e6
+                row["sdpa_gqa_eager_us"] = eager(gqa) * 1e6
+                b2b, host = back_to_back(gqa)
+                row["sdpa_gqa_b2b_us"], row["sdpa_gqa_host_us"] = b2b * 1e6, host * 1e6
+                row["sdpa_fold_vs_gqa_cos"] = cos
+                best = min(row["sdpa_fold_graph_us"], row["sdpa_gqa_graph_us"])
+                row["best_sdpa_graph_us"] = best
+                row["best_sdpa_call"] = (
+                    "fold" if row["sdpa_fold_graph_us"] <= row["sdpa_gqa_graph_us"] else "gqa"
+                )
+                row["graph_speedup"] = best / row["kvarn_graph_us"]
+                row["b2b_speedup"] = row["sdpa_gqa_b2b_us"] / row["kvarn_b2b_us"]
+                del fold, gqa, keep
+                torch.cuda.empty_cache()
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    with open(os.path.join(args.out, "serving.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    write_md(os.path.join(args.out, "serving.md"), meta, rows)
+
+
+def write_md(path: str, meta: dict, rows: list[dict]) -> None:
+    lines = [
+        f"{meta['device']}, {meta['sms']} SMs, torch {meta['torch']}, Triton {meta['triton']}; "
+        f"preset {meta['preset']}. µs per call.",
+        "",
+        "| D | Hq/Hkv | batch | ctx | KVarN graph | SDPA fold graph | SDPA GQA graph | best SDPA "
+        "/ KVarN (graph) | KVarN eager | SDPA GQA eager | KVarN back to back | SDPA GQA back to "
+        "back | GQA / KVarN (back to back) | KVarN host | SDPA GQA host |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['D']} | {r['Hq']}/{r['Hkv']} | {r['batch']} | {r['ctx'] // 1024}K | "
+            f"{r['kvarn_graph_us']:.1f} | {r['sdpa_fold_graph_us']:.1f} | "
+            f"{r['sdpa_gqa_graph_us']:.1f} | {r['graph_speedup']:.2f}× ({r['best_sdpa_call']}) | "
+            f"{r['kvarn_eager_us']:.1f} | {r['sdpa_gqa_eager_us']:.1f} | {r['kvarn_b2b_us']:.1f} | "
+            f"{r['sdpa_gqa_b2b_us']:.1f} | {r['b2b_speedup']:.2f}× | {r['kvarn_host_us']:.1f} | "
+            f"{r['sdpa_gqa_host_us']:.1f} |"
+        )
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
