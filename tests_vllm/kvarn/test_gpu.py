@@ -148,3 +148,65 @@ def test_decode_steps_do_not_recompile() -> None:
     assert _n_compiled(triton_decode._kvarn_combine_head_rot_kernel) == n_head
     assert _n_compiled(triton_store._kvarn_store_kernel) == n_store
     _record("compiled", decode=n_dec, combine=n_comb, combine_head=n_head, store=n_store)
+
+
+@pytest.fixture
+def checked_launch(monkeypatch: pytest.MonkeyPatch):
+    """The fast launch path with Triton's own key computed beside ours on every launch."""
+    from kvarn_ops import launch
+
+    monkeypatch.setattr(launch, "MODE", "check")
+    return launch
+
+
+@pytest.mark.parametrize("d", [128, 256])
+def test_fast_launch_gives_what_triton_launch_gives(checked_launch, d: int) -> None:
+    """Bit for bit, over batches, lengths, split counts and both combines (40 requests x 8 query
+    heads take the 16-head one), with Triton's key checked against ours on every launch."""
+    launch = checked_launch
+    for lens, splits in (([300, 5, 1000], 1), ([7, 129, 2000, 0], 3), ([1], None),
+                         ([4133] * 5, 16), ([600] * 40, 2), ([9000], None)):  # fmt: skip
+        sc = ks.build("kvarn_k4v2_g128", d, 2, lens, device="cuda", iters=1, store="triton")
+        q = ks.queries(sc, 4)
+        launch.MODE = "off"
+        want = _decode(sc, q, splits)
+        launch.MODE = "check"
+        first = _decode(sc, q, splits)  # fills the cache (through Triton)
+        again = _decode(sc, q, splits)  # through the launcher directly
+        torch.cuda.synchronize()
+        assert torch.equal(first, want) and torch.equal(again, want), (lens, splits)
+    assert launch._CACHE, "the fast path was never taken"
+
+
+def test_fast_launch_replays_in_a_cuda_graph(checked_launch) -> None:
+    """A decode step captured with the fast launch replays with new queries and longer sequences
+    (same blocks) and gives what an eager standard launch gives."""
+    launch = checked_launch
+    sc = ks.build("kvarn_k4v2_g128", 128, 2, [4133, 700, 129], device="cuda", iters=1,
+                  store="triton")  # fmt: skip
+    q = ks.queries(sc, 4)
+    static_q = q.clone()
+    args = list(ks.attention_args(sc, static_q))
+    ws = triton_decode.DecodeWorkspace()
+
+    def step() -> torch.Tensor:
+        return triton_decode.kvarn_decode(
+            *args, CFG, comp_end=sc.comp_end, max_seq_len=8192, num_splits=4, num_warps=2,
+            workspace=ws,
+        )  # fmt: skip
+
+    step()
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for trial in range(3):
+        new_q = ks.queries(sc, 4) * (1 + trial)
+        static_q.copy_(new_q)
+        graph.replay()
+        launch.MODE = "off"
+        want = step()
+        launch.MODE = "check"
+        torch.cuda.synchronize()
+        assert torch.equal(out, want), trial

@@ -43,6 +43,7 @@ import triton
 import triton.language as tl
 
 from .config import KVarNConfig
+from .launch import launch
 from .layout import RecordLayout
 
 LOG2E = 1.4426950408889634
@@ -1575,15 +1576,24 @@ def l2_prefetch_blocks(device: torch.device, head_size: int, requested: int | No
     that costs nothing to drop."""
     if device.type != "cuda" or torch.version.hip:
         return 0
-    if torch.cuda.get_device_capability(device)[0] < 9:
+    if device not in _CAPABILITY:
+        _CAPABILITY[device] = torch.cuda.get_device_capability(device)
+    if _CAPABILITY[device][0] < 9:
         return 0
     return L2_PREFETCH.get(head_size, 0) if requested is None else max(0, requested)
+
+
+_SMS: dict[torch.device, int] = {}
+_CAPABILITY: dict[torch.device, tuple[int, int]] = {}
 
 
 def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    # asked once a device: torch's lookup is ~5 µs of host time a call (gpu/kvarn/probe_host.py)
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device]
 
 
 def choose_splits(
@@ -1895,23 +1905,21 @@ class _Launch:
         hkv = cache.shape[1]
         if num_splits == 1:
             out = torch.empty(b, hq, d, dtype=torch.float32, device=q_in.device)
-            _kvarn_decode_kernel[(b, hkv, 1)](
-                *args, out, out.stride(0), out.stride(1), out, 0, 0, 1, IS_SPLIT=False, **common
+            launch(
+                _kvarn_decode_kernel,
+                (b, hkv, 1),
+                (*args, out, out.stride(0), out.stride(1), out, 0, 0, 1),
+                dict(IS_SPLIT=False, **common),
             )
             return (out @ self.h16.float()).to(q.dtype)
         part, lse = self.ws.get(b * num_splits, hq, d, q_in.device)
-        _kvarn_decode_kernel[(b, hkv, num_splits)](
-            *args,
-            part,
-            part.stride(0),
-            part.stride(1),
-            lse,
-            lse.stride(0),
-            lse.stride(1),
-            num_splits,
-            IS_SPLIT=True,
-            **common,
-        )
+        launch(
+            _kvarn_decode_kernel,
+            (b, hkv, num_splits),
+            (*args, part, part.stride(0), part.stride(1), lse, lse.stride(0), lse.stride(1),
+             num_splits),
+            dict(IS_SPLIT=True, **common),
+        )  # fmt: skip
         res = torch.empty(b, hq, d, dtype=q.dtype, device=q_in.device)
         cargs = (
             part,
@@ -1928,11 +1936,17 @@ class _Launch:
         spad = triton.next_power_of_2(self.config.max_splits)
         if heads == 1:
             jb = COMBINE_ROWS_PER_PROGRAM
-            _kvarn_combine_head_rot_kernel[(b, hq, d // jb)](
-                *cargs, num_splits, D=d, SPAD=spad, SC=min(spad, 8192 // d), JB=jb, num_warps=4
+            launch(
+                _kvarn_combine_head_rot_kernel,
+                (b, hq, d // jb),
+                (*cargs, num_splits),
+                dict(D=d, SPAD=spad, SC=min(spad, 8192 // d), JB=jb, num_warps=4),
             )
         else:
-            _kvarn_combine_rot_kernel[(b, triton.cdiv(hq, 16))](
-                *cargs, hq, num_splits, D=d, SPAD=spad, HB=16, num_warps=4
+            launch(
+                _kvarn_combine_rot_kernel,
+                (b, triton.cdiv(hq, 16)),
+                (*cargs, hq, num_splits),
+                dict(D=d, SPAD=spad, HB=16, num_warps=4),
             )
         return res

@@ -1,0 +1,83 @@
+"""Where the host time of one ``kvarn_decode`` call goes (issue #24: 108-232 µs a call in run 25).
+
+    python3 gpu/kvarn/probe_host.py --out DIR [--batch 1] [--ctx 8192] [--head-size 128]
+
+Prints and writes DIR/host_profile.txt: the host µs per call (50 calls, no synchronize in between)
+of the whole call and of its pieces, then a cProfile of 300 calls sorted by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import time
+
+import bench_decode as bd
+import torch
+import triton
+from kvarn_ops import config
+
+
+@triton.jit
+def _empty(x_ptr):
+    pass
+
+
+def host_us(fn, n: int = 50) -> float:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    best = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best.append((time.perf_counter() - start) / n * 1e6)
+        torch.cuda.synchronize()
+    return sorted(best)[2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--head-size", type=int, default=128)
+    args = ap.parse_args()
+    d = args.head_size
+    hq, hkv = next((h, k) for dd, h, k in bd.SHAPES if dd == d)
+    cfg = config.KVarNConfig.from_env(os.environ)
+    case = bd.KVarNCase(args.batch, args.ctx, d, hq, hkv)
+    call = case.runner(cfg)
+    call()
+    x = torch.empty(16, device="cuda")
+    lines = []
+    lines.append(f"whole kvarn_decode: {host_us(call):.1f} us/call")
+    lines.append(f"empty Triton kernel launch: {host_us(lambda: _empty[(1,)](x)):.1f} us/call")
+    lines.append(f"torch.empty(1,32,128): {host_us(lambda: torch.empty(1, 32, 128, device='cuda')):.1f} us/call")
+    lines.append(
+        f"get_device_properties: {host_us(lambda: torch.cuda.get_device_properties(x.device)):.1f} us"
+    )
+    lines.append(
+        f"get_device_capability: {host_us(lambda: torch.cuda.get_device_capability(x.device)):.1f} us"
+    )
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(300):
+        call()
+    prof.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(35)
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(35)
+    text = "\n".join(lines) + "\n\n" + buf.getvalue()
+    print(text)
+    with open(os.path.join(args.out, "host_profile.txt"), "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()

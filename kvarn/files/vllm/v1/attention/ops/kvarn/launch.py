@@ -1,0 +1,102 @@
+"""Launching a compiled Triton kernel without Triton's per-call Python work.
+
+``kernel[grid](*args, **kwargs)`` binds every argument, specializes each one (dtype, 16-byte
+alignment, integer divisibility), hashes that into a cache key and looks the compiled kernel up: on
+the H200's host that is about 18 µs for an empty kernel and most of a decode step's host time at
+batch 1 (issue #24; ``gpu/kvarn/probe_host.py``). Here the first launch of a kind goes through Triton
+(which compiles it) and the compiled kernel is kept under a key of our own that is at least as fine
+as Triton's specialization of these kernels (per tensor: dtype and 16-byte alignment; per integer:
+== 1, divisible by 16, 32-bit range; every constexpr and option by value), so a later launch with the
+same key is the same compiled kernel; it is then called through the launcher directly.
+
+The fast path is used on CUDA with Triton 3.6 (the layout of ``CompiledKernel.run`` it calls) and no
+launch hooks (a profiler's hooks get the standard path). ``MODE`` = "off" turns it off; "check" also
+computes Triton's own key on every launch and fails if one of our keys ever stood for two of
+Triton's (what the GPU tests set). It is a module constant, not an environment knob: a knob would
+have to be registered in vllm/envs.py (the kvarn row) to enter the compile cache key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+from triton.runtime.jit import JITFunction
+
+MODE = "off"  # "on" | "off" | "check"; "on" once measured and checked on the GPU
+_SUPPORTED = triton.__version__.startswith("3.6")
+
+# our key -> (compiled kernel, Triton's key or None, the parameter names in order, their defaults)
+_CACHE: dict[tuple, tuple[Any, Any, tuple[str, ...], dict[str, Any]]] = {}
+
+
+def _spec(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, value.data_ptr() % 16 == 0)
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int):
+        return ("i", value == 1, value % 16 == 0, -(2**31) <= value < 2**31)
+    if isinstance(value, float):
+        return ("f",)
+    if value is None:
+        return None
+    raise TypeError(type(value))
+
+
+def _triton_key(kernel: Any, args: tuple, kwargs: dict) -> Any:
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import compute_cache_key
+
+    device = driver.active.get_current_device()
+    _, key_cache, _, _, binder = kernel.device_caches[device]
+    _, specialization, options = binder(*args, **kwargs)
+    return compute_cache_key(key_cache, specialization, options)
+
+
+def launch(kernel: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> None:
+    """``kernel[grid](*args, **kwargs)``, through the launcher directly once compiled."""
+    from triton import knobs
+
+    hooks = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    if (
+        MODE == "off"
+        or not _SUPPORTED
+        or hooks != (None, None)
+        or not isinstance(args[0], torch.Tensor)
+        or not args[0].is_cuda
+        or not isinstance(kernel, JITFunction)  # the interpreter's kernels are not
+    ):
+        kernel[grid](*args, **kwargs)
+        return
+    try:
+        key = (id(kernel), tuple(map(_spec, args)), tuple(sorted(kwargs.items())))
+    except TypeError:
+        kernel[grid](*args, **kwargs)
+        return
+    hit = _CACHE.get(key)
+    if hit is None:
+        compiled = kernel[grid](*args, **kwargs)
+        if hasattr(compiled, "result"):
+            compiled = compiled.result()
+        names = tuple(kernel.arg_names)
+        defaults = {p.name: p.default for p in kernel.params if p.has_default}
+        tkey = _triton_key(kernel, args, kwargs) if MODE == "check" else None
+        _CACHE[key] = (compiled, tkey, names, defaults)
+        return
+    compiled, tkey, names, defaults = hit
+    if MODE == "check" and _triton_key(kernel, args, kwargs) != tkey:
+        raise AssertionError(f"fast launch key of {kernel.fn.__name__} stands for two kernels")
+    values = list(args)
+    for name in names[len(args) :]:
+        values.append(kwargs[name] if name in kwargs else defaults[name])
+    from triton.runtime.driver import driver
+
+    device = driver.active.get_current_device()
+    stream = driver.active.get_current_stream(device)
+    grid = (*grid, 1, 1)
+    compiled.run(
+        grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+        None, None, None, *values,
+    )  # fmt: skip
