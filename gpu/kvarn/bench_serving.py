@@ -78,7 +78,12 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--contexts", default="8192,32768,131072")
+    ap.add_argument("--launch", default=None, help="kvarn_ops.launch.MODE: on, off or check")
     args = ap.parse_args()
+    if args.launch:
+        from kvarn_ops import launch
+
+        launch.MODE = args.launch
     cfg = config.KVarNConfig.from_env(os.environ)
     props = torch.cuda.get_device_properties(0)
     meta = {
@@ -87,6 +92,7 @@ def main() -> None:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "preset": bd.PRESET,
+        "launch": args.launch or "default",
     }
     print(json.dumps(meta), flush=True)
     rows = []
@@ -129,7 +135,7 @@ def main() -> None:
 def write_md(path: str, meta: dict, rows: list[dict]) -> None:
     lines = [
         f"{meta['device']}, {meta['sms']} SMs, torch {meta['torch']}, Triton {meta['triton']}; "
-        f"preset {meta['preset']}. µs per call.",
+        f"preset {meta['preset']}; KVarN launch mode {meta['launch']}. µs per call.",
         "",
         "| D | Hq/Hkv | batch | ctx | KVarN graph | SDPA fold graph | SDPA GQA graph | best SDPA "
         "/ KVarN (graph) | KVarN eager | SDPA GQA eager | KVarN back to back | SDPA GQA back to "

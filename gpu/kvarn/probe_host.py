@@ -46,7 +46,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--head-size", type=int, default=128)
+    ap.add_argument("--launch", default=None, help="kvarn_ops.launch.MODE: on, off or check")
     args = ap.parse_args()
+    if args.launch:
+        from kvarn_ops import launch
+
+        launch.MODE = args.launch
     d = args.head_size
     hq, hkv = next((h, k) for dd, h, k in bd.SHAPES if dd == d)
     cfg = config.KVarNConfig.from_env(os.environ)
@@ -57,7 +62,9 @@ def main() -> None:
     lines = []
     lines.append(f"whole kvarn_decode: {host_us(call):.1f} us/call")
     lines.append(f"empty Triton kernel launch: {host_us(lambda: _empty[(1,)](x)):.1f} us/call")
-    lines.append(f"torch.empty(1,32,128): {host_us(lambda: torch.empty(1, 32, 128, device='cuda')):.1f} us/call")
+    lines.append(
+        f"torch.empty(1,32,128): {host_us(lambda: torch.empty(1, 32, 128, device='cuda')):.1f} us/call"
+    )
     lines.append(
         f"get_device_properties: {host_us(lambda: torch.cuda.get_device_properties(x.device)):.1f} us"
     )
