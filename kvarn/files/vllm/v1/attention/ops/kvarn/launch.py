@@ -59,11 +59,14 @@ def launch(kernel: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> Non
     """``kernel[grid](*args, **kwargs)``, through the launcher directly once compiled."""
     from triton import knobs
 
-    hooks = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    hooked = any(
+        h is not None and getattr(h, "calls", True)  # Triton 3.6: a HookChain, empty by default
+        for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+    )
     if (
         MODE == "off"
         or not _SUPPORTED
-        or hooks != (None, None)
+        or hooked
         or not isinstance(args[0], torch.Tensor)
         or not args[0].is_cuda
         or not isinstance(kernel, JITFunction)  # the interpreter's kernels are not
