@@ -206,3 +206,13 @@ def test_l2_prefetch_only_where_the_instruction_exists(monkeypatch: pytest.Monke
         monkeypatch.setattr(triton_decode, "_CAPABILITY", {})  # asked once a device, normally
         assert blocks(torch.device("cuda"), 128, None) == want, cap
         assert blocks(torch.device("cuda"), 128, 2) == (2 if cap[0] >= 9 else 0)
+
+
+def test_the_bound_launch_names_every_argument_that_changes_per_step() -> None:
+    """_DECODE_VARY (what the fast launch specializes per call) covers q, the table, the lengths
+    and the outputs, and the rest is exactly _Launch.fixed plus the rotation and the scale: a wrong
+    index would let a step reuse a kernel specialized for another alignment."""
+    vary = set(triton_decode._DECODE_VARY)
+    fixed = set(range(3, 13)) | {17, 18}
+    assert vary.isdisjoint(fixed)
+    assert vary | fixed == set(range(26))  # 19 arguments and 7 output ones

@@ -55,8 +55,22 @@ def _triton_key(kernel: Any, args: tuple, kwargs: dict) -> Any:
     return compute_cache_key(key_cache, specialization, options)
 
 
-def launch(kernel: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> None:
-    """``kernel[grid](*args, **kwargs)``, through the launcher directly once compiled."""
+def launch(
+    kernel: Any,
+    grid: tuple[int, ...],
+    args: tuple,
+    kwargs: dict,
+    *,
+    bound: object = None,
+    vary: tuple[int, ...] | None = None,
+    kwkey: Any = None,
+) -> None:
+    """``kernel[grid](*args, **kwargs)``, through the launcher directly once compiled.
+
+    ``bound`` (an object kept alive by the caller, such as a layer's launch) says the arguments not
+    listed in ``vary`` are the same objects and values at every launch with it: only those in
+    ``vary`` are specialized per call. ``kwkey`` is ``kwargs`` as a hashable key, when the caller
+    keeps one."""
     from triton import knobs
 
     hooked = any(
@@ -74,7 +88,13 @@ def launch(kernel: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> Non
         kernel[grid](*args, **kwargs)
         return
     try:
-        key = (id(kernel), tuple(map(_spec, args)), tuple(sorted(kwargs.items())))
+        specs = tuple(map(_spec, args)) if vary is None else tuple(_spec(args[i]) for i in vary)
+        key = (
+            id(kernel),
+            id(bound),
+            specs,
+            kwkey if kwkey is not None else tuple(sorted(kwargs.items())),
+        )
     except TypeError:
         kernel[grid](*args, **kwargs)
         return

@@ -1648,6 +1648,8 @@ class DecodeWorkspace:
     def __init__(self) -> None:
         self.part: torch.Tensor | None = None
         self.lse: torch.Tensor | None = None
+        # per layer (its cache, pools, slot map, rotation, layout, config): the bound launch
+        self.launches: dict[tuple, _Launch] = {}
 
     def get(self, rows: int, hq: int, d: int, device: torch.device):
         p = self.part
@@ -1771,17 +1773,24 @@ def kvarn_decode(
     if combine_heads is None:
         combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
     ws = workspace or DecodeWorkspace()
-    l2pf = l2_prefetch_blocks(q.device, d, l2_prefetch) if deq == 3 else 0
-    if l2pf and (cache.data_ptr() % 16 or cache.stride(0) % 16 or cache.stride(1) % 16):
-        l2pf = 0  # the bulk prefetch takes 16-byte aligned records (layouts pad to 64 or 128)
-    launch = _Launch(
-        cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, scale, l2pf
-    )
+    # One _Launch per layer for the workspace's life: what is fixed across steps is bound once
+    # (it holds the tensors, so an id here is never another tensor's).
+    key = (id(cache), id(pool_k), id(pool_v), id(block_slot), id(h16), id(layout), id(config),
+           deq, prefetch, scale, l2_prefetch)  # fmt: skip
+    step = ws.launches.get(key)
+    if step is None:
+        l2pf = l2_prefetch_blocks(q.device, d, l2_prefetch) if deq == 3 else 0
+        if l2pf and (cache.data_ptr() % 16 or cache.stride(0) % 16 or cache.stride(1) % 16):
+            l2pf = 0  # the bulk prefetch takes 16-byte aligned records (layouts pad to 64 or 128)
+        step = _Launch(
+            cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, scale, l2pf
+        )
+        ws.launches[key] = step
     if ahead:
-        launch.compile_variants(
+        step.compile_variants(
             q, block_table, seq_lens, comp_end, (base, 2 * base), rotate_in_kernel
         )
-    return launch(
+    return step(
         q, block_table, seq_lens, comp_end, num_warps, num_splits, combine_heads, rotate_in_kernel
     )
 
@@ -1816,12 +1825,21 @@ class _Launch:
         self.cache, self.pool_k, self.pool_v, self.block_slot = cache, pool_k, pool_v, block_slot
         self.layout, self.h16, self.config, self.ws = layout, h16.contiguous(), config, ws
         self.deq, self.prefetch, self.q_scale, self.l2pf = deq, prefetch, scale * LOG2E, l2pf
+        self.h32 = self.h16.float()  # the single stage's un-rotation
+        # arguments 3-12 of the decode kernel: the same at every step of this layer
+        self.fixed = (cache, cache.view(torch.float16), cache.stride(0), cache.stride(1), pool_k,
+                      pool_v, pool_k.stride(0), pool_k.stride(1), pool_k.stride(2), block_slot)  # fmt: skip
+        self.compiled: set[tuple] = set()  # (rot, dtype, q shape, warps) compiled ahead
+        self.consts: dict[tuple, tuple[dict, tuple]] = {}  # (hq, warps, rot, cuda, split) -> kwargs
 
     def compile_variants(self, q, block_table, seq_lens, comp_end, warps, rot: bool) -> None:
         """Compiles every variant the policy may pick (each warp count, single stage and split,
         both combines; q rotated as ``rot`` says) on the first call for this shape, by launching
         them over one empty row: later steps only pick among compiled kernels, so a batch of one
         arriving mid-serving does not stall on a compile."""
+        mine = (rot, q.dtype, q.shape[1:], tuple(warps))
+        if mine in self.compiled:  # this layer's steps: a set lookup, not the key below
+            return
         # everything a specialization of these kernels depends on, but per-step values
         key = (
             rot,
@@ -1836,13 +1854,50 @@ class _Launch:
             self.l2pf,
             tuple(warps),
         )
-        if key in _COMPILED:
-            return
-        empty = torch.zeros_like(seq_lens[:1])
-        for w in warps:
-            for splits, heads in ((1, 16), (2, 1), (2, 16)):
-                self(q[:1], block_table[:1], empty, comp_end[:1], w, splits, heads, rot)
-        _COMPILED.add(key)
+        if key not in _COMPILED:
+            empty = torch.zeros_like(seq_lens[:1])
+            for w in warps:
+                for splits, heads in ((1, 16), (2, 1), (2, 16)):
+                    self(q[:1], block_table[:1], empty, comp_end[:1], w, splits, heads, rot)
+            _COMPILED.add(key)
+        self.compiled.add(mine)
+
+    def _consts(self, hq: int, d: int, num_warps: int, rot: bool, cuda: bool, split: bool):
+        """The decode kernel's constexprs and options for a launch shape, with their key: built
+        once per shape and layer."""
+        shape = (hq, num_warps, rot, cuda, split)
+        got = self.consts.get(shape)
+        if got is None:
+            lo = self.layout
+            qpk = hq // self.cache.shape[1]
+            common = dict(
+                QPK=qpk,
+                QH=max(8, triton.next_power_of_2(qpk)),  # MMA side; 8 pads less
+                D=d,
+                G=lo.group,
+                VB=lo.preset.v_bits,
+                K_CODES=lo.k_codes,
+                K_SCOL=lo.k_scol,
+                K_ZP=lo.k_zp,
+                K_SROW=lo.k_srow,
+                V_CODES=lo.v_codes,
+                V_SCOL=lo.v_scol,
+                V_SROW=lo.v_srow,
+                V_ZP=lo.v_zp,
+                # on CUDA the same codes through PTX: 1 -> 2 (4 bytes at a time), 3 -> 4 (two words)
+                DEQ={1: 2, 3: 4}.get(self.deq, self.deq) if cuda else self.deq,
+                PREFETCH=self.prefetch,
+                ROT_Q=rot,
+                L2PF=self.l2pf,
+                REC=lo.size,
+                IS_SPLIT=split,
+                num_warps=num_warps,
+            )
+            cap = (MAXNREG if self.deq == 3 else MAXNREG_BYTES).get(d)
+            if cuda and cap:
+                common["maxnreg"] = cap
+            got = self.consts[shape] = (common, tuple(sorted(common.items())))
+        return got
 
     def __call__(self, q, block_table, seq_lens, comp_end, num_warps, num_splits, heads, rot):
         """``q`` [B, Hq, D], the caller's; ``rot``: the kernel rotates it (else one GEMM does,
@@ -1852,49 +1907,16 @@ class _Launch:
             q_in = q.contiguous()
         else:
             q2 = q.reshape(b * hq, d).float()
-            q_in = torch.addmm(q2, q2, self.h16.float(), beta=0.0, alpha=self.q_scale)
+            q_in = torch.addmm(q2, q2, self.h32, beta=0.0, alpha=self.q_scale)
             q_in = q_in.view(b, hq, d)
-        lo = self.layout
-        cache, pool_k = self.cache, self.pool_k
-        common = dict(
-            QPK=hq // cache.shape[1],
-            QH=max(8, triton.next_power_of_2(hq // cache.shape[1])),  # MMA side; 8 pads less
-            D=d,
-            G=lo.group,
-            VB=lo.preset.v_bits,
-            K_CODES=lo.k_codes,
-            K_SCOL=lo.k_scol,
-            K_ZP=lo.k_zp,
-            K_SROW=lo.k_srow,
-            V_CODES=lo.v_codes,
-            V_SCOL=lo.v_scol,
-            V_SROW=lo.v_srow,
-            V_ZP=lo.v_zp,
-            # on CUDA the same codes through PTX: 1 -> 2 (4 bytes at a time), 3 -> 4 (two words)
-            DEQ={1: 2, 3: 4}.get(self.deq, self.deq) if q_in.is_cuda else self.deq,
-            PREFETCH=self.prefetch,
-            ROT_Q=rot,
-            L2PF=self.l2pf,
-            REC=lo.size,
-            num_warps=num_warps,
-        )
-        cap = (MAXNREG if self.deq == 3 else MAXNREG_BYTES).get(d)
-        if q_in.is_cuda and cap:
-            common["maxnreg"] = cap
+        cuda = q_in.is_cuda
+        split = num_splits != 1
+        common, kwkey = self._consts(hq, d, num_warps, rot, cuda, split)
         args = (
             q_in,
             q_in.stride(0),
             q_in.stride(1),
-            cache,
-            cache.view(torch.float16),
-            cache.stride(0),
-            cache.stride(1),
-            pool_k,
-            self.pool_v,
-            pool_k.stride(0),
-            pool_k.stride(1),
-            pool_k.stride(2),
-            self.block_slot,
+            *self.fixed,
             block_table,
             block_table.stride(0),
             seq_lens,
@@ -1902,23 +1924,29 @@ class _Launch:
             self.h16,
             self.q_scale,
         )
-        hkv = cache.shape[1]
-        if num_splits == 1:
+        hkv = self.cache.shape[1]
+        if not split:
             out = torch.empty(b, hq, d, dtype=torch.float32, device=q_in.device)
             launch(
                 _kvarn_decode_kernel,
                 (b, hkv, 1),
                 (*args, out, out.stride(0), out.stride(1), out, 0, 0, 1),
-                dict(IS_SPLIT=False, **common),
+                common,
+                bound=self,
+                vary=_DECODE_VARY,
+                kwkey=kwkey,
             )
-            return (out @ self.h16.float()).to(q.dtype)
+            return (out @ self.h32).to(q.dtype)
         part, lse = self.ws.get(b * num_splits, hq, d, q_in.device)
         launch(
             _kvarn_decode_kernel,
             (b, hkv, num_splits),
             (*args, part, part.stride(0), part.stride(1), lse, lse.stride(0), lse.stride(1),
              num_splits),
-            dict(IS_SPLIT=True, **common),
+            common,
+            bound=self,
+            vary=_DECODE_VARY,
+            kwkey=kwkey,
         )  # fmt: skip
         res = torch.empty(b, hq, d, dtype=q.dtype, device=q_in.device)
         cargs = (
@@ -1950,3 +1978,8 @@ class _Launch:
                 dict(D=d, SPAD=spad, HB=16, num_warps=4),
             )
         return res
+
+
+# The decode kernel's arguments that change from step to step (q, the block table, lengths, the
+# outputs); the others (3-12: cache, pools, slot map; 17-18: rotation, scale) are _Launch.fixed.
+_DECODE_VARY = (0, 1, 2, 13, 14, 15, 16, *range(19, 26))
