@@ -27,6 +27,7 @@ from hyperqwen_patches import gitrun, records
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork import replay
+from hyperqwen_patches.fork.worktrees import run_in
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import ExportPoint, Manifest
 from hyperqwen_patches.sources import basecommit
@@ -188,7 +189,7 @@ def start_edit(manifest: Manifest, row: str, *, fork: Path | None = None) -> Edi
         git_dir=git_dir,
         what=f"making a work tree for row {row}",
     )
-    _in_worktree(worktree, ["reset", "--hard", "--quiet", commit], what="checking the row out")
+    run_in(worktree, ["reset", "--hard", "--quiet", commit], what="checking the row out")
     EditState(row, point.name, point.branch, commit, str(worktree)).save(git_dir)
     return EditResult(row, commit, worktree, fork_path, imported)
 
@@ -199,26 +200,6 @@ def _move_branch(git_dir: Path, branch: str, new: str, old: str, *, why: str) ->
         ["update-ref", "-m", f"hyperqwen-patches {why}", f"refs/heads/{branch}", new, old],
         git_dir=git_dir,
         what=f"moving {branch}",
-    )
-
-
-def _worktree_git_dir(worktree: Path) -> Path:
-    link = (worktree / ".git").read_text().strip()
-    if not link.startswith("gitdir: "):
-        raise GitError(f"{worktree}/.git does not name a git directory")
-    return Path(link.removeprefix("gitdir: "))
-
-
-def _in_worktree(worktree: Path, args: list[str], *, what: str) -> bytes:
-    """A git command in the edit work tree, as that work tree (its own index and HEAD)."""
-    git_dir = _worktree_git_dir(worktree)
-    return gitrun.check(
-        args,
-        git_dir=git_dir,
-        cwd=worktree,
-        index=git_dir / "index",
-        env={"GIT_WORK_TREE": str(worktree)},
-        what=what,
     )
 
 
@@ -281,12 +262,12 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
         )
     worktree = Path(state.worktree)
     # Bytecode a test run left in the work tree is not the row's (module rows skip it too).
-    _in_worktree(
+    run_in(
         worktree,
         ["add", "-A", "--", ".", ":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.py[co]"],
         what="reading the work tree",
     )
-    new_tree = _in_worktree(worktree, ["write-tree"], what="reading the work tree").decode().strip()
+    new_tree = run_in(worktree, ["write-tree"], what="reading the work tree").decode().strip()
     raw = gitrun.check(
         ["cat-file", "commit", state.commit], git_dir=git_dir, what="reading the row"
     )
@@ -326,7 +307,7 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
             result.rebased.append((row, parent))
     _move_branch(git_dir, state.branch, parent, tip, why=f"refresh {state.row}")
     result.new = new
-    _in_worktree(worktree, ["reset", "--quiet", "--soft", new], what="moving the work tree")
+    run_in(worktree, ["reset", "--quiet", "--soft", new], what="moving the work tree")
     EditState(state.row, state.point, state.branch, new, state.worktree).save(git_dir)
     from hyperqwen_patches.series.manifest import load_manifest
 

@@ -20,6 +20,7 @@ from hyperqwen_patches import gitrun
 from hyperqwen_patches.atomicfile import write_atomic
 from hyperqwen_patches.console import show
 from hyperqwen_patches.errors import GitError, UsageError
+from hyperqwen_patches.fork.worktrees import run_in
 from hyperqwen_patches.records import field, record
 
 STATE_FILE = "hqp-port-rebase.json"
@@ -93,31 +94,6 @@ def default_worktree(fork: Path, git_dir: Path, to_version: str) -> Path:
     return top.resolve().parent / f"{top.resolve().name.removesuffix('.git')}-port-{to_version}"
 
 
-def _admin_dir(worktree: Path) -> Path:
-    """A linked worktree's own git dir (``<fork git dir>/worktrees/<name>``), from its ``.git`` file."""
-    dotgit = worktree / ".git"
-    try:
-        text = dotgit.read_text()
-    except OSError as exc:
-        raise GitError(f"{worktree}: not a worktree of this rebase ({exc})") from exc
-    if not text.startswith("gitdir: "):
-        raise GitError(f"{dotgit}: not a linked worktree's .git file")
-    admin = Path(text[len("gitdir: ") :].strip())
-    return admin if admin.is_absolute() else (worktree / admin).resolve()
-
-
-def _in_worktree(worktree: Path, args: Sequence[str], *, what: str) -> bytes:
-    admin = _admin_dir(worktree)
-    return gitrun.check(
-        args,
-        git_dir=admin,
-        cwd=worktree,
-        index=admin / "index",
-        env={"GIT_WORK_TREE": str(worktree)},
-        what=what,
-    )
-
-
 def refuse_existing(worktree: Path) -> None:
     if worktree.exists() or worktree.is_symlink():
         raise UsageError(
@@ -135,8 +111,8 @@ def open_worktree(git_dir: Path, worktree: Path, commit: str, files: Sequence[An
         git_dir=git_dir,
         what=f"adding the worktree {worktree}",
     )
-    _in_worktree(worktree, ["read-tree", commit], what="reading the last commit into the worktree")
-    _in_worktree(worktree, ["checkout-index", "--all"], what="checking out the worktree")
+    run_in(worktree, ["read-tree", commit], what="reading the last commit into the worktree")
+    run_in(worktree, ["checkout-index", "--all"], what="checking out the worktree")
     for f in files:
         target = worktree / os.fsdecode(f.path)
         if f.content is None:
@@ -185,9 +161,9 @@ def take_resolution(
             f"the worktree {worktree} of the paused row {state.row} is gone",
             hint="--skip leaves the row out; --abort drops the whole rebase",
         )
-    head = _in_worktree(worktree, ["rev-parse", "HEAD"], what="reading the worktree's HEAD")
+    head = run_in(worktree, ["rev-parse", "HEAD"], what="reading the worktree's HEAD")
     head_sha = head.decode().strip()
-    status = _in_worktree(
+    status = run_in(
         worktree,
         ["status", "--porcelain", "-z", "--untracked-files=all"],
         what="reading the worktree's status",
@@ -219,8 +195,8 @@ def take_resolution(
             "nothing",
             hint="--skip leaves the row out of the branch",
         )
-    _in_worktree(worktree, ["add", "--all"], what="staging the resolution")
-    tree = _in_worktree(worktree, ["write-tree"], what="writing the resolution's tree")
+    run_in(worktree, ["add", "--all"], what="staging the resolution")
+    tree = run_in(worktree, ["write-tree"], what="writing the resolution's tree")
     commit = basecommit.commit_tree(
         git_dir, tree.decode().strip(), parents=[state.parent], message=message, env=env
     )

@@ -258,6 +258,7 @@ def rebase_fork(
     skipped: list[str] = []
     names = [r.name for r in rows]
     done_with: Path | None = None  # the worktree of the row --continue/--skip just took
+    paused: Paused | None = None
     with forkgit.scratch_repo() as view:
         if request.action == "start":
             if saved is not None:
@@ -393,20 +394,8 @@ def rebase_fork(
                         pausing.close_worktree(git_dir, done_with)
                     # A failure from here on leaves the state: --abort removes what was made.
                     pausing.open_worktree(git_dir, worktree, parent, merge.files)
-                    return RebaseResult(
-                        fork=request.fork,
-                        branch=branch,
-                        base=base,
-                        tip=parent,
-                        previous=previous,
-                        commits=tuple(commits),
-                        upstream=tuple(upstream),
-                        messages_from="patch files" if from_patch_files else "fork",
-                        state="paused",
-                        merged=tuple(merged),
-                        skipped=tuple(skipped),
-                        paused=Paused(row.name, worktree, merge.files, resume),
-                    )
+                    paused = Paused(row.name, worktree, merge.files, resume)
+                    break
                 state.apply_changes(row.patch, {f.path: f.content for f in merge.files}, old_modes)
                 how = "merged"
                 both = merge.merged_paths
@@ -421,21 +410,11 @@ def rebase_fork(
                 message = _with_port_note(message, note.encode())
             parent = importing.write_state_commit(git_dir, state, parent, message, env)
             commits.append((row.name, parent, how))
-    gitrun.check(
-        [
-            "update-ref",
-            "-m",
-            f"hyperqwen-patches port --to {report.to_version} --rebase",
-            f"refs/heads/{branch}",
-            parent,
-            previous or "0" * 40,
-        ],
-        git_dir=git_dir,
-        what=f"creating {branch}",
-    )
-    if done_with is not None:
-        pausing.close_worktree(git_dir, done_with)
-    pausing.drop(git_dir)
+    if paused is None:
+        _write_branch(git_dir, branch, parent, previous, report.to_version)
+        if done_with is not None:
+            pausing.close_worktree(git_dir, done_with)
+        pausing.drop(git_dir)
     return RebaseResult(
         fork=request.fork,
         branch=branch,
@@ -445,6 +424,25 @@ def rebase_fork(
         commits=tuple(commits),
         upstream=tuple(upstream),
         messages_from="patch files" if from_patch_files else "fork",
+        state="done" if paused is None else "paused",
         merged=tuple(merged),
         skipped=tuple(skipped),
+        paused=paused,
+    )
+
+
+def _write_branch(git_dir: Path, branch: str, tip: str, previous: str | None, version: str) -> None:
+    from hyperqwen_patches import gitrun
+
+    gitrun.check(
+        [
+            "update-ref",
+            "-m",
+            f"hyperqwen-patches port --to {version} --rebase",
+            f"refs/heads/{branch}",
+            tip,
+            previous or "0" * 40,
+        ],
+        git_dir=git_dir,
+        what=f"creating {branch}",
     )
