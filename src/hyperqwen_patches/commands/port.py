@@ -89,7 +89,11 @@ def port(
     ] = True,
     rebase: Annotated[
         bool,
-        typer.Option("--rebase", help="Build the new fork branch from the rows that go through."),
+        typer.Option(
+            "--rebase",
+            help="Build the new fork branch on the new release, a row at a time (fuzz 0, else a "
+            "three-way merge, else a pause for you).",
+        ),
     ] = False,
     fork: Annotated[
         Path | None,
