@@ -1773,25 +1773,36 @@ def kvarn_decode(
     if combine_heads is None:
         combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
     ws = workspace or DecodeWorkspace()
-    # One _Launch per layer for the workspace's life: what is fixed across steps is bound once
-    # (it holds the tensors, so an id here is never another tensor's).
-    key = (id(cache), id(pool_k), id(pool_v), id(block_slot), id(h16), id(layout), id(config),
-           deq, prefetch, scale, l2_prefetch)  # fmt: skip
+    # One _Launch per layer for the workspace's life: what is fixed across steps is bound once. A
+    # layer's cache comes as a new view every step (the backend folds its pages), so it is known by
+    # its memory and geometry; the _Launch holds the first view, so the memory cannot be another
+    # allocation's while it is a key.
+    key = (cache.data_ptr(), cache.shape, cache.stride(), cache.dtype, pool_k.data_ptr(),
+           pool_v.data_ptr(), pool_k.shape, pool_k.stride(), h16.data_ptr(), id(layout),
+           id(config), deq, prefetch, scale, l2_prefetch)  # fmt: skip
     step = ws.launches.get(key)
     if step is None:
         l2pf = l2_prefetch_blocks(q.device, d, l2_prefetch) if deq == 3 else 0
         if l2pf and (cache.data_ptr() % 16 or cache.stride(0) % 16 or cache.stride(1) % 16):
             l2pf = 0  # the bulk prefetch takes 16-byte aligned records (layouts pad to 64 or 128)
-        step = _Launch(
-            cache, pool_k, pool_v, block_slot, layout, h16, config, deq, prefetch, ws, scale, l2pf
-        )
+        if len(ws.launches) >= MAX_BOUND_LAUNCHES:
+            ws.launches.clear()  # a caller whose pools move every step: no leak, no caching
+        step = _Launch(cache, pool_k, pool_v, layout, h16, config, deq, prefetch, ws, scale, l2pf)
         ws.launches[key] = step
     if ahead:
         step.compile_variants(
-            q, block_table, seq_lens, comp_end, (base, 2 * base), rotate_in_kernel
+            q, block_slot, block_table, seq_lens, comp_end, (base, 2 * base), rotate_in_kernel
         )
     return step(
-        q, block_table, seq_lens, comp_end, num_warps, num_splits, combine_heads, rotate_in_kernel
+        q,
+        block_slot,
+        block_table,
+        seq_lens,
+        comp_end,
+        num_warps,
+        num_splits,
+        combine_heads,
+        rotate_in_kernel,
     )
 
 
@@ -1812,7 +1823,6 @@ class _Launch:
         cache,
         pool_k,
         pool_v,
-        block_slot,
         layout,
         h16,
         config,
@@ -1822,17 +1832,19 @@ class _Launch:
         scale: float,
         l2pf: int,  # blocks prefetched into L2 ahead (word path on CUDA), 0: none
     ):
-        self.cache, self.pool_k, self.pool_v, self.block_slot = cache, pool_k, pool_v, block_slot
+        self.cache, self.pool_k, self.pool_v = cache, pool_k, pool_v
         self.layout, self.h16, self.config, self.ws = layout, h16.contiguous(), config, ws
         self.deq, self.prefetch, self.q_scale, self.l2pf = deq, prefetch, scale * LOG2E, l2pf
         self.h32 = self.h16.float()  # the single stage's un-rotation
-        # arguments 3-12 of the decode kernel: the same at every step of this layer
+        # arguments 3-11 of the decode kernel: the same at every step of this layer
         self.fixed = (cache, cache.view(torch.float16), cache.stride(0), cache.stride(1), pool_k,
-                      pool_v, pool_k.stride(0), pool_k.stride(1), pool_k.stride(2), block_slot)  # fmt: skip
+                      pool_v, pool_k.stride(0), pool_k.stride(1), pool_k.stride(2))  # fmt: skip
         self.compiled: set[tuple] = set()  # (rot, dtype, q shape, warps) compiled ahead
         self.consts: dict[tuple, tuple[dict, tuple]] = {}  # (hq, warps, rot, cuda, split) -> kwargs
 
-    def compile_variants(self, q, block_table, seq_lens, comp_end, warps, rot: bool) -> None:
+    def compile_variants(
+        self, q, block_slot, block_table, seq_lens, comp_end, warps, rot: bool
+    ) -> None:
         """Compiles every variant the policy may pick (each warp count, single stage and split,
         both combines; q rotated as ``rot`` says) on the first call for this shape, by launching
         them over one empty row: later steps only pick among compiled kernels, so a batch of one
@@ -1858,7 +1870,8 @@ class _Launch:
             empty = torch.zeros_like(seq_lens[:1])
             for w in warps:
                 for splits, heads in ((1, 16), (2, 1), (2, 16)):
-                    self(q[:1], block_table[:1], empty, comp_end[:1], w, splits, heads, rot)
+                    self(q[:1], block_slot, block_table[:1], empty, comp_end[:1], w, splits,
+                         heads, rot)  # fmt: skip
             _COMPILED.add(key)
         self.compiled.add(mine)
 
@@ -1899,7 +1912,9 @@ class _Launch:
             got = self.consts[shape] = (common, tuple(sorted(common.items())))
         return got
 
-    def __call__(self, q, block_table, seq_lens, comp_end, num_warps, num_splits, heads, rot):
+    def __call__(
+        self, q, block_slot, block_table, seq_lens, comp_end, num_warps, num_splits, heads, rot
+    ):
         """``q`` [B, Hq, D], the caller's; ``rot``: the kernel rotates it (else one GEMM does,
         with the scale as its alpha: the product then a scaling kernel cost a launch more)."""
         b, hq, d = q.shape
@@ -1917,6 +1932,7 @@ class _Launch:
             q_in.stride(0),
             q_in.stride(1),
             *self.fixed,
+            block_slot,
             block_table,
             block_table.stride(0),
             seq_lens,
@@ -1980,6 +1996,8 @@ class _Launch:
         return res
 
 
-# The decode kernel's arguments that change from step to step (q, the block table, lengths, the
-# outputs); the others (3-12: cache, pools, slot map; 17-18: rotation, scale) are _Launch.fixed.
-_DECODE_VARY = (0, 1, 2, 13, 14, 15, 16, *range(19, 26))
+# The decode kernel's arguments that change from step to step (q, the slot map, the block table,
+# lengths, the outputs); the others (3-11: cache and pools; 17-18: rotation, scale) are the layer's.
+_DECODE_VARY = (0, 1, 2, 12, 13, 14, 15, 16, *range(19, 26))
+# More bound launches than this in one workspace: its caller's layers are not stable (cleared).
+MAX_BOUND_LAUNCHES = 4096
