@@ -181,6 +181,7 @@ def port(
             force=force,
             action=action,  # type: ignore[arg-type]
             worktree=worktree,
+            repo=repo.resolve(),
         )
     results = [
         run_port(

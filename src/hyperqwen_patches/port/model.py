@@ -369,6 +369,7 @@ class RebaseRequest:
     # the paused rebase (its worktree and state), writing no branch.
     action: RebaseAction = "start"
     worktree: Path | None = None  # where a row that needs a person is checked out
+    repo: Path | None = None  # the series repository, named in the command that goes on
 
 
 # How a row reached the new branch: its hunks applied at fuzz 0 ("applied"), without the hunks the

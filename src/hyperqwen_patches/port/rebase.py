@@ -364,9 +364,9 @@ def rebase_fork(
                 if not merge.clean:
                     worktree = (request.worktree or pausing.default_worktree(
                         request.fork, git_dir, report.to_version)).resolve()  # fmt: skip
-                    resume = (
-                        f"hqp port --to {report.to_version} --rebase --continue --fork "
-                        f"{request.fork}"
+                    # Runnable from anywhere (the person is likely in the worktree).
+                    resume = f"hqp port --rebase --continue --fork {request.fork}" + (
+                        f" --repo {request.repo}" if request.repo is not None else ""
                     )
                     if worktree != done_with:
                         pausing.refuse_existing(worktree)
