@@ -273,3 +273,23 @@ def test_a_wrong_block_table_is_caught_by_the_same_comparison():
 def test_record_size_matches_the_view():
     assert KVarNAttentionBackend.get_supported_head_sizes() == [128, 256]
     assert record_layout(PRESET, D).size == G * kvarn_state_content_bytes(PRESET, D)
+
+
+def test_the_builder_gives_each_step_the_compressed_end_its_layers_decode_with():
+    """comp_end is computed once a step by the builder (not by every layer's decode): right after
+    the step it equals what the decode derives from the step's slot map, block table and lengths
+    (the slot table is shared and moves with the next step's plan, so each step is checked when it
+    ran), and the stream reaches compressed blocks ahead of the pool."""
+    from vllm.v1.attention.ops.kvarn.triton_decode import compressed_end_from_slots
+
+    h = Harness()
+    seen = 0
+    with set_current_vllm_config(h.cfg):
+        for queries in ({"a": 100, "b": 150}, {"a": 1, "b": 70}, *([{"a": 1, "b": 1}] * 5)):
+            md = h.step(queries)[3]
+            assert md.comp_end is not None
+            group = h.builder.preset.group
+            derived = compressed_end_from_slots(md.block_slot, md.block_table, md.seq_lens, group)
+            assert torch.equal(md.comp_end, derived), queries
+            seen = max(seen, int(md.comp_end.max()))
+    assert seen > 1  # some blocks were flushed into records (the loop has work)

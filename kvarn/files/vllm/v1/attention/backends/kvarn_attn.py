@@ -274,6 +274,10 @@ class KVarNMetadata(AttentionMetadata):
     plan: SlotPlan
     block_slot: torch.Tensor | None  # [num_blocks] pool slot of a block, -1 when compressed;
     # None before the KV cache exists (dummy runs during memory profiling)
+    # [R] 1 + the leading compressed blocks after the sink, per request: what the decode kernel's
+    # branch-free loop covers. Once a step from the plan's slot table (the same for every layer of
+    # the group), not derived again by each layer's decode (several small torch ops a layer).
+    comp_end: torch.Tensor | None = None
 
 
 class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
@@ -328,6 +332,13 @@ class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
                 cam.block_table_tensor, cam.seq_lens, cam.query_start_loc, cam.slot_mapping[:n]
             )
             block_slot = table.decode_view
+        comp_end = None
+        if block_slot is not None:
+            from vllm.v1.attention.ops.kvarn.triton_decode import compressed_end_from_slots
+
+            comp_end = compressed_end_from_slots(
+                block_slot, cam.block_table_tensor, cam.seq_lens, self.preset.group
+            )
         return KVarNMetadata(
             seq_lens=cam.seq_lens,
             query_start_loc=cam.query_start_loc,
@@ -340,6 +351,7 @@ class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
             max_seq_len=cam.max_seq_len,
             plan=plan,
             block_slot=block_slot,
+            comp_end=comp_end,
         )
 
 
@@ -607,7 +619,11 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             from vllm.v1.attention.ops.kvarn.triton_decode import kvarn_decode
 
             o = kvarn_decode(
-                *args, self.config, max_seq_len=md.max_seq_len, workspace=self._workspace
+                *args,
+                self.config,
+                comp_end=None if md.comp_end is None else md.comp_end[ridx],
+                max_seq_len=md.max_seq_len,
+                workspace=self._workspace,
             )
         else:  # no GPU (CPU tests): the torch reference the kernel is tested against
             from vllm.v1.attention.ops.kvarn.reference import reference_decode

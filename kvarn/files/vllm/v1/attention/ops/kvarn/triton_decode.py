@@ -1685,7 +1685,7 @@ def compressed_end_from_slots(
     block_slot: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor, group: int
 ) -> torch.Tensor:
     """comp_end [B] from the slot map: 1 + the number of leading compressed blocks after the sink.
-    For tests and debugging; the backend takes it from ``TwoTierBook.compressed_end``."""
+    The backend's metadata builder computes it once a step for every layer (``KVarNMetadata.comp_end``)."""
     mb = block_table.shape[1]
     nblk = (seq_lens.long() + group - 1) // group
     idx = torch.arange(mb, device=block_table.device)
