@@ -479,3 +479,22 @@ def test_the_command_pauses_continues_and_aborts(ported: dict) -> None:
     jsonschema.Draft202012Validator(schema).validate(json.loads(paused.stdout))
     assert json.loads(paused.stdout)["reports"][0]["rebase"]["paused"]["row"] == "row-conf"
     assert hqp("--rebase", "--skip", "--abort", "--fork", str(fork)).returncode == 2
+
+
+def test_a_second_rebase_while_one_runs_is_refused(ported: dict) -> None:
+    """The lock a running port --rebase holds on the fork (held here by the test itself): a second
+    --continue, --skip or --abort is refused with one line and changes nothing."""
+    import fcntl
+
+    fork = ported["fork"]
+    state = (fork / ".git/hqp-port-rebase.json").read_bytes()
+    with open(fork / ".git/hqp-port-rebase.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        for action in ("continue", "skip"):
+            with pytest.raises(GitError, match="another port --rebase is running"):
+                go_on(ported, action)
+        with pytest.raises(GitError, match="another port --rebase is running"):
+            abort_rebase(fork)
+    assert (fork / ".git/hqp-port-rebase.json").read_bytes() == state
+    assert ported["rebased"].paused.worktree.exists()
+    assert go_on(ported, "skip").state == "done"  # released: it goes on

@@ -9,10 +9,11 @@ branches are never touched; the branch itself is written once, when the rebase i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from hyperqwen_patches.fork.worktrees import run_in
 from hyperqwen_patches.records import field, record
 
 STATE_FILE = "hqp-port-rebase.json"
+LOCK_FILE = "hqp-port-rebase.lock"
 STATE_FORMAT = 1
 
 
@@ -46,6 +48,27 @@ class RebaseState:
     upstream: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     messages_from: str = "fork"
+
+
+@contextlib.contextmanager
+def exclusive(git_dir: Path) -> Iterator[None]:
+    """One ``port --rebase`` at a time on a fork: a second one started while this one runs (two
+    terminals, a retried CI job) would read the same state and write over it. Released on exit,
+    also when the process is killed (an advisory lock dies with its process)."""
+    import fcntl
+
+    with open(git_dir / LOCK_FILE, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise GitError(
+                f"another port --rebase is running on {git_dir}",
+                hint="wait for it to end; a paused one is not running (--continue, --skip, --abort)",
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def state_path(git_dir: Path) -> Path:

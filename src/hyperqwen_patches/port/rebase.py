@@ -170,11 +170,12 @@ def abort_rebase(fork: Path) -> Any:
     from hyperqwen_patches.port import pausing
 
     git_dir = gitrun.git_dir_of(fork)
-    saved = pausing.load(git_dir)
-    if saved is None:
-        raise UsageError(f"no port --rebase is paused in {fork}: nothing to abort")
-    pausing.close_worktree(git_dir, Path(saved.worktree))
-    pausing.drop(git_dir)
+    with pausing.exclusive(git_dir):
+        saved = pausing.load(git_dir)
+        if saved is None:
+            raise UsageError(f"no port --rebase is paused in {fork}: nothing to abort")
+        pausing.close_worktree(git_dir, Path(saved.worktree))
+        pausing.drop(git_dir)
     return saved
 
 
@@ -239,6 +240,23 @@ def rebase_fork(
     objects, that ref and, while paused, one linked worktree and the state file are written.
     """
     from hyperqwen_patches import gitrun
+    from hyperqwen_patches.port import pausing
+
+    git_dir = gitrun.git_dir_of(request.fork)
+    with pausing.exclusive(git_dir):
+        return _rebase(manifest, report, rows, old, new, request, sources, git_dir)
+
+
+def _rebase(
+    manifest: Any,
+    report: PortReport,
+    rows: Sequence[PortRow],
+    old: PristineTree,
+    new: PristineTree,
+    request: RebaseRequest,
+    sources: tuple[str | None, str | None],
+    git_dir: Path,
+) -> RebaseResult:
     from hyperqwen_patches.errors import GitError
     from hyperqwen_patches.fork import importing, replay
     from hyperqwen_patches.fork import reading as forkgit
@@ -248,7 +266,6 @@ def rebase_fork(
     from hyperqwen_patches.port.triage import attempt_row, touched_paths
     from hyperqwen_patches.sources import basecommit
 
-    git_dir = gitrun.git_dir_of(request.fork)
     saved = pausing.load(git_dir)
     messages = _fork_messages(git_dir, manifest)
     from_patch_files = not messages
