@@ -180,13 +180,35 @@ def tree_entries(git_dir: Path, treeish: str) -> dict[bytes, tuple[int, str]]:
     return {p: (int(m, 8), s) for p, (m, s) in forkgit.ls_tree(git_dir, treeish).items()}
 
 
-def apply_row(state: TreeState, patch: Patch, *, row: str) -> None:
-    """Apply one row's engine patch on the state; a failure raises naming the row, file and hunk."""
+def state_of_commit(git_dir: Path, commit: str, known: Reader | None = None) -> TreeState:
+    """The tree of ``commit`` as a state rows can be applied to. Blobs are read from git when asked
+    for, except where ``known`` (a pristine tree the commit was built on) has the same bytes."""
+    entries = tree_entries(git_dir, commit)
+
+    def read(path: bytes) -> bytes | None:
+        sha = entries[path][1]
+        data = known(path) if known is not None else None
+        if data is not None and forkgit.blob_sha(data) == sha:
+            return data
+        return forkgit.read_blob(git_dir, sha)
+
+    return TreeState(entries, read)
+
+
+def row_result(patch: Patch, read: Reader, *, row: str) -> SeriesResult:
+    """One row's engine patch applied at fuzz 0 on ``read``; a failure raises naming the row, file
+    and hunk."""
     from hyperqwen_patches.engine.applying import Policy, apply_series
 
-    result = apply_series([patch], state.read, Policy())
+    result = apply_series([patch], read, Policy())
     if not result.ok:
         raise RowDoesNotApply(row, _failure_text(result))
+    return result
+
+
+def apply_row(state: TreeState, patch: Patch, *, row: str) -> None:
+    """Apply one row's engine patch on the state; a failure raises naming the row, file and hunk."""
+    result = row_result(patch, state.read, row=row)
     state.apply_changes(patch, result.changes, result.modes)
 
 

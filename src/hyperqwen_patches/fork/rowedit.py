@@ -283,12 +283,7 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
     later = forkgit.list_commits(git_dir, parents[0], tip)[1:] if parents else []
     parent = new
     if later:
-        entries = replay.tree_entries(git_dir, new)
-
-        def read_new(path: bytes) -> bytes | None:
-            return forkgit.read_blob(git_dir, entries[path][1]) if path in entries else None
-
-        tree_state = replay.TreeState(entries, read_new)
+        tree_state = replay.state_of_commit(git_dir, new)
         raws = forkgit.read_objects(git_dir, [c.sha for c in later], kind="commit")  # one git call
         for commit in later:
             row = commit.row or commit.sha[:12]

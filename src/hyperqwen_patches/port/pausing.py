@@ -19,7 +19,6 @@ from typing import Any
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.atomicfile import write_atomic
-from hyperqwen_patches.console import show
 from hyperqwen_patches.errors import GitError, UsageError
 from hyperqwen_patches.fork.worktrees import run_in
 from hyperqwen_patches.records import field, record
@@ -224,7 +223,3 @@ def take_resolution(
         git_dir, tree.decode().strip(), parents=[state.parent], message=message, env=env
     )
     return commit, "from the worktree"
-
-
-def files_json(files: Sequence[Any]) -> list[dict[str, Any]]:
-    return [{"path": show(f.path), "how": f.how, "conflicts": f.conflicts} for f in files]

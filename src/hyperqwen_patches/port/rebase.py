@@ -107,24 +107,6 @@ def _message(
     return message, env, True
 
 
-def _state_at(git_dir: Path, commit: str, new: PristineTree) -> Any:
-    """The tree state of a commit on the new release's base (blobs the release has are read from
-    it; the few the rows changed, from git)."""
-    from hyperqwen_patches.fork import reading as forkgit
-    from hyperqwen_patches.fork import replay
-
-    entries = replay.tree_entries(git_dir, commit)
-
-    def read(path: bytes) -> bytes | None:
-        sha = entries[path][1]
-        data = new.read(path)
-        if data is not None and forkgit.blob_sha(data) == sha:
-            return data
-        return forkgit.read_blob(git_dir, sha)
-
-    return replay.TreeState(entries, read)
-
-
 class _OldSide:
     """The pin with the rows applied in order: each row's file before and after it, as the old fork
     commit's parent and the commit hold them (replay identity), for the three-way merge."""
@@ -139,13 +121,10 @@ class _OldSide:
     def step(self, row: PortRow) -> tuple[dict[bytes, bytes | None], dict[bytes, int]]:
         """Apply ``row``; return its changes and modes (the state moves on only after the caller
         has read the "before" side: call :meth:`commit` then)."""
-        from hyperqwen_patches.engine.applying import Policy, apply_series
-        from hyperqwen_patches.fork.replay import RowDoesNotApply, _failure_text
+        from hyperqwen_patches.fork.replay import row_result
 
         assert row.patch is not None
-        result = apply_series([row.patch], self.read, Policy())
-        if not result.ok:
-            raise RowDoesNotApply(row.name, f"on {self._old.label}: {_failure_text(result)}")
+        result = row_result(row.patch, self.read, row=f"{row.name} (on {self._old.label})")
         return dict(result.changes), dict(result.modes)
 
     def reader_after(self, changes: dict[bytes, bytes | None]) -> Callable[[bytes], bytes | None]:
@@ -332,7 +311,7 @@ def _rebase(
             # The person's worktree goes only once what it gave is recorded: in the next pause's
             # state or in the branch (a kill in between loses no resolution).
             done_with = Path(saved.worktree)
-            state = _state_at(git_dir, parent, new)
+            state = replay.state_of_commit(git_dir, parent, known=new.read)
             start = names.index(saved.row) + 1
 
         pair = PristinePair(old, new)
@@ -397,7 +376,7 @@ def _rebase(
                             parent=parent,
                             row=row.name,
                             worktree=str(worktree),
-                            files=pausing.files_json(merge.files),
+                            files=[f.to_json() for f in merge.files],
                             to_source=sources[0],
                             from_source=sources[1],
                             commits=[list(c) for c in commits],
