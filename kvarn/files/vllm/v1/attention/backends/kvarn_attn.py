@@ -278,14 +278,21 @@ class KVarNMetadata(AttentionMetadata):
     # branch-free loop covers. Once a step from the plan's slot table (the same for every layer of
     # the group), not derived again by each layer's decode (several small torch ops a layer).
     comp_end: torch.Tensor | None = None
+    # Every request has one query token (max_query_len == 1): forward takes the path with no host
+    # read (ops/kvarn/step.py), the one a full CUDA graph captures. The plan's tensors it reads and
+    # comp_end then live in the builder's persistent buffers (same memory every step).
+    uniform_decode: bool = False
 
 
 class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
     """Builds the step's metadata and the pool plan; one slot table per KV-cache group."""
 
-    # The plan is recomputed each step into fresh tensors: attention runs eagerly between the
-    # piecewise graphs (no full CUDA graph over attention).
-    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+    # A step of single-token decodes runs with no host read, from buffers that keep their memory
+    # (the plan and comp_end are copied into them), so vLLM may capture it in a full CUDA graph;
+    # other steps (prefill chunks, speculative verification) run eagerly between piecewise graphs.
+    _cudagraph_support: ClassVar[AttentionCGSupport] = (
+        AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+    )
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -298,6 +305,22 @@ class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
             )
         self.num_slots = kvarn_pool_slots(vllm_config, self.preset.group)
         self._table: KVarNSlotTable | None = None
+        sched = vllm_config.scheduler_config
+        self.max_tokens = max(sched.max_num_batched_tokens, sched.max_num_seqs)
+        self.max_reqs = sched.max_num_seqs
+        self._persistent: dict[str, torch.Tensor] = {}
+
+    def _keep(self, name: str, value: torch.Tensor, size: int) -> torch.Tensor:
+        """``value`` copied into a buffer that keeps its memory from step to step (what a captured
+        graph reads), sized for the engine's largest step; a view of its first entries."""
+        buf = self._persistent.get(name)
+        n = value.shape[0]
+        if buf is None or buf.shape[0] < n or buf.dtype != value.dtype:
+            buf = torch.empty(max(size, n), dtype=value.dtype, device=value.device)
+            self._persistent[name] = buf
+        view = buf[:n]
+        view.copy_(value, non_blocking=True)
+        return view
 
     def _slot_table(self) -> KVarNSlotTable | None:
         """The group's table, sized by the layer's KV cache; None while no KV cache is bound (dummy
@@ -339,6 +362,13 @@ class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
             comp_end = compressed_end_from_slots(
                 block_slot, cam.block_table_tensor, cam.seq_lens, self.preset.group
             )
+            comp_end = self._keep("comp_end", comp_end, self.max_reqs)
+            plan = plan._replace(
+                write_slots=self._keep("write_slots", plan.write_slots, self.max_tokens),
+                write_rows=self._keep("write_rows", plan.write_rows, self.max_tokens),
+                committed=self._keep("committed", plan.committed, self.max_reqs),
+                flush_by_slot=self._keep("flush_by_slot", plan.flush_by_slot, self.num_slots),
+            )
         return KVarNMetadata(
             seq_lens=cam.seq_lens,
             query_start_loc=cam.query_start_loc,
@@ -352,6 +382,7 @@ class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
             plan=plan,
             block_slot=block_slot,
             comp_end=comp_end,
+            uniform_decode=cam.max_query_len == 1 and cam.num_reqs == n,
         )
 
 
@@ -359,7 +390,7 @@ def _idle_plan(slot_mapping: torch.Tensor, device: torch.device) -> SlotPlan:
     """No KV cache yet: nothing to flush, nowhere to write (forward then only zeroes its output)."""
     none = torch.full((0,), -1, dtype=torch.int64, device=device)
     lanes = torch.full((slot_mapping.shape[0],), -1, dtype=torch.int64, device=device)
-    return SlotPlan(none, none, lanes, torch.zeros_like(lanes), none)
+    return SlotPlan(none, none, lanes, torch.zeros_like(lanes), none, none.to(torch.int32))
 
 
 _WORKSPACES: dict[torch.device, Any] = {}
@@ -418,6 +449,8 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         self.h16: torch.Tensor | None = None
         self._workspace: Any = None  # split-K partials (CUDA), shared by all layers
         self.max_num_seqs = vllm_config.scheduler_config.max_num_seqs
+        self.max_model_len = vllm_config.model_config.max_model_len
+        self._launches: dict[int, tuple[int, int]] = {}  # batch -> (splits, warps), decode steps
 
     # -- device state ---------------------------------------------------------------------------
     def _ensure_pool(self, device: torch.device) -> None:
@@ -475,6 +508,9 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         records = fold_records(kv_cache, self.layout.size)
         plan = attn_metadata.plan
         n = attn_metadata.num_actual_tokens
+        if attn_metadata.uniform_decode:
+            self._decode_step(query[:n], key[:n], value[:n], records, attn_metadata, output[:n])
+            return output
         # Padding tokens (past the last request) get 0, never uninitialized memory.
         output[int(attn_metadata.query_start_loc_cpu[-1]) :].fill_(0)
 
@@ -484,46 +520,71 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         return output
 
     def _flush(self, records: torch.Tensor, plan: SlotPlan) -> None:
-        """Compress every block whose tokens are all committed (before this step writes the pool)."""
-        mask = plan.flush_slots >= 0
-        slots, blocks = plan.flush_slots[mask], plan.flush_blocks[mask]  # host sync: eager path
-        if slots.numel() == 0:
-            return
+        """Compress every block whose tokens are all committed (before this step writes the pool):
+        the plan's fixed-size list by slot, empty entries skipped on the device (no host read)."""
         assert self.pool_k is not None and self.pool_v is not None
-        if records.is_cuda:
-            from vllm.v1.attention.ops.kvarn.triton_store import store_blocks
+        from vllm.v1.attention.ops.kvarn.step import flush
 
-            store_blocks(
-                records,
-                self.pool_k,
-                self.pool_v,
-                slots.to(torch.int32),
-                blocks.to(torch.int32),
-                self.layout,
-                self.config.sinkhorn_iters,
-            )
-        else:  # no GPU (CPU tests): the torch reference the kernel is tested against
-            from vllm.v1.attention.ops.kvarn.reference import flush_reference
-
-            flush_reference(
-                records,
-                self.pool_k,
-                self.pool_v,
-                slots,
-                blocks,
-                self.layout,
-                self.config.sinkhorn_iters,
-            )
+        flush(
+            records,
+            self.pool_k,
+            self.pool_v,
+            plan.flush_by_slot,
+            self.layout,
+            self.config.sinkhorn_iters,
+        )
 
     def _write(self, key: torch.Tensor, value: torch.Tensor, plan: SlotPlan) -> None:
         """Every new token goes, rotated, into its block's pool slot (padding tokens are dropped)."""
         assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
-        from vllm.v1.attention.ops.kvarn.hadamard import rotate
+        from vllm.v1.attention.ops.kvarn.step import write
 
-        slots = torch.where(plan.write_slots >= 0, plan.write_slots, self.num_slots)
-        rows = plan.write_rows
-        self.pool_k[slots, rows] = rotate(key, self.h16)  # [T, Hkv, D] fp16
-        self.pool_v[slots, rows] = rotate(value, self.h16)
+        write(self.pool_k, self.pool_v, self.h16, key, value, plan.write_slots, plan.write_rows)
+
+    def _decode_step(self, query, key, value, records, md: KVarNMetadata, out) -> None:
+        """A step of single-token decodes (request b is token b), with no host read: flush, write and
+        decode as ops/kvarn/step.py does them, the launch fixed per batch size (a captured graph
+        replays it at every length up to max_model_len). Padding rows come out as zeros."""
+        assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
+        assert md.comp_end is not None and md.block_slot is not None
+        from vllm.v1.attention.ops.kvarn.step import decode_step, fixed_launch
+
+        b = query.shape[0]
+        launch = self._launches.get(b)
+        if launch is None:
+            launch = self._launches[b] = fixed_launch(
+                b,
+                self.num_kv_heads,
+                self.head_size,
+                self.max_model_len,
+                self.group,
+                self.config,
+                query.device,
+            )
+        plan = md.plan
+        o = decode_step(
+            query,
+            key,
+            value,
+            records,
+            self.pool_k,
+            self.pool_v,
+            self.h16,
+            plan.flush_by_slot,
+            plan.write_slots,
+            plan.write_rows,
+            md.block_slot,
+            md.block_table[:b],
+            md.seq_lens[:b],
+            md.comp_end[:b],
+            self.layout,
+            self.config,
+            self.scale,
+            launch,
+            max_model_len=self.max_model_len,
+            workspace=self._workspace,
+        )
+        out.copy_(o.to(out.dtype))
 
     def _attend(
         self,

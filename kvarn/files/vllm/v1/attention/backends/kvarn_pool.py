@@ -59,6 +59,11 @@ class SlotPlan(NamedTuple):
     write_slots: torch.Tensor  # int64 [T]: pool slot each new token is written to, or -1 (padding)
     write_rows: torch.Tensor  # int64 [T]: row inside the slot (position mod G)
     committed: torch.Tensor  # int64 [R]: seq_len - query_len
+    # int32 [num_slots]: the block to compress from slot s this step, or -1. The same flushes as
+    # (flush_slots, flush_blocks), by slot: a flush frees a distinct slot, and at most num_slots
+    # blocks are resident, so this fixed-size list is what a launch reads without a host sync (the
+    # R * W lists would cost a program per block of every request's table).
+    flush_by_slot: torch.Tensor
 
 
 class KVarNSlotTable:
@@ -124,6 +129,8 @@ class KVarNSlotTable:
         flush_blocks = torch.where(flush, blocks, -1).flatten()
         flush_slots = torch.where(flush, slot_of, -1).flatten()
         fmask = flush_slots >= 0
+        flush_by_slot = torch.full((self.num_slots + 1,), -1, dtype=torch.int32, device=dev)
+        self._scatter(flush_by_slot, flush_slots, flush_blocks, fmask)
         self._scatter(self.slot_block, flush_slots, torch.full_like(flush_slots, -1), fmask)
         self._scatter(self.block_slot, flush_blocks, torch.full_like(flush_blocks, -1), fmask)
 
@@ -152,7 +159,12 @@ class KVarNSlotTable:
 
         write_slots = torch.where(valid, self.block_slot[tok_block].to(torch.int64), -1)
         return SlotPlan(
-            flush_blocks, flush_slots, write_slots, torch.where(valid, rows, 0), committed
+            flush_blocks,
+            flush_slots,
+            write_slots,
+            torch.where(valid, rows, 0),
+            committed,
+            flush_by_slot[: self.num_slots],
         )
 
     def release(self, blocks: torch.Tensor) -> None:

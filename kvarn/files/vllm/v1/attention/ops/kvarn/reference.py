@@ -29,7 +29,11 @@ def flush_reference(
     layout: RecordLayout,
     iters: int,
 ) -> None:
-    """Compress pool slots ``slots`` into cache blocks ``blocks`` (all KV heads), in place."""
+    """Compress pool slots ``slots`` into cache blocks ``blocks`` (all KV heads), in place.
+    Entries with a negative slot or block are skipped, as the store kernel skips them."""
+    keep = (slots >= 0) & (blocks >= 0)
+    if not bool(keep.all()):
+        slots, blocks = slots[keep], blocks[keep]
     if slots.numel() == 0:
         return
     n, hkv = slots.numel(), pool_k.shape[2]

@@ -155,6 +155,8 @@ def _kvarn_store_kernel(
     h = tl.program_id(1)
     slot = tl.load(slots + t).to(tl.int64)
     blk = tl.load(blocks + t).to(tl.int64)
+    if (slot < 0) | (blk < 0):
+        return  # an empty entry of a fixed-size list (a step's flushes, listed by slot)
     rec = blk * s_cb + h * s_ch  # byte offset of the record
     src = slot * s_ps + h * s_ph
     # K tile [D, G]: row d, column g -> pool[slot, g, h, d]
@@ -202,6 +204,9 @@ def store_blocks(
     num_warps: int | None = None,
 ) -> None:
     """Compress pool slots ``slots`` into cache blocks ``blocks`` (int32 [N] each), all KV heads.
+    An entry with a negative slot or block is skipped on the device, so a caller can pass a
+    fixed-size list (``SlotPlan.flush_by_slot``) without reading it back: no host sync, and the
+    launch replays in a CUDA graph.
 
     cache uint8 [num_blocks, Hkv, size]; pool_k/v fp16 [num_slots, G, Hkv, D] with D contiguous.
     """

@@ -1,0 +1,165 @@
+"""One layer's decode step with no host synchronization: flush, write, attend.
+
+A step of single-token queries (every request decodes one token) does three things per layer, in
+this order: compress the pool blocks the plan flushes (``SlotPlan.flush_by_slot``: a fixed-size
+list by slot, -1 where nothing flushes), write the step's K/V rotated into the pool, then run the
+fused decode over the two tiers. Every size here is fixed by the batch and the engine's limits, and
+no value is read back to the host, so the same calls run eagerly and inside a CUDA graph (the
+backend's uniform-decode path, and the 200-step graph test in tests_vllm/kvarn/test_gpu.py).
+
+What makes that possible:
+
+- the store kernel skips empty entries on the device, so the flush list is never compacted;
+- the decode launch (split count, warps) is fixed per batch size from the longest context the
+  engine admits (``fixed_launch``), not from this step's longest sequence: a split with nothing to
+  read costs a program that returns at once, and nothing is recompiled as sequences grow;
+- rows of padding (sequence length 0, which a padded graph batch has) come out as zeros.
+
+No vLLM import: the module runs on a bare GPU machine and, on the CPU, through the torch reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .config import KVarNConfig
+from .hadamard import rotate
+from .layout import RecordLayout
+
+_SLOT_IDS: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+def slot_ids(n: int, device: torch.device) -> torch.Tensor:
+    """int32 [0, n): the store kernel's slot argument for a list by slot (made once per size)."""
+    key = (device, n)
+    ids = _SLOT_IDS.get(key)
+    if ids is None:
+        ids = _SLOT_IDS[key] = torch.arange(n, dtype=torch.int32, device=device)
+    return ids
+
+
+def fixed_launch(
+    batch: int,
+    num_kv_heads: int,
+    head_size: int,
+    max_model_len: int,
+    group: int,
+    config: KVarNConfig,
+    device: torch.device,
+) -> tuple[int, int]:
+    """(splits, warps) of the decode launch for ``batch`` requests at any length up to
+    ``max_model_len``: the policy's choice for the longest context, so a captured step stays right
+    (and no slower than a launch of one split) while its sequences grow."""
+    from .triton_decode import _num_sms, choose_splits, choose_warps
+
+    max_blocks = -(-max_model_len // group)
+    sms = _num_sms(device)
+    if device.type == "cuda":
+        warps = choose_warps(batch, num_kv_heads, max_blocks, sms, config, head_size)
+    else:  # the interpreter runs the 4-warp layouts
+        warps = 4
+    splits = choose_splits(batch, num_kv_heads, max_blocks, sms, config, warps)
+    return max(1, min(splits, config.max_splits)), warps
+
+
+def flush(
+    cache: torch.Tensor,
+    pool_k: torch.Tensor,
+    pool_v: torch.Tensor,
+    flush_by_slot: torch.Tensor,
+    layout: RecordLayout,
+    iters: int,
+    *,
+    kernels: bool | None = None,
+) -> None:
+    """Compress slot s into block ``flush_by_slot[s]`` wherever that is not -1 (all KV heads)."""
+    slots = slot_ids(flush_by_slot.shape[0], flush_by_slot.device)
+    if cache.is_cuda if kernels is None else kernels:
+        from .triton_store import store_blocks
+
+        store_blocks(cache, pool_k, pool_v, slots, flush_by_slot, layout, iters)
+    else:  # the CPU: the torch reference the kernel is tested against (it masks on the host)
+        from .reference import flush_reference
+
+        flush_reference(cache, pool_k, pool_v, slots, flush_by_slot, layout, iters)
+
+
+def write(
+    pool_k: torch.Tensor,
+    pool_v: torch.Tensor,
+    h16: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    write_slots: torch.Tensor,
+    write_rows: torch.Tensor,
+) -> None:
+    """Every token, rotated, into its pool slot and row; a token with slot -1 (padding) goes to the
+    pools' last slot, which is never read."""
+    trash = pool_k.shape[0] - 1
+    slots = torch.where(write_slots >= 0, write_slots, trash)
+    pool_k[slots, write_rows] = rotate(key, h16)
+    pool_v[slots, write_rows] = rotate(value, h16)
+
+
+def decode_step(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cache: torch.Tensor,
+    pool_k: torch.Tensor,
+    pool_v: torch.Tensor,
+    h16: torch.Tensor,
+    flush_by_slot: torch.Tensor,
+    write_slots: torch.Tensor,
+    write_rows: torch.Tensor,
+    block_slot: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    comp_end: torch.Tensor,
+    layout: RecordLayout,
+    config: KVarNConfig,
+    scale: float,
+    launch: tuple[int, int],
+    *,
+    max_model_len: int,
+    workspace=None,
+    kernels: bool | None = None,
+) -> torch.Tensor:
+    """One token per request: query/key/value [B, H, D] (row b is request b), the plan's lists,
+    the slot map after this step's plan, the requests' block table [B, W], sequence lengths [B]
+    (this token included; 0 = padding) and ``comp_end`` [B]. Returns the attention output [B, Hq, D]
+    in the query's dtype; padding rows are zeros. ``launch`` is ``fixed_launch``'s (splits, warps).
+    ``kernels``: the Triton kernels (default on CUDA) or the torch reference; tests pass True on
+    the CPU to run the kernels in Triton's interpreter."""
+    kernels = cache.is_cuda if kernels is None else kernels
+    flush(cache, pool_k, pool_v, flush_by_slot, layout, config.sinkhorn_iters, kernels=kernels)
+    write(pool_k, pool_v, h16, key, value, write_slots, write_rows)
+    if kernels:
+        from .triton_decode import kvarn_decode
+
+        splits, warps = launch
+        out = kvarn_decode(
+            query,
+            cache,
+            pool_k,
+            pool_v,
+            block_slot,
+            block_table,
+            seq_lens,
+            layout,
+            h16,
+            scale,
+            config,
+            comp_end=comp_end,
+            max_seq_len=max_model_len,
+            num_splits=splits,
+            num_warps=warps,
+            workspace=workspace,
+        )
+    else:
+        from .reference import reference_decode
+
+        out = reference_decode(
+            query, cache, pool_k, pool_v, block_slot, block_table, seq_lens, layout, h16, scale
+        ).to(query.dtype)
+    return torch.where((seq_lens > 0)[:, None, None], out, out.new_zeros(()))
