@@ -14,9 +14,15 @@ For each (D, batch, context):
   what an eager decode loop gets when the host is the bottleneck); **host** (the CPU time of one call
   returning, 50 calls without a synchronize, per call: launch cost, Python and small torch ops).
 
-    python3 gpu/kvarn/bench_serving.py --out DIR [--batches 1,8,32,128] [--contexts 8192,32768,131072]
+With ``--step`` each side is one layer's whole decode step instead of the attention call alone: KVarN
+runs ``ops/kvarn/step.decode_step`` (the flush list of an engine's pool, empty as in 127 of 128
+steps, the write of each request's token into the pool, the decode with the launch fixed from a
+128K max_model_len: the path the backend takes for a step of single-token decodes, with no host
+read), fp16 writes each request's token into its cache then calls SDPA.
 
-Writes DIR/serving.json and DIR/serving.md.
+    python3 gpu/kvarn/bench_serving.py --out DIR [--batches 1,8,32,128] [--contexts 8192,32768,131072] [--step]
+
+Writes DIR/serving.json and DIR/serving.md (DIR/serving-step.* with ``--step``).
 """
 
 from __future__ import annotations
@@ -73,12 +79,61 @@ def sdpa_calls(b: int, ctx: int, d: int, hq: int, hkv: int):
     return fold, gqa, cos, (k, v, q_fold)
 
 
+def kvarn_step(case: bd.KVarNCase, cfg: config.KVarNConfig, max_model_len: int = 131072):
+    """One layer's decode step on the case (step.decode_step): what the backend runs per layer."""
+    from kvarn_ops import step
+    from kvarn_ops.triton_decode import DecodeWorkspace
+
+    b, hq, d, g = case.b, case.q.shape[1], case.d, case.lay.group
+    # the pool slots an engine of b sequences and 8192 batched tokens keeps (kvarn_pool.py)
+    slots = b * 3 + -(-8192 // g)
+    flush_by_slot = torch.full((slots,), -1, dtype=torch.int32, device="cuda")
+    write_slots = torch.arange(b, 2 * b, dtype=torch.int64, device="cuda")  # the tail's slot
+    write_rows = torch.full((b,), (case.ctx - 1) % g, dtype=torch.int64, device="cuda")
+    key = torch.randn(b, case.hkv, d, device="cuda").half()
+    value = torch.randn_like(key)
+    launch = step.fixed_launch(b, case.hkv, d, max_model_len, g, cfg, case.q.device)
+    ws = DecodeWorkspace()
+    del hq
+
+    def run():
+        return step.decode_step(
+            case.q, key, value, case.cache, case.pool_k, case.pool_v, case.h16, flush_by_slot,
+            write_slots, write_rows, case.slot, case.table, case.seq_lens, case.comp_end,
+            case.lay, cfg, d**-0.5, launch, max_model_len=max_model_len, workspace=ws,
+        )  # fmt: skip
+
+    return run
+
+
+def sdpa_step(b: int, ctx: int, d: int, hq: int, hkv: int):
+    """fp16's decode step: each request's new K/V token written into its cache, then SDPA (the
+    faster call of the two is taken from the attention-only rows; here the GQA one)."""
+    fold, gqa, cos, (k, v, q_fold) = sdpa_calls(b, ctx, d, hq, hkv)
+    new_k = torch.randn(b, hkv, 1, d, dtype=torch.float16, device="cuda")
+    new_v = torch.randn_like(new_k)
+    pos = torch.full((1,), ctx - 1, dtype=torch.int64, device="cuda")
+
+    def fold_step():
+        k.index_copy_(2, pos, new_k)
+        v.index_copy_(2, pos, new_v)
+        return fold()
+
+    def gqa_step():
+        k.index_copy_(2, pos, new_k)
+        v.index_copy_(2, pos, new_v)
+        return gqa()
+
+    return fold_step, gqa_step, cos, (k, v, q_fold)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--batches", default="1,8,32,128")
     ap.add_argument("--contexts", default="8192,32768,131072")
     ap.add_argument("--launch", default=None, help="kvarn_ops.launch.MODE: on, off or check")
+    ap.add_argument("--step", action="store_true", help="time a layer's whole decode step")
     args = ap.parse_args()
     if args.launch:
         from kvarn_ops import launch
@@ -93,6 +148,7 @@ def main() -> None:
         "triton": triton.__version__,
         "preset": bd.PRESET,
         "launch": args.launch or "default",
+        "what": "a layer's decode step" if args.step else "the attention call",
     }
     print(json.dumps(meta), flush=True)
     rows = []
@@ -100,7 +156,7 @@ def main() -> None:
         for b in map(int, args.batches.split(",")):
             for ctx in map(int, args.contexts.split(",")):
                 case = bd.KVarNCase(b, ctx, d, hq, hkv)
-                kv = case.runner(cfg)
+                kv = kvarn_step(case, cfg) if args.step else case.runner(cfg)
                 kv()
                 row: dict = {"D": d, "Hq": hq, "Hkv": hkv, "batch": b, "ctx": ctx}
                 row["kvarn_graph_us"] = bd.bench(kv) * 1e6
@@ -109,7 +165,7 @@ def main() -> None:
                 row["kvarn_b2b_us"], row["kvarn_host_us"] = b2b * 1e6, host * 1e6
                 del case, kv
                 torch.cuda.empty_cache()
-                fold, gqa, cos, keep = sdpa_calls(b, ctx, d, hq, hkv)
+                fold, gqa, cos, keep = (sdpa_step if args.step else sdpa_calls)(b, ctx, d, hq, hkv)
                 row["sdpa_fold_graph_us"] = bd.bench(fold) * 1e6
                 row["sdpa_gqa_graph_us"] = bd.bench(gqa) * 1e6
                 row["sdpa_gqa_eager_us"] = eager(gqa) * 1e6
@@ -127,15 +183,17 @@ def main() -> None:
                 torch.cuda.empty_cache()
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    with open(os.path.join(args.out, "serving.json"), "w") as f:
+    name = "serving-step" if args.step else "serving"
+    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    write_md(os.path.join(args.out, "serving.md"), meta, rows)
+    write_md(os.path.join(args.out, f"{name}.md"), meta, rows)
 
 
 def write_md(path: str, meta: dict, rows: list[dict]) -> None:
     lines = [
         f"{meta['device']}, {meta['sms']} SMs, torch {meta['torch']}, Triton {meta['triton']}; "
-        f"preset {meta['preset']}; KVarN launch mode {meta['launch']}. µs per call.",
+        f"preset {meta['preset']}; KVarN launch mode {meta['launch']}; timed: {meta['what']}. "
+        "µs per call.",
         "",
         "| D | Hq/Hkv | batch | ctx | KVarN graph | SDPA fold graph | SDPA GQA graph | best SDPA "
         "/ KVarN (graph) | KVarN eager | SDPA GQA eager | KVarN back to back | SDPA GQA back to "

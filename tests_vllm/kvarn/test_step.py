@@ -244,7 +244,9 @@ def test_decode_step_in_a_cuda_graph_over_200_steps(d: int) -> None:
     ws_graph, ws_eager = DecodeWorkspace(), DecodeWorkspace()
     first = layer.next_inputs()
     static = {k: v.clone() for k, v in first.items()}
-    # warm-up (compiles, binds the launch); the step is idempotent for a given plan
+    # Warm-up (compiles, binds the launch), then capture; a step is not idempotent (a slot its
+    # flush frees may take this step's token), so the state is put back before the first replay.
+    saved = [t.clone() for t in mine]
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -254,6 +256,8 @@ def test_decode_step_in_a_cuda_graph_over_200_steps(d: int) -> None:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = _step(layer, mine, static, launch, ws_graph)
+    for t, s in zip(mine, saved, strict=True):
+        t.copy_(s)
     inputs, flushed, crossings = first, 0, 0
     for i in range(200):
         if i:
