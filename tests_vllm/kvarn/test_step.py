@@ -187,6 +187,27 @@ def test_store_kernel_skips_empty_entries() -> None:
     assert ((vt - vr).norm() / vr.norm()).item() <= 1e-2
 
 
+@pytest.mark.parametrize("d", [128, 256])
+def test_rotate_write_kernel_matches_the_torch_write(d: int) -> None:
+    """The fused rotate-and-write against step.write's torch form: the same pool bits but for the
+    last ulp of a few values (fp32 sums in another order), padding tokens into the last slot only."""
+    gen = torch.Generator().manual_seed(5)
+    k = torch.randn(5, 2, d, generator=gen).half().to(DEVICE)
+    v = torch.randn(5, 2, d, generator=gen).half().to(DEVICE)
+    h16 = hadamard.hadamard(d, torch.float16, DEVICE)
+    slots = torch.tensor([2, -1, 0, 2, 1], dtype=torch.int64, device=DEVICE)
+    rows = torch.tensor([0, 0, 63, 5, 7], dtype=torch.int64, device=DEVICE)
+    pools = [torch.zeros(4, 64, 2, d, dtype=torch.float16, device=DEVICE) for _ in range(4)]
+    step.write(pools[0], pools[1], h16, k, v, slots, rows, kernels=False)
+    triton_store.rotate_write(pools[2], pools[3], h16, k, v, slots, rows)
+    for torch_form, kernel in ((pools[0], pools[2]), (pools[1], pools[3])):
+        diff = (torch_form.float() - kernel.float()).abs()
+        assert diff.max().item() <= 2e-3, diff.max().item()
+        assert (diff > 0).float().mean().item() <= 0.01
+        assert kernel[:3].count_nonzero() == 4 * 2 * d  # four tokens written, nothing else
+        assert kernel[3].any(), "the padding token did not go to the last slot"
+
+
 def test_plan_lists_the_same_flushes_by_slot() -> None:
     """flush_by_slot holds exactly the (slot, block) pairs of the per-request lists."""
     layer = Layer("kvarn_k4v2_g64", 128, 2, 2, [150, 1, 300, None], steps=4)

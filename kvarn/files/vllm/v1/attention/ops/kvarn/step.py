@@ -92,9 +92,16 @@ def write(
     value: torch.Tensor,
     write_slots: torch.Tensor,
     write_rows: torch.Tensor,
+    *,
+    kernels: bool | None = None,
 ) -> None:
     """Every token, rotated, into its pool slot and row; a token with slot -1 (padding) goes to the
-    pools' last slot, which is never read."""
+    pools' last slot, which is never read. On CUDA one kernel (``triton_store.rotate_write``)."""
+    if key.is_cuda if kernels is None else kernels:
+        from .triton_store import rotate_write
+
+        rotate_write(pool_k, pool_v, h16, key, value, write_slots, write_rows)
+        return
     trash = pool_k.shape[0] - 1
     slots = torch.where(write_slots >= 0, write_slots, trash)
     pool_k[slots, write_rows] = rotate(key, h16)
@@ -133,7 +140,7 @@ def decode_step(
     the CPU to run the kernels in Triton's interpreter."""
     kernels = cache.is_cuda if kernels is None else kernels
     flush(cache, pool_k, pool_v, flush_by_slot, layout, config.sinkhorn_iters, kernels=kernels)
-    write(pool_k, pool_v, h16, key, value, write_slots, write_rows)
+    write(pool_k, pool_v, h16, key, value, write_slots, write_rows, kernels=kernels)
     if kernels:
         from .triton_decode import kvarn_decode
 

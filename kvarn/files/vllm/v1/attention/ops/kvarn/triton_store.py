@@ -253,3 +253,84 @@ def store_blocks(
         V_ZP=layout.v_zp,
         num_warps=num_warps,
     )
+
+
+@triton.jit
+def _rotate_write_kernel(
+    k_ptr,
+    v_ptr,
+    s_kt,
+    s_kh,
+    s_vt,
+    s_vh,
+    h_ptr,
+    slots,
+    rows,
+    pool_k,
+    pool_v,
+    s_ps,
+    s_pg,
+    s_ph,
+    trash,
+    D: tl.constexpr,
+    CH: tl.constexpr,
+):
+    """pool[slot, row, h, :] = x[t, h, :]·H (fp32 sums, stored fp16) for K and V; one program per
+    (token, KV head); a token with slot -1 (padding) goes to the ``trash`` slot."""
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    slot = tl.load(slots + t).to(tl.int64)
+    slot = tl.where(slot >= 0, slot, trash)
+    row = tl.load(rows + t).to(tl.int64)
+    cols = tl.arange(0, D)
+    acc_k = tl.zeros([D], tl.float32)
+    acc_v = tl.zeros([D], tl.float32)
+    for c in tl.static_range(0, D, CH):
+        j = c + tl.arange(0, CH)
+        hm = tl.load(h_ptr + j[:, None] * D + cols[None, :]).to(tl.float32)  # rows c..c+CH of H
+        xk = tl.load(k_ptr + t * s_kt + h * s_kh + j).to(tl.float32)
+        xv = tl.load(v_ptr + t * s_vt + h * s_vh + j).to(tl.float32)
+        acc_k += tl.sum(xk[:, None] * hm, axis=0)
+        acc_v += tl.sum(xv[:, None] * hm, axis=0)
+    dst = slot * s_ps + row * s_pg + h * s_ph + cols
+    tl.store(pool_k + dst, acc_k.to(tl.float16))
+    tl.store(pool_v + dst, acc_v.to(tl.float16))
+
+
+def rotate_write(
+    pool_k: torch.Tensor,
+    pool_v: torch.Tensor,
+    h16: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    write_slots: torch.Tensor,
+    write_rows: torch.Tensor,
+) -> None:
+    """``hadamard.rotate`` of each token's K and V written into its pool slot and row, in one launch
+    (the torch form is two GEMMs and several small kernels; cuBLAS's fp32 GEMM for a batch of one
+    took 51 µs a call on the H200: gpu/kvarn/probe_step.py). Slot -1 goes to the pools' last slot."""
+    t, hkv, d = key.shape
+    if t == 0:
+        return
+    if key.stride(-1) != 1 or value.stride(-1) != 1 or pool_k.stride() != pool_v.stride():
+        raise ValueError("rotate_write: head_dim must be contiguous and the pools alike")
+    _rotate_write_kernel[(t, hkv)](
+        key,
+        value,
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        h16.contiguous(),
+        write_slots,
+        write_rows,
+        pool_k,
+        pool_v,
+        pool_k.stride(0),
+        pool_k.stride(1),
+        pool_k.stride(2),
+        pool_k.shape[0] - 1,
+        D=d,
+        CH=32,
+        num_warps=4,
+    )
