@@ -449,7 +449,13 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         self.h16: torch.Tensor | None = None
         self._workspace: Any = None  # split-K partials (CUDA), shared by all layers
         self.max_num_seqs = vllm_config.scheduler_config.max_num_seqs
-        self.max_model_len = vllm_config.model_config.max_model_len
+        # The decode launch of a step of single-token decodes is fixed for the longest context
+        # (ops/kvarn/step.fixed_launch); the kernel cuts its work from the device's lengths, so any
+        # length is read right, this only picks the split count. No model config (unit tests): 1M.
+        model_config = vllm_config.model_config
+        self.max_model_len = (
+            int(model_config.max_model_len) if model_config is not None else 1 << 20
+        )
         self._launches: dict[int, tuple[int, int]] = {}  # batch -> (splits, warps), decode steps
 
     # -- device state ---------------------------------------------------------------------------
@@ -509,6 +515,8 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         plan = attn_metadata.plan
         n = attn_metadata.num_actual_tokens
         if attn_metadata.uniform_decode:
+            # n is fixed for a captured batch; padded requests inside it come out as zeros
+            output[n:].fill_(0)
             self._decode_step(query[:n], key[:n], value[:n], records, attn_metadata, output[:n])
             return output
         # Padding tokens (past the last request) get 0, never uninitialized memory.
