@@ -84,7 +84,7 @@ def kvarn_step(case: bd.KVarNCase, cfg: config.KVarNConfig, max_model_len: int =
     from kvarn_ops import step
     from kvarn_ops.triton_decode import DecodeWorkspace
 
-    b, hq, d, g = case.b, case.q.shape[1], case.d, case.lay.group
+    b, d, g = case.b, case.d, case.lay.group
     # the pool slots an engine of b sequences and 8192 batched tokens keeps (kvarn_pool.py)
     slots = b * 3 + -(-8192 // g)
     flush_by_slot = torch.full((slots,), -1, dtype=torch.int32, device="cuda")
@@ -94,7 +94,6 @@ def kvarn_step(case: bd.KVarNCase, cfg: config.KVarNConfig, max_model_len: int =
     value = torch.randn_like(key)
     launch = step.fixed_launch(b, case.hkv, d, max_model_len, g, cfg, case.q.device)
     ws = DecodeWorkspace()
-    del hq
 
     def run():
         return step.decode_step(
