@@ -16,8 +16,9 @@ What lives where (one layer, one KV-cache group):
 
 Per step and layer, ``forward``: compress the blocks the plan flushes (all their tokens committed),
 write this step's K/V rotated into the pool, then attend: a request's first prefill chunk on the raw
-K/V, everything else through the two-tier cache (the part-1 fused decode for single-token queries,
-the reference gather + SDPA for multi-token queries). Limits are listed in kvarn/README.md.
+K/V, everything else through the two-tier cache (the fused decode for single-token queries; on CUDA
+the fused multi-token kernel, ``ops/kvarn/triton_prefix.py``, for chunk continuations and speculative
+verification; on the CPU the reference gather + SDPA). Limits are listed in kvarn/README.md.
 """
 
 from __future__ import annotations
@@ -613,6 +614,16 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         decoded = set(decode_rows)
         if decode_rows:
             self._decode(query, records, md, out, decode_rows, qsl)
+        if query.is_cuda and self.config.fused_decode:
+            # Multi-token queries over a cached prefix: one fused launch (ops/kvarn/triton_prefix)
+            cont = [
+                i
+                for i in range(num_reqs)
+                if qsl[i + 1] - qsl[i] > 1 and committed_cpu[i] > 0 and i not in decoded
+            ]
+            if cont:
+                self._prefix(query, records, md, out, cont, qsl)
+                decoded.update(cont)
         for i in range(num_reqs):
             lo, hi = qsl[i], qsl[i + 1]
             if hi <= lo or i in decoded:
@@ -624,6 +635,31 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             else:
                 k, v = self._gather(records, md, i, committed_cpu[i] + (hi - lo))
                 out[lo:hi] = self._sdpa_rotated(q, k, v, committed_cpu[i]).to(out.dtype)
+
+    def _prefix(
+        self, query, records, md: KVarNMetadata, out, rows: list[int], qsl: list[int]
+    ) -> None:
+        assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
+        from vllm.v1.attention.ops.kvarn.triton_prefix import kvarn_prefix_attention
+
+        o = kvarn_prefix_attention(
+            query,
+            records,
+            self.pool_k,
+            self.pool_v,
+            md.block_slot,
+            md.block_table,
+            md.query_start_loc,
+            md.seq_lens,
+            self.layout,
+            self.h16,
+            self.scale,
+            query_start_loc_cpu=qsl,
+            requests=rows,
+            max_seq_len=md.max_seq_len,
+        )
+        for i in rows:
+            out[qsl[i] : qsl[i + 1]] = o[qsl[i] : qsl[i + 1]].to(out.dtype)
 
     def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int) -> torch.Tensor:
         """Causal attention of q (positions past..past+Lq-1) over k/v (positions 0..past+Lq-1).

@@ -5,7 +5,9 @@ Modules (none imports vLLM, so all run on the CPU and on a bare GPU machine):
     layout      presets and the record layout (no torch)
     tiers       fp16 pool slots and flush decisions (no torch)
     hadamard, normalize, quant, reference   the torch reference
-    triton_store, triton_decode             the Triton kernels
+    triton_store, triton_decode             the Triton kernels (store, decode)
+    triton_prefix                           multi-token queries over a cached prefix
+    step                                    a decode step with no host read (CUDA graphs)
 
 Imports inside the package are relative, so it loads as ``vllm.v1.attention.ops.kvarn`` inside vLLM
 and under any name when loaded by path (tests, benchmarks). Submodules are imported lazily: importing

@@ -106,3 +106,43 @@ def reference_decode(
         o = torch.einsum("hql,lhd->hqd", p, v).reshape(hq, d)
         out[i] = o @ h
     return out
+
+
+def reference_prefix(
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    pool_k: torch.Tensor,
+    pool_v: torch.Tensor,
+    block_slot: torch.Tensor,
+    block_table: torch.Tensor,
+    query_start_loc: list[int],
+    seq_lens: list[int],
+    layout: RecordLayout,
+    h16: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of multi-token queries over their requests' caches, fp32 [T, Hq, D]: the
+    tokens of request i (q[qsl[i]:qsl[i+1]]) sit at positions seq_lens[i] - q_len .. seq_lens[i] - 1
+    and every one of the seq_lens[i] tokens is in the cache. The oracle of ``triton_prefix``."""
+    t, hq, d = q.shape
+    hkv = cache.shape[1]
+    qpk = hq // hkv
+    g = layout.group
+    h = h16.float()
+    out = torch.zeros(t, hq, d, dtype=torch.float32, device=q.device)
+    for i, n_tok in enumerate(seq_lens):
+        lo, hi = query_start_loc[i], query_start_loc[i + 1]
+        if hi <= lo:
+            continue
+        k, v = gather_kv(
+            cache, pool_k, pool_v, block_slot, block_table[i, : -(-n_tok // g)], layout
+        )
+        k, v = k[:n_tok], v[:n_tok]  # [L, Hkv, D]
+        qi = (q[lo:hi].float() @ h).reshape(hi - lo, hkv, qpk, d)
+        s = torch.einsum("thqd,lhd->hqtl", qi, k) * scale
+        pos_q = torch.arange(n_tok - (hi - lo), n_tok, device=q.device)[:, None]
+        allowed = torch.arange(n_tok, device=q.device)[None, :] <= pos_q
+        p = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1)
+        o = torch.einsum("hqtl,lhd->thqd", p, v).reshape(hi - lo, hq, d)
+        out[lo:hi] = o @ h
+    return out
