@@ -3,16 +3,18 @@ the path it replaces and against fp16 SDPA on the same prefix, in one process on
 
 For each (D, batch, context, query tokens) — 2-16 speculative tokens, prefill chunks of 512-2048:
 
-- **fused**: ``kvarn_prefix_attention`` over a compressed cache (random codes, sane scales; each
-  request's sink and the blocks of its query tokens in the fp16 pool, as the step leaves them);
+- **one pass** and **dense**: ``kvarn_prefix_attention`` over a compressed cache (random codes,
+  sane scales; each request's sink and the blocks of its query tokens in the fp16 pool, as the
+  step leaves them), ``path="fused"`` (the one-pass kernel) and ``path="dense"`` (dequantize once,
+  then SDPA); "auto" is the one ``FUSED_MAX_TOKENS`` picks;
 - **gather**: what the backend did before, per request: ``reference.gather_kv`` (the prefix written
   out in fp32), then SDPA in the rotated basis (q·H in, o·H out), the causal mask as a boolean
   matrix, grouped-query heads (``enable_gqa``);
 - **sdpa fp16**: SDPA on an fp16 cache ``[B, Hkv, L, D]`` of the same length, same mask and heads:
   attention with no compression at all.
 
-All eager, under ``triton.testing.do_bench`` (median). The fused and gather outputs are compared
-(cosine over every row: the same data, two paths). Writes DIR/prefix.json and DIR/prefix.md.
+All eager, under ``triton.testing.do_bench`` (median). Both KVarN outputs are compared with the
+gather path's (cosine per row: the same data, other paths). Writes DIR/prefix.json and DIR/prefix.md.
 
     python3 gpu/kvarn/bench_prefix.py --out DIR [--contexts 8192,32768] [--dims 128,256]
 """
@@ -20,6 +22,7 @@ All eager, under ``triton.testing.do_bench`` (median). The fused and gather outp
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 
@@ -71,7 +74,7 @@ class PrefixCase:
         pos_q = torch.arange(ctx - q_len, ctx, device=DEV)[:, None]
         self.mask = torch.arange(ctx, device=DEV)[None, :] <= pos_q
 
-    def fused(self) -> torch.Tensor:
+    def kvarn(self, path: str) -> torch.Tensor:
         return triton_prefix.kvarn_prefix_attention(
             self.q,
             self.cache,
@@ -85,7 +88,8 @@ class PrefixCase:
             self.h16,
             self.scale,
             query_start_loc_cpu=self.qsl,
-            max_seq_len=self.ctx,
+            seq_lens_cpu=[self.ctx] * self.b,
+            path=path,
         )
 
     def gather(self) -> torch.Tensor:
@@ -132,7 +136,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--contexts", default="8192,32768")
     ap.add_argument("--dims", default="128,256")
-    ap.add_argument("--q-lens", default="2,4,8,16,512,2048")
+    ap.add_argument("--q-lens", default="2,4,8,16,32,64,512,2048")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--hq", type=int, default=32)
     ap.add_argument("--hkv", type=int, default=8)
@@ -146,20 +150,20 @@ def main() -> None:
                     if q_len > 16 and b > 1:
                         continue  # chunks: one request (a step's token budget)
                     case = PrefixCase(b, ctx, q_len, d, args.hq, args.hkv)
-                    got, want = case.fused(), case.gather()
-                    cos = F.cosine_similarity(got.flatten(1), want.flatten(1), dim=1).min().item()
-                    row = {
-                        "d": d,
-                        "batch": b,
-                        "context": ctx,
-                        "q_len": q_len,
-                        "fused_ms": ms(case.fused),
-                        "gather_ms": ms(case.gather),
-                        "sdpa_fp16_ms": ms(case.sdpa_fp16()),
-                        "min_cosine_fused_vs_gather": cos,
-                    }
-                    row["vs_gather"] = row["gather_ms"] / row["fused_ms"]
-                    row["vs_sdpa_fp16"] = row["sdpa_fp16_ms"] / row["fused_ms"]
+                    want = case.gather()
+                    row = {"d": d, "batch": b, "context": ctx, "q_len": q_len}
+                    for path in ("fused", "dense"):
+                        got = case.kvarn(path)
+                        cos = F.cosine_similarity(got.flatten(1), want.flatten(1), dim=1)
+                        row[f"{path}_min_cosine"] = cos.min().item()
+                        row[f"{path}_ms"] = ms(functools.partial(case.kvarn, path))
+                    row["gather_ms"] = ms(case.gather)
+                    row["sdpa_fp16_ms"] = ms(case.sdpa_fp16())
+                    pick = "fused" if q_len <= triton_prefix.FUSED_MAX_TOKENS else "dense"
+                    row["auto"] = pick
+                    row["auto_ms"] = row[f"{pick}_ms"]
+                    row["vs_gather"] = row["gather_ms"] / row["auto_ms"]
+                    row["vs_sdpa_fp16"] = row["sdpa_fp16_ms"] / row["auto_ms"]
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                     del case
@@ -178,15 +182,18 @@ def main() -> None:
         f"{meta['device']}, torch {meta['torch']}, Triton {meta['triton']}; Hq {args.hq}, "
         f"Hkv {args.hkv}, {PRESET}; eager, median ms (do_bench)",
         "",
-        "| D | batch | context | q tokens | fused ms | gather ms | fp16 SDPA ms | vs gather "
-        "| vs fp16 SDPA | min cos |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| D | batch | context | q tokens | one pass ms | dense ms | gather ms | fp16 SDPA ms "
+        "| auto vs gather | auto vs fp16 SDPA | min cos |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        cos = min(r["fused_min_cosine"], r["dense_min_cosine"])
+        one, dense = f"{r['fused_ms']:.3f}", f"{r['dense_ms']:.3f}"
+        one, dense = (f"**{one}**", dense) if r["auto"] == "fused" else (one, f"**{dense}**")
         lines.append(
-            f"| {r['d']} | {r['batch']} | {r['context']} | {r['q_len']} | {r['fused_ms']:.3f} "
+            f"| {r['d']} | {r['batch']} | {r['context']} | {r['q_len']} | {one} | {dense} "
             f"| {r['gather_ms']:.3f} | {r['sdpa_fp16_ms']:.3f} | {r['vs_gather']:.1f}x "
-            f"| {r['vs_sdpa_fp16']:.2f}x | {r['min_cosine_fused_vs_gather']:.5f} |"
+            f"| {r['vs_sdpa_fp16']:.2f}x | {cos:.5f} |"
         )
     with open(os.path.join(args.out, "prefix.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

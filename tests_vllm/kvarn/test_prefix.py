@@ -45,7 +45,7 @@ def _run(sc, q, qsl, seq_lens, **kw):
         sc.h16,
         scale,
         query_start_loc_cpu=qsl,
-        max_seq_len=max(seq_lens),
+        seq_lens_cpu=seq_lens,
         **kw,
     )
     want = reference.reference_prefix(
@@ -84,13 +84,15 @@ CPU_SEQ = [300, 197, 70, 48, 211]
 CPU_Q = [40, 3, 1, 48, 77]
 
 
+@pytest.mark.parametrize("path", ["fused", "dense", "auto"])
 @pytest.mark.parametrize(
     ("preset", "d"), [("kvarn_k4v2_g128", 128), ("kvarn_k4v4_g64", 128), ("kvarn_k4v2_g64", 256)]
 )
-def test_prefix_matches_reference(preset, d):
+def test_prefix_matches_reference(preset, d, path):
+    """Both ways (and the per-request choice between them) against the reference."""
     sc, q, qsl = _case(preset, d, 2, 4, CPU_SEQ, CPU_Q)
     assert sc.flushed_blocks > 0  # records are read, not only the pool
-    got, want = _run(sc, q, qsl, CPU_SEQ)
+    got, want = _run(sc, q, qsl, CPU_SEQ, path=path)
     _assert_close(got, want, qsl)
 
 
@@ -99,14 +101,14 @@ def test_prefix_split_k(splits):
     """Key ranges split and combined give what one range gives (some splits reach no key of a row:
     their -inf log-sum-exp must weigh nothing)."""
     sc, q, qsl = _case("kvarn_k4v2_g128", 128, 2, 2, CPU_SEQ, CPU_Q, seed=3)
-    got, want = _run(sc, q, qsl, CPU_SEQ, num_splits=splits)
+    got, want = _run(sc, q, qsl, CPU_SEQ, num_splits=splits, path="fused")
     _assert_close(got, want, qsl)
 
 
 def test_prefix_requests_subset():
     """Only the requests listed are computed (the backend sends decodes elsewhere)."""
     sc, q, qsl = _case("kvarn_k4v2_g128", 128, 2, 4, CPU_SEQ, CPU_Q, seed=5)
-    got, want = _run(sc, q, qsl, CPU_SEQ, requests=[0, 4])
+    got, want = _run(sc, q, qsl, CPU_SEQ, requests=[0, 4], path="auto")
     _assert_close(got, want, qsl, requests=[0, 4])
 
 
@@ -121,11 +123,15 @@ def test_prefix_tiles_cover_rows():
     assert triton_prefix.block_m_for(2048 * 8) == 64
 
 
-def test_prefix_rejects_bad_shapes():
+@pytest.mark.parametrize(
+    ("heads", "kw", "match"),
+    [(7, {}, "not a multiple of KV heads"), (8, {"path": "bogus"}, "choose auto, fused or dense")],
+)
+def test_prefix_rejects_bad_arguments(heads, kw, match):
     sc, q, qsl = _case("kvarn_k4v2_g128", 128, 2, 4, [70], [4])
-    with pytest.raises(ValueError, match="not a multiple of KV heads"):
+    with pytest.raises(ValueError, match=match):
         triton_prefix.kvarn_prefix_attention(
-            q[:, :7],
+            q[:, :heads],
             sc.cache,
             sc.pool_k,
             sc.pool_v,
@@ -137,7 +143,8 @@ def test_prefix_rejects_bad_shapes():
             sc.h16,
             0.1,
             query_start_loc_cpu=qsl,
-            max_seq_len=70,
+            seq_lens_cpu=[70],
+            **kw,
         )
 
 
@@ -151,7 +158,8 @@ def test_prefix_rejects_bad_shapes():
         ([33000], [1024]),
     ],
 )
-def test_prefix_gpu_sizes(d, seq_lens, q_lens):
+@pytest.mark.parametrize("path", ["auto", "fused"])
+def test_prefix_gpu_sizes(d, seq_lens, q_lens, path):
     sc, q, qsl = _case("kvarn_k4v2_g128", d, 8, 4, seq_lens, q_lens, seed=7)
-    got, want = _run(sc, q, qsl, seq_lens)
+    got, want = _run(sc, q, qsl, seq_lens, path=path)
     _assert_close(got, want, qsl)

@@ -622,7 +622,7 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
                 if qsl[i + 1] - qsl[i] > 1 and committed_cpu[i] > 0 and i not in decoded
             ]
             if cont:
-                self._prefix(query, records, md, out, cont, qsl)
+                self._prefix(query, records, md, out, cont, qsl, committed_cpu)
                 decoded.update(cont)
         for i in range(num_reqs):
             lo, hi = qsl[i], qsl[i + 1]
@@ -637,7 +637,7 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
                 out[lo:hi] = self._sdpa_rotated(q, k, v, committed_cpu[i]).to(out.dtype)
 
     def _prefix(
-        self, query, records, md: KVarNMetadata, out, rows: list[int], qsl: list[int]
+        self, query, records, md: KVarNMetadata, out, rows: list[int], qsl: list[int], committed
     ) -> None:
         assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
         from vllm.v1.attention.ops.kvarn.triton_prefix import kvarn_prefix_attention
@@ -655,8 +655,9 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             self.h16,
             self.scale,
             query_start_loc_cpu=qsl,
+            # exact (seq_lens_cpu is an upper bound under async speculative decoding)
+            seq_lens_cpu=[c + qsl[i + 1] - qsl[i] for i, c in enumerate(committed)],
             requests=rows,
-            max_seq_len=md.max_seq_len,
         )
         for i in rows:
             out[qsl[i] : qsl[i + 1]] = o[qsl[i] : qsl[i + 1]].to(out.dtype)

@@ -1,27 +1,34 @@
 """Multi-token queries over a cached prefix (chunked-prefill continuations, speculative
-verification): one fused kernel over the compressed records and the fp16 pool, causal in the chunk.
+verification), read straight from the compressed records and the fp16 pool, causal in the chunk.
 
 A request's query tokens sit at positions ``seq_len - q_len .. seq_len - 1`` and every one of its
-``seq_len`` tokens is already in the cache (the step wrote the chunk into the pool first). The
-kernel is flash attention over that cache: a program owns a tile of BLOCK_M query rows of one KV
-head, where a row is (token, query head of the group), so the GQA group shares each K/V tile and
-2-16 speculative tokens of 8 heads fill the MMA's M side; it walks the keys BLOCK_N at a time
-(BLOCK_N divides the block size G, so a tile lies in one block), reads a tile from the pool slot
-when the block has one and otherwise dequantizes it from the record into fp16 registers
-(``layout.py``: K̂[d,g] = (c·s_colK[d] + zpK[d])·s_rowK[g], V̂[g,d] = (c·s_rowV[g] + zpV[g])·s_colV[d]),
-and keeps an online softmax in fp32. Nothing of the prefix is materialized in memory: the path it
-replaces (``reference.gather_kv`` + SDPA per request) wrote the whole prefix out in fp32 first.
+``seq_len`` tokens is already in the cache (the step wrote the chunk into the pool first). Two ways,
+picked per request by its query length (``FUSED_MAX_TOKENS``):
 
-Split-K: a tile's keys may be cut into ``num_splits`` ranges (a batch of one request with four
-speculative tokens is otherwise Hkv programs over 32K keys); each range writes its normalized O and
-log2-sum-exp and torch combines them. The queries are rotated into the cache's basis before the
-kernel and the output rotated back after it (H is its own inverse): one GEMM each, on the eager
-path this kernel serves.
+- **one pass** (``_prefix_kernel``, 2-16 speculative tokens): flash attention over the cache. A
+  program owns a tile of BLOCK_M query rows of one KV head, a row being (token, query head of the
+  group), so the GQA group shares each K/V tile and 2-16 tokens of 4-8 heads fill the MMA's M
+  side; it walks the keys BLOCK_N at a time (BLOCK_N divides the block size G, so a tile lies in
+  one block), reads a tile from the block's pool slot or dequantizes it from the record into fp16
+  registers (``_kv_tile``; ``layout.py``: K̂[d,g] = (c·s_colK[d] + zpK[d])·s_rowK[g],
+  V̂[g,d] = (c·s_rowV[g] + zpV[g])·s_colV[d]), and keeps an online softmax in fp32. Split-K cuts
+  the keys into ranges when the tiles alone leave the GPU idle (one request, 4 tokens: Hkv
+  programs over 32K keys); torch combines the ranges by their log2-sum-exp.
+- **dequantize once** (``_dequant_kernel`` + SDPA, prefill chunks): a program of the one-pass
+  kernel dequantizes every key tile it reads, so a 2,048-token chunk (128 query tiles a head)
+  would dequantize its prefix 128 times; instead the prefix is written once as fp16 (head-major,
+  rotated basis; 134 MB at 32K x 8 heads x 128) and SDPA's flash kernel attends with the causal
+  mask aligned to the end (``causal_lower_right``).
+
+Either replaces the path the backend had (``reference.gather_kv`` in fp32 through torch ops, then
+SDPA with a boolean mask per request). The queries are rotated into the cache's basis before and
+the output rotated back after (H is its own inverse): one GEMM each, on the eager path this serves.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -36,6 +43,46 @@ MIN_TILES_PER_SPLIT = 8
 @triton.jit
 def _f16(ptr):
     return ptr.to(tl.pointer_type(tl.float16))
+
+
+@triton.jit
+def _kv_tile(
+    cache_ptr, s_cb, s_ch, pk_ptr, pv_ptr, s_ps, s_pg, s_ph, phys, slot, kvh, off, kin, offs_n,
+    offs_d, D: tl.constexpr, G: tl.constexpr, KB: tl.constexpr, VB: tl.constexpr,
+    K_CODES: tl.constexpr, K_SCOL: tl.constexpr, K_ZP: tl.constexpr, K_SROW: tl.constexpr,
+    V_CODES: tl.constexpr, V_SCOL: tl.constexpr, V_SROW: tl.constexpr, V_ZP: tl.constexpr,
+):  # fmt: skip
+    """K^T [D, BLOCK_N] and V [BLOCK_N, D] fp16 (rotated basis) of the key tile at row ``off`` of
+    block ``phys``: from its pool slot, or dequantized from its record. Keys outside ``kin`` are
+    0 when read from the pool (rows past seq_len may hold anything)."""
+    if slot >= 0:
+        base = slot.to(tl.int64) * s_ps + kvh * s_ph
+        kt = tl.load(
+            pk_ptr + base + (off + offs_n)[None, :] * s_pg + offs_d[:, None],
+            mask=kin[None, :],
+            other=0.0,
+        )
+        v = tl.load(
+            pv_ptr + base + (off + offs_n)[:, None] * s_pg + offs_d[None, :],
+            mask=kin[:, None],
+            other=0.0,
+        )
+    else:
+        rec = cache_ptr + phys * s_cb + kvh * s_ch
+        g = off + offs_n
+        kbyte = tl.load(rec + K_CODES + offs_d[:, None] * (G * KB // 8) + (g * KB // 8)[None, :])
+        kc = ((kbyte >> ((g * KB) % 8)[None, :].to(tl.uint8)) & ((1 << KB) - 1)).to(tl.float32)
+        k_scol = tl.load(_f16(rec + K_SCOL) + offs_d).to(tl.float32)
+        k_zp = tl.load(_f16(rec + K_ZP) + offs_d).to(tl.float32)
+        k_srow = tl.load(_f16(rec + K_SROW) + g).to(tl.float32)
+        kt = ((kc * k_scol[:, None] + k_zp[:, None]) * k_srow[None, :]).to(tl.float16)
+        vbyte = tl.load(rec + V_CODES + g[:, None] * (D * VB // 8) + (offs_d * VB // 8)[None, :])
+        vc = ((vbyte >> ((offs_d * VB) % 8)[None, :].to(tl.uint8)) & ((1 << VB) - 1)).to(tl.float32)
+        v_scol = tl.load(_f16(rec + V_SCOL) + offs_d).to(tl.float32)
+        v_srow = tl.load(_f16(rec + V_SROW) + g).to(tl.float32)
+        v_zp = tl.load(_f16(rec + V_ZP) + g).to(tl.float32)
+        v = ((vc * v_srow[:, None] + v_zp[:, None]) * v_scol[None, :]).to(tl.float16)
+    return kt, v
 
 
 @triton.jit
@@ -123,40 +170,11 @@ def _prefix_kernel(
         slot = tl.load(slot_ptr + phys)
         kpos = p0 + offs_n
         kin = kpos < kv_hi
-        if slot >= 0:
-            base = slot.to(tl.int64) * s_ps + kvh * s_ph
-            # Rows past seq_len may hold anything (NaN in the tests): masked on load.
-            kt = tl.load(
-                pk_ptr + base + (off + offs_n)[None, :] * s_pg + offs_d[:, None],
-                mask=kin[None, :],
-                other=0.0,
-            )
-            v = tl.load(
-                pv_ptr + base + (off + offs_n)[:, None] * s_pg + offs_d[None, :],
-                mask=kin[:, None],
-                other=0.0,
-            )
-        else:
-            rec = cache_ptr + phys * s_cb + kvh * s_ch
-            g = off + offs_n
-            kbyte = tl.load(
-                rec + K_CODES + offs_d[:, None] * (G * KB // 8) + (g * KB // 8)[None, :]
-            )
-            kc = ((kbyte >> ((g * KB) % 8)[None, :].to(tl.uint8)) & ((1 << KB) - 1)).to(tl.float32)
-            k_scol = tl.load(_f16(rec + K_SCOL) + offs_d).to(tl.float32)
-            k_zp = tl.load(_f16(rec + K_ZP) + offs_d).to(tl.float32)
-            k_srow = tl.load(_f16(rec + K_SROW) + g).to(tl.float32)
-            kt = ((kc * k_scol[:, None] + k_zp[:, None]) * k_srow[None, :]).to(tl.float16)
-            vbyte = tl.load(
-                rec + V_CODES + g[:, None] * (D * VB // 8) + (offs_d * VB // 8)[None, :]
-            )
-            vc = ((vbyte >> ((offs_d * VB) % 8)[None, :].to(tl.uint8)) & ((1 << VB) - 1)).to(
-                tl.float32
-            )
-            v_scol = tl.load(_f16(rec + V_SCOL) + offs_d).to(tl.float32)
-            v_srow = tl.load(_f16(rec + V_SROW) + g).to(tl.float32)
-            v_zp = tl.load(_f16(rec + V_ZP) + g).to(tl.float32)
-            v = ((vc * v_srow[:, None] + v_zp[:, None]) * v_scol[None, :]).to(tl.float16)
+        kt, v = _kv_tile(
+            cache_ptr, s_cb, s_ch, pk_ptr, pv_ptr, s_ps, s_pg, s_ph, phys, slot, kvh, off, kin,
+            offs_n, offs_d, D, G, KB, VB, K_CODES, K_SCOL, K_ZP, K_SROW, V_CODES, V_SCOL, V_SROW,
+            V_ZP,
+        )  # fmt: skip
         s = tl.dot(q, kt) * scale_log2
         s = tl.where(kpos[None, :] <= qpos[:, None], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -176,6 +194,33 @@ def _prefix_kernel(
         mask=live[:, None],
     )
     tl.store(lse_ptr + split * s_ls + t_abs * s_lt + head, lse, mask=live)
+
+
+@triton.jit
+def _dequant_kernel(
+    cache_ptr, s_cb, s_ch, pk_ptr, pv_ptr, s_ps, s_pg, s_ph, slot_ptr, bt_row_ptr, seq_len,
+    k_out, v_out, s_oh,  # fp16 [Hkv, L, D]
+    D: tl.constexpr, G: tl.constexpr, KB: tl.constexpr, VB: tl.constexpr,
+    K_CODES: tl.constexpr, K_SCOL: tl.constexpr, K_ZP: tl.constexpr, K_SROW: tl.constexpr,
+    V_CODES: tl.constexpr, V_SCOL: tl.constexpr, V_SROW: tl.constexpr, V_ZP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One request's first ``seq_len`` keys and values, fp16 in the rotated basis, head-major."""
+    n = tl.program_id(0)
+    kvh = tl.program_id(1)
+    p0 = n * BLOCK_N
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    phys = tl.load(bt_row_ptr + p0 // G).to(tl.int64)
+    slot = tl.load(slot_ptr + phys)
+    kin = p0 + offs_n < seq_len
+    kt, v = _kv_tile(
+        cache_ptr, s_cb, s_ch, pk_ptr, pv_ptr, s_ps, s_pg, s_ph, phys, slot, kvh, p0 % G, kin,
+        offs_n, offs_d, D, G, KB, VB, K_CODES, K_SCOL, K_ZP, K_SROW, V_CODES, V_SCOL, V_SROW, V_ZP,
+    )  # fmt: skip
+    row = kvh.to(tl.int64) * s_oh + (p0 + offs_n) * D
+    tl.store(k_out + row[None, :] + offs_d[:, None], kt, mask=kin[None, :])
+    tl.store(v_out + row[:, None] + offs_d[None, :], v, mask=kin[:, None])
 
 
 def block_m_for(max_rows: int) -> int:
@@ -205,6 +250,24 @@ def choose_prefix_splits(programs: int, max_seq_len: int, sms: int) -> int:
     return max(1, min(most, -(-2 * sms // max(1, programs))))
 
 
+def _consts(layout: RecordLayout) -> dict[str, int]:
+    pre = layout.preset
+    return {
+        "D": layout.head_dim,
+        "G": layout.group,
+        "KB": pre.k_bits,
+        "VB": pre.v_bits,
+        "K_CODES": layout.k_codes,
+        "K_SCOL": layout.k_scol,
+        "K_ZP": layout.k_zp,
+        "K_SROW": layout.k_srow,
+        "V_CODES": layout.v_codes,
+        "V_SCOL": layout.v_scol,
+        "V_SROW": layout.v_srow,
+        "V_ZP": layout.v_zp,
+    }
+
+
 def kvarn_prefix_attention(
     q: torch.Tensor,
     cache: torch.Tensor,
@@ -219,45 +282,80 @@ def kvarn_prefix_attention(
     scale: float,
     *,
     query_start_loc_cpu: list[int],
+    seq_lens_cpu: list[int],
     requests: list[int] | None = None,
-    max_seq_len: int,
     num_splits: int | None = None,
+    path: str = "auto",
 ) -> torch.Tensor:
     """Causal attention of every query token of ``requests`` over its request's cache; q [T, Hq, D]
-    un-rotated. Returns fp32 [T, Hq, D], un-rotated; rows of other requests are left unwritten.
+    un-rotated. Returns fp32 [T, Hq, D], un-rotated; rows of other requests are undefined.
 
     ``query_start_loc`` int32 [R + 1] and ``seq_lens`` int32 [R] on the device (the token of row t
-    of request i sits at position seq_lens[i] - q_len_i + t); ``query_start_loc_cpu`` is the same
-    on the host (it sizes the grid, so the call reads nothing back); ``max_seq_len`` bounds
-    seq_lens (it picks the split count only).
+    of request i sits at position seq_lens[i] - q_len_i + t); ``query_start_loc_cpu`` and
+    ``seq_lens_cpu`` are the same on the host (they size the launches: nothing is read back).
+
+    ``path``: "fused" runs the one-pass kernel for every request, "dense" dequantizes each
+    request's prefix once and runs SDPA over it, "auto" (the default) takes the fused kernel for
+    up to FUSED_MAX_TOKENS query tokens and the dense path above (see DENSE below).
     """
     t, hq, d = q.shape
     hkv = cache.shape[1]
     if hq % hkv:
         raise ValueError(f"query heads {hq} are not a multiple of KV heads {hkv}")
-    g = layout.group
-    if g % BLOCK_N:
-        raise ValueError(f"block size {g} is not a multiple of the key tile {BLOCK_N}")
-    qpk = hq // hkv
+    if layout.group % BLOCK_N:
+        raise ValueError(f"block size {layout.group} is not a multiple of the key tile {BLOCK_N}")
+    if path not in ("auto", "fused", "dense"):
+        raise ValueError(f"path {path!r}: choose auto, fused or dense")
     qsl = query_start_loc_cpu
     if requests is None:
         requests = list(range(len(qsl) - 1))
+    requests = [i for i in requests if qsl[i + 1] > qsl[i]]
     out = torch.empty(t, hq, d, dtype=torch.float32, device=q.device)
-    max_rows = max([0, *((qsl[i + 1] - qsl[i]) * qpk for i in requests)])
-    if max_rows == 0:
+    if not requests:
         return out
-    block_m = block_m_for(max_rows)
-    reqs, first = prefix_tiles(qsl, requests, qpk, block_m)
-    tiles = torch.tensor([reqs, first], dtype=torch.int32).to(q.device, non_blocking=True)
-    if num_splits is None:
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 1
-        num_splits = choose_prefix_splits(len(reqs) * hkv, max_seq_len, sms)
     h = h16.float()
     q_rot = (q.float() @ h).to(torch.float16)
-    o_part = torch.empty(num_splits, t, hq, d, dtype=torch.float32, device=q.device)
-    lse = torch.empty(num_splits, t, hq, dtype=torch.float32, device=q.device)
-    lay = layout
-    pre = lay.preset
+    o = torch.empty(t, hq, d, dtype=torch.float32, device=q.device)
+    fused = [
+        i
+        for i in requests
+        if path == "fused" or (path == "auto" and qsl[i + 1] - qsl[i] <= FUSED_MAX_TOKENS)
+    ]
+    if fused:
+        _fused(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
+               layout, scale, qsl, seq_lens_cpu, fused, num_splits, o)  # fmt: skip
+    done = set(fused)
+    for i in requests:
+        if i not in done:
+            _dense(q_rot, cache, pool_k, pool_v, block_slot, block_table, layout, scale,
+                   qsl[i], qsl[i + 1], seq_lens_cpu[i], i, o)  # fmt: skip
+    return torch.matmul(o, h, out=out)
+
+
+# Query tokens up to which "auto" takes the one-pass kernel. Its programs each dequantize every key
+# tile they read, so a request of many query tiles dequantizes its prefix once per tile; from two
+# tiles on, dequantizing once into fp16 and running SDPA is faster (bench_prefix.py, run 34).
+FUSED_MAX_TOKENS = 16
+
+
+def _fused(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
+           layout, scale, qsl, seq_lens_cpu, requests, num_splits, o) -> None:  # fmt: skip
+    t, hq, d = q_rot.shape
+    hkv = cache.shape[1]
+    qpk = hq // hkv
+    block_m = block_m_for(max((qsl[i + 1] - qsl[i]) * qpk for i in requests))
+    reqs, first = prefix_tiles(qsl, requests, qpk, block_m)
+    tiles = torch.tensor([reqs, first], dtype=torch.int32).to(q_rot.device, non_blocking=True)
+    if num_splits is None:
+        sms = (
+            torch.cuda.get_device_properties(q_rot.device).multi_processor_count
+            if q_rot.is_cuda
+            else 1
+        )
+        longest = max(seq_lens_cpu[i] for i in requests)
+        num_splits = choose_prefix_splits(len(reqs) * hkv, longest, sms)
+    o_part = o[None] if num_splits == 1 else torch.empty(num_splits, t, hq, d, device=o.device)
+    lse = torch.empty(num_splits, t, hq, dtype=torch.float32, device=o.device)
     _prefix_kernel[(len(reqs), hkv, num_splits)](
         q_rot,
         q_rot.stride(0),
@@ -287,27 +385,58 @@ def kvarn_prefix_attention(
         scale * LOG2E,
         num_splits,
         QPK=qpk,
-        D=d,
-        G=g,
-        KB=pre.k_bits,
-        VB=pre.v_bits,
-        K_CODES=lay.k_codes,
-        K_SCOL=lay.k_scol,
-        K_ZP=lay.k_zp,
-        K_SROW=lay.k_srow,
-        V_CODES=lay.v_codes,
-        V_SCOL=lay.v_scol,
-        V_SROW=lay.v_srow,
-        V_ZP=lay.v_zp,
         BLOCK_M=block_m,
         BLOCK_N=BLOCK_N,
         num_warps=8 if d > 128 else 4,
+        **_consts(layout),
     )
-    if num_splits == 1:
-        o = o_part[0]
-    else:
+    if num_splits > 1:
         # Splits a row's keys never reached hold lse = -inf: weight 0 (the first split always
         # holds key 0, so every row has a finite maximum).
-        w = torch.softmax(lse * (1.0 / LOG2E), dim=0)
-        o = (o_part * w[..., None]).sum(0)
-    return torch.matmul(o, h, out=out)
+        idx = torch.tensor(
+            [r for i in requests for r in range(qsl[i], qsl[i + 1])], device=o.device
+        )
+        w = torch.softmax(lse[:, idx] * (1.0 / LOG2E), dim=0)
+        o[idx] = (o_part[:, idx] * w[..., None]).sum(0)
+
+
+def _dense(q_rot, cache, pool_k, pool_v, block_slot, block_table, layout, scale, lo, hi,
+           seq_len, i, o) -> None:  # fmt: skip
+    """One request: its prefix dequantized once into fp16 (head-major), then SDPA with the causal
+    mask aligned to the end (the chunk's last token sees every key)."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    hkv, d = cache.shape[1], layout.head_dim
+    k = torch.empty(hkv, seq_len, d, dtype=torch.float16, device=o.device)
+    v = torch.empty_like(k)
+    _dequant_kernel[(triton.cdiv(seq_len, BLOCK_N), hkv)](
+        cache,
+        cache.stride(0),
+        cache.stride(1),
+        pool_k,
+        pool_v,
+        pool_k.stride(0),
+        pool_k.stride(1),
+        pool_k.stride(2),
+        block_slot,
+        block_table[i],
+        seq_len,
+        k,
+        v,
+        k.stride(0),
+        BLOCK_N=BLOCK_N,
+        num_warps=8 if d > 128 else 4,
+        **_consts(layout),
+    )
+    q = q_rot[lo:hi].transpose(0, 1)[None]  # [1, Hq, Lq, D]
+    if not q.is_cuda:
+        q, k, v = q.float(), k.float(), v.float()  # the CPU's SDPA (tests)
+    res = F.scaled_dot_product_attention(
+        q,
+        k[None],
+        v[None],
+        attn_mask=causal_lower_right(hi - lo, seq_len),
+        scale=scale,
+        enable_gqa=hkv != q.shape[1],
+    )
+    o[lo:hi] = res[0].transpose(0, 1).float()
