@@ -13,7 +13,7 @@ picked per request by its query length (``FUSED_MAX_TOKENS``):
   registers (``_kv_tile``; ``layout.py``: K̂[d,g] = (c·s_colK[d] + zpK[d])·s_rowK[g],
   V̂[g,d] = (c·s_rowV[g] + zpV[g])·s_colV[d]), and keeps an online softmax in fp32. Split-K cuts
   the keys into ranges when the tiles alone leave the GPU idle (one request, 4 tokens: Hkv
-  programs over 32K keys); torch combines the ranges by their log2-sum-exp.
+  programs over 32K keys); ``_combine_kernel`` weighs the ranges by their log2-sum-exp.
 - **dequantize once** (``_dequant_kernel`` + SDPA, prefill chunks): a program of the one-pass
   kernel dequantizes every key tile it reads, so a 2,048-token chunk (128 query tiles a head)
   would dequantize its prefix 128 times; instead the prefix is written once as fp16 (head-major,
@@ -105,13 +105,10 @@ def _prefix_kernel(
     tile_row_ptr,  # int32 [num_tiles]: its first row (token · QPK + head)
     qsl_ptr,  # int32 [R + 1]
     seq_ptr,  # int32 [R]
-    o_ptr,  # fp32 [splits, T, Hq, D]
-    s_os,
+    o_ptr,  # fp32 [T, Hq, D]; with IS_SPLIT [splits, tiles · Hkv, BLOCK_M, D]
     s_ot,
     s_oh,
-    lse_ptr,  # fp32 [splits, T, Hq]
-    s_ls,
-    s_lt,
+    lse_ptr,  # fp32 [splits, tiles · Hkv, BLOCK_M] (IS_SPLIT)
     scale_log2,
     num_splits,
     QPK: tl.constexpr,
@@ -129,6 +126,7 @@ def _prefix_kernel(
     V_ZP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    IS_SPLIT: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -186,14 +184,70 @@ def _prefix_kernel(
 
     has = l_i > 0
     o = acc / tl.where(has, l_i, 1.0)[:, None]
-    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    if IS_SPLIT:
+        # Partials by (split, program, tile row); _combine_kernel puts the rows where they go.
+        part = split * tl.num_programs(0) * tl.num_programs(1) + tile * tl.num_programs(1) + kvh
+        r = part.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        tl.store(o_ptr + r[:, None] * D + offs_d[None, :], o)
+        tl.store(lse_ptr + r, tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), -float("inf")))
+    else:
+        t_abs = q_lo + tok
+        tl.store(
+            o_ptr + t_abs[:, None] * s_ot + head[:, None] * s_oh + offs_d[None, :],
+            o,
+            mask=live[:, None],
+        )
+
+
+@triton.jit
+def _combine_kernel(
+    part_ptr,  # fp32 [splits, tiles · Hkv, BLOCK_M, D]
+    lse_ptr,  # fp32 [splits, tiles · Hkv, BLOCK_M]
+    tile_req_ptr,
+    tile_row_ptr,
+    qsl_ptr,
+    o_ptr,  # fp32 [T, Hq, D]
+    s_ot,
+    s_oh,
+    num_splits,
+    QPK: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    """The key ranges of one program's rows, weighted by their log2-sum-exp. A range that reached
+    no key of a row holds -inf (weight 0); the first range always holds key 0."""
+    tile = tl.program_id(0)
+    kvh = tl.program_id(1)
+    req = tl.load(tile_req_ptr + tile)
+    row0 = tl.load(tile_row_ptr + tile)
+    q_lo = tl.load(qsl_ptr + req)
+    q_len = tl.load(qsl_ptr + req + 1) - q_lo
+    rows = row0 + tl.arange(0, BLOCK_M)
+    tok = rows // QPK
+    head = kvh * QPK + rows % QPK
+    live = tok < q_len
+    offs_d = tl.arange(0, D)
+    per_split = tl.num_programs(0) * tl.num_programs(1)
+    me = tile * tl.num_programs(1) + kvh
+    m = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    for s in range(num_splits):
+        r = (s * per_split + me).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        m = tl.maximum(m, tl.load(lse_ptr + r))
+    m = tl.where(live, m, 0.0)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    den = tl.zeros([BLOCK_M], tl.float32)
+    for s in range(num_splits):
+        r = (s * per_split + me).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        w = tl.exp2(tl.load(lse_ptr + r) - m)
+        den += w
+        acc += w[:, None] * tl.load(part_ptr + r[:, None] * D + offs_d[None, :])
+    o = acc / tl.where(den > 0, den, 1.0)[:, None]
     t_abs = q_lo + tok
     tl.store(
-        o_ptr + split * s_os + t_abs[:, None] * s_ot + head[:, None] * s_oh + offs_d[None, :],
+        o_ptr + t_abs[:, None] * s_ot + head[:, None] * s_oh + offs_d[None, :],
         o,
         mask=live[:, None],
     )
-    tl.store(lse_ptr + split * s_ls + t_abs * s_lt + head, lse, mask=live)
 
 
 @triton.jit
@@ -340,23 +394,24 @@ FUSED_MAX_TOKENS = 16
 
 def _fused(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
            layout, scale, qsl, seq_lens_cpu, requests, num_splits, o) -> None:  # fmt: skip
-    t, hq, d = q_rot.shape
+    hq, d = q_rot.shape[1:]
     hkv = cache.shape[1]
     qpk = hq // hkv
     block_m = block_m_for(max((qsl[i + 1] - qsl[i]) * qpk for i in requests))
     reqs, first = prefix_tiles(qsl, requests, qpk, block_m)
     tiles = torch.tensor([reqs, first], dtype=torch.int32).to(q_rot.device, non_blocking=True)
     if num_splits is None:
-        sms = (
-            torch.cuda.get_device_properties(q_rot.device).multi_processor_count
-            if q_rot.is_cuda
-            else 1
-        )
         longest = max(seq_lens_cpu[i] for i in requests)
-        num_splits = choose_prefix_splits(len(reqs) * hkv, longest, sms)
-    o_part = o[None] if num_splits == 1 else torch.empty(num_splits, t, hq, d, device=o.device)
-    lse = torch.empty(num_splits, t, hq, dtype=torch.float32, device=o.device)
-    _prefix_kernel[(len(reqs), hkv, num_splits)](
+        num_splits = choose_prefix_splits(len(reqs) * hkv, longest, _num_sms(q_rot.device))
+    split = num_splits > 1
+    if split:
+        rows = num_splits * len(reqs) * hkv * block_m
+        part = torch.empty(rows, d, dtype=torch.float32, device=o.device)
+        lse = torch.empty(rows, dtype=torch.float32, device=o.device)
+    else:
+        part, lse = o, o  # written in place; lse unused
+    grid = (len(reqs), hkv)
+    _prefix_kernel[(*grid, num_splits)](
         q_rot,
         q_rot.stride(0),
         q_rot.stride(1),
@@ -375,29 +430,46 @@ def _fused(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_lo
         tiles[1],
         query_start_loc,
         seq_lens,
-        o_part,
-        o_part.stride(0),
-        o_part.stride(1),
-        o_part.stride(2),
+        part,
+        o.stride(0),
+        o.stride(1),
         lse,
-        lse.stride(0),
-        lse.stride(1),
         scale * LOG2E,
         num_splits,
         QPK=qpk,
         BLOCK_M=block_m,
         BLOCK_N=BLOCK_N,
+        IS_SPLIT=split,
         num_warps=8 if d > 128 else 4,
         **_consts(layout),
     )
-    if num_splits > 1:
-        # Splits a row's keys never reached hold lse = -inf: weight 0 (the first split always
-        # holds key 0, so every row has a finite maximum).
-        idx = torch.tensor(
-            [r for i in requests for r in range(qsl[i], qsl[i + 1])], device=o.device
+    if split:
+        _combine_kernel[grid](
+            part,
+            lse,
+            tiles[0],
+            tiles[1],
+            query_start_loc,
+            o,
+            o.stride(0),
+            o.stride(1),
+            num_splits,
+            QPK=qpk,
+            D=d,
+            BLOCK_M=block_m,
+            num_warps=4,
         )
-        w = torch.softmax(lse[:, idx] * (1.0 / LOG2E), dim=0)
-        o[idx] = (o_part[:, idx] * w[..., None]).sum(0)
+
+
+_SMS: dict[torch.device, int] = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device]
 
 
 def _dense(q_rot, cache, pool_k, pool_v, block_slot, block_table, layout, scale, lo, hi,
