@@ -62,6 +62,12 @@ def main() -> None:
     lines = []
     lines.append(f"whole kvarn_decode: {host_us(call):.1f} us/call")
     lines.append(f"empty Triton kernel launch: {host_us(lambda: _empty[(1,)](x)):.1f} us/call")
+    from kvarn_ops import launch as fast
+
+    lines.append(
+        "empty kernel through launch.launch: "
+        f"{host_us(lambda: fast.launch(_empty, (1,), (x,), {})):.1f} us/call"
+    )
     lines.append(
         f"torch.empty(1,32,128): {host_us(lambda: torch.empty(1, 32, 128, device='cuda')):.1f} us/call"
     )

@@ -26,6 +26,10 @@ from triton.runtime.jit import JITFunction
 
 MODE = "on"  # "on" | "off" | "check"
 _SUPPORTED = triton.__version__.startswith("3.6")
+# What Triton's CUDA driver asks for a launch (the current device, its current raw stream), as the
+# C calls it makes them through: absent from a CPU build of torch, where no launch takes this path.
+_current_device = getattr(torch._C, "_cuda_getDevice", None)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 # our key -> (compiled kernel, Triton's key or None, the parameter names in order, their defaults)
 _CACHE: dict[tuple, tuple[Any, Any, tuple[str, ...], dict[str, Any]]] = {}
@@ -71,24 +75,22 @@ def launch(
     listed in ``vary`` are the same objects and values at every launch with it: only those in
     ``vary`` are specialized per call. ``kwkey`` is ``kwargs`` as a hashable key, when the caller
     keeps one."""
-    from triton import knobs
-
-    hooked = any(
-        h is not None and getattr(h, "calls", True)  # Triton 3.6: a HookChain, empty by default
-        for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    )
+    first = args[0]
     if (
         MODE == "off"
         or not _SUPPORTED
-        or hooked
-        or not isinstance(args[0], torch.Tensor)
-        or not args[0].is_cuda
+        or first.__class__ is not torch.Tensor
+        or not first.is_cuda
         or not isinstance(kernel, JITFunction)  # the interpreter's kernels are not
+        or _hooked()
     ):
         kernel[grid](*args, **kwargs)
         return
     try:
-        specs = tuple(map(_spec, args)) if vary is None else tuple(_spec(args[i]) for i in vary)
+        if vary is None:
+            specs = tuple([_spec(a) for a in args])
+        else:
+            specs = tuple([_spec(args[i]) for i in vary])
         key = (
             id(kernel),
             id(bound),
@@ -105,25 +107,36 @@ def launch(
             compiled = compiled.result()
         names = tuple(kernel.arg_names)
         defaults = {p.name: p.default for p in kernel.params if p.has_default}
+        # The parameters after the positional ones (constexprs, all in kwargs or defaulted): fixed
+        # for this key, since the key holds kwargs by value.
+        tail = tuple(kwargs[n] if n in kwargs else defaults[n] for n in names[len(args) :])
         tkey = _triton_key(kernel, args, kwargs) if MODE == "check" else None
-        _CACHE[key] = (compiled, tkey, names, defaults)
+        _CACHE[key] = (compiled, tkey, len(args), tail)
         return
-    compiled, tkey, names, defaults = hit
+    compiled, tkey, nargs, tail = hit
+    if nargs != len(args):
+        raise TypeError(f"{kernel.fn.__name__}: {len(args)} positional arguments, was {nargs}")
     if MODE == "check":
         now = _triton_key(kernel, args, kwargs)
         if tkey is None:  # filled while the mode was "on": Triton's key is taken now
-            _CACHE[key] = (compiled, now, names, defaults)
+            _CACHE[key] = (compiled, now, nargs, tail)
         elif now != tkey:
             raise AssertionError(f"fast launch key of {kernel.fn.__name__} stands for two kernels")
-    values = list(args)
-    for name in names[len(args) :]:
-        values.append(kwargs[name] if name in kwargs else defaults[name])
-    from triton.runtime.driver import driver
-
-    device = driver.active.get_current_device()
-    stream = driver.active.get_current_stream(device)
-    grid = (*grid, 1, 1)
+    stream = _raw_stream(_current_device())
+    g1 = grid[1] if len(grid) > 1 else 1
+    g2 = grid[2] if len(grid) > 2 else 1
     compiled.run(
-        grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
-        None, None, None, *values,
+        grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata,
+        None, None, None, *args, *tail,
     )  # fmt: skip
+
+
+def _hooked() -> bool:
+    """A launch hook is set (a profiler's): then every launch takes Triton's own path."""
+    from triton import knobs  # Triton 3.6 (_SUPPORTED): imported already, a dict lookup
+
+    rt = knobs.runtime
+    return any(
+        h is not None and getattr(h, "calls", True)  # Triton 3.6: a HookChain, empty by default
+        for h in (rt.launch_enter_hook, rt.launch_exit_hook)
+    )

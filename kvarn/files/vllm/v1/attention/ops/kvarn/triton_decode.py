@@ -1840,7 +1840,8 @@ class _Launch:
         self.fixed = (cache, cache.view(torch.float16), cache.stride(0), cache.stride(1), pool_k,
                       pool_v, pool_k.stride(0), pool_k.stride(1), pool_k.stride(2))  # fmt: skip
         self.compiled: set[tuple] = set()  # (rot, dtype, q shape, warps) compiled ahead
-        self.consts: dict[tuple, tuple[dict, tuple]] = {}  # (hq, warps, rot, cuda, split) -> kwargs
+        # (hq, warps, rot, cuda, split) or ("combine", heads, d) -> (kwargs, their key)
+        self.consts: dict[tuple, tuple[dict, tuple]] = {}
 
     def compile_variants(
         self, q, block_slot, block_table, seq_lens, comp_end, warps, rot: bool
@@ -1977,23 +1978,29 @@ class _Launch:
             res.stride(1),
             self.h16,
         )
-        spad = triton.next_power_of_2(self.config.max_splits)
+        kw, kwkey = self._combine_consts(heads, d)
         if heads == 1:
-            jb = COMBINE_ROWS_PER_PROGRAM
-            launch(
-                _kvarn_combine_head_rot_kernel,
-                (b, hq, d // jb),
-                (*cargs, num_splits),
-                dict(D=d, SPAD=spad, SC=min(spad, 8192 // d), JB=jb, num_warps=4),
-            )
+            grid = (b, hq, d // COMBINE_ROWS_PER_PROGRAM)
+            launch(_kvarn_combine_head_rot_kernel, grid, (*cargs, num_splits), kw, kwkey=kwkey)
         else:
-            launch(
-                _kvarn_combine_rot_kernel,
-                (b, triton.cdiv(hq, 16)),
-                (*cargs, hq, num_splits),
-                dict(D=d, SPAD=spad, HB=16, num_warps=4),
-            )
+            grid = (b, triton.cdiv(hq, 16))
+            launch(_kvarn_combine_rot_kernel, grid, (*cargs, hq, num_splits), kw, kwkey=kwkey)
         return res
+
+    def _combine_consts(self, heads: int, d: int) -> tuple[dict, tuple]:
+        """The combine's constexprs and their key, built once per kind and layer."""
+        got = self.consts.get(("combine", heads, d))
+        if got is None:
+            spad = triton.next_power_of_2(self.config.max_splits)
+            if heads == 1:
+                kw = dict(
+                    D=d, SPAD=spad, SC=min(spad, 8192 // d), JB=COMBINE_ROWS_PER_PROGRAM,
+                    num_warps=4,
+                )  # fmt: skip
+            else:
+                kw = dict(D=d, SPAD=spad, HB=16, num_warps=4)
+            got = self.consts[("combine", heads, d)] = (kw, tuple(sorted(kw.items())))
+        return got
 
 
 # The decode kernel's arguments that change from step to step (q, the slot map, the block table,
