@@ -88,17 +88,22 @@ class Layer:
         v = torch.randn(n, self.hkv, self.d, generator=self.gen).to(DEVICE).half()
         return k, v
 
-    def next_inputs(self) -> dict[str, torch.Tensor]:
-        """This decode step's plan (applied to the table) and tensors: one token per request."""
-        seq = [n + 1 if p is not None else 0 for n, p in zip(self.lens, self.prompts, strict=True)]
+    def next_inputs(self, q_len: int = 1) -> dict[str, torch.Tensor]:
+        """This step's plan (applied to the table) and tensors: ``q_len`` tokens per request (1: a
+        decode step; more: speculative verification with every draft accepted)."""
+        seq = [
+            n + q_len if p is not None else 0 for n, p in zip(self.lens, self.prompts, strict=True)
+        ]
         slot_mapping = []
         for b, n in enumerate(seq):
             if n == 0:
-                slot_mapping.append(-1)
+                slot_mapping += [-1] * q_len
             else:
-                pos = n - 1
-                slot_mapping.append(int(self.block_table[b, pos // self.g]) * self.g + pos % self.g)
-        qsl = list(range(len(seq) + 1))  # one token a request, padding included (a graph's batch)
+                for pos in range(n - q_len, n):
+                    block = int(self.block_table[b, pos // self.g])
+                    slot_mapping.append(block * self.g + pos % self.g)
+        # q_len tokens a request, padding included (a graph's batch)
+        qsl = [i * q_len for i in range(len(seq) + 1)]
         seq_t = torch.tensor(seq, dtype=torch.int32, device=DEVICE)
         plan = self.last_plan = self.table.plan(
             self.block_table,
@@ -111,9 +116,9 @@ class Layer:
         comp_end = compressed_end_from_slots(
             self.table.decode_view, self.block_table, seq_t, self.g
         )
-        b = len(seq)
-        q = torch.randn(b, self.hq, self.d, generator=self.gen).to(DEVICE).half()
-        k, v = self.kv(b)
+        t = len(seq) * q_len
+        q = torch.randn(t, self.hq, self.d, generator=self.gen).to(DEVICE).half()
+        k, v = self.kv(t)
         self.lens = seq
         return dict(
             query=q,
@@ -124,6 +129,7 @@ class Layer:
             write_rows=plan.write_rows,
             block_table=self.block_table,
             seq_lens=seq_t,
+            query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=DEVICE),
             comp_end=comp_end,
             flushed=(plan.flush_by_slot >= 0).sum(),
         )
@@ -154,6 +160,26 @@ def _step(layer: Layer, state: tuple, inputs: dict, launch, ws, kernels: bool | 
         workspace=ws,
         kernels=kernels,
     )
+
+
+def _verify(layer: Layer, state: tuple, inputs: dict, q_len: int, kernels: bool | None = None):
+    cache, pool_k, pool_v = state
+    return step.verify_step(
+        inputs["query"], inputs["key"], inputs["value"], cache, pool_k, pool_v, layer.h16,
+        inputs["flush_by_slot"], inputs["write_slots"], inputs["write_rows"],
+        layer.table.decode_view, inputs["block_table"], inputs["query_start_loc"],
+        inputs["seq_lens"], layer.lay, CFG, layer.d**-0.5, q_len=q_len,
+        max_model_len=layer.width * layer.g, kernels=kernels,
+    )  # fmt: skip
+
+
+def _reference_verify(layer: Layer, state: tuple, inputs: dict) -> torch.Tensor:
+    cache, pool_k, pool_v = state
+    return reference.reference_prefix(
+        inputs["query"], cache, pool_k, pool_v, layer.table.decode_view, inputs["block_table"],
+        inputs["query_start_loc"].tolist(), inputs["seq_lens"].tolist(), layer.lay, layer.h16,
+        layer.d**-0.5,
+    )  # fmt: skip
 
 
 def _reference(layer: Layer, state: tuple, inputs: dict) -> torch.Tensor:
@@ -242,6 +268,77 @@ def test_step_with_the_kernels_in_the_interpreter() -> None:
         assert ks.cosine(out[:3], ref[:3]).min().item() >= 0.999
     assert flushed >= 1, "the stream flushed nothing"
     assert layer.lens[:3] == [67, 8, 137]
+
+
+@pytest.mark.skipif(CUDA, reason="the interpreter run; on CUDA the graph test below covers it")
+def test_verify_step_with_the_kernels_in_the_interpreter() -> None:
+    """Speculative verification, 3 tokens a request, 5 steps through the kernels (interpreter): a
+    flush of a prefilled block, a one-token prompt, block crossings inside a step, a padding
+    request; each step against the reference over the same cache, padding rows exactly 0."""
+    layer = Layer("kvarn_k4v2_g64", 128, 2, 2, [60, 1, 125, None], steps=15)
+    layer.prefill()
+    state = (layer.cache, layer.pool_k, layer.pool_v)
+    flushed = 0
+    for _ in range(5):
+        inputs = layer.next_inputs(q_len=3)
+        flushed += int(inputs["flushed"])
+        out = _verify(layer, state, inputs, 3, kernels=True)
+        ref = _reference_verify(layer, state, inputs)
+        assert not out[9:].any(), "the padding request is not 0"
+        assert ks.cosine(out[:9], ref[:9]).min().item() >= 0.999
+    assert flushed >= 1, "the stream flushed nothing"
+    assert layer.lens[:3] == [74, 15, 139]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("d", [128, 256])
+@pytest.mark.parametrize("q_len", [2, 4, 16])
+def test_verify_step_in_a_cuda_graph(d: int, q_len: int) -> None:
+    """Speculative verification (q_len tokens a request) captured once and replayed over 60 steps
+    beside an eager twin: the same bits every step, the same cache and pools at the end; against
+    the reference every 10 steps (cosine >= 0.999); the padding request 0; no host sync."""
+    layer = Layer("kvarn_k4v2_g128", d, 2, 4, [120, 1, 300, 2000, None], steps=60 * q_len)
+    layer.prefill()
+    twin = (layer.cache.clone(), layer.pool_k.clone(), layer.pool_v.clone())
+    mine = (layer.cache, layer.pool_k, layer.pool_v)
+    first = layer.next_inputs(q_len)
+    static = {k: v.clone() for k, v in first.items()}
+    saved = [t.clone() for t in mine]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            _verify(layer, mine, static, q_len)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = _verify(layer, mine, static, q_len)
+    for t, s in zip(mine, saved, strict=True):
+        t.copy_(s)
+    inputs, flushed = first, 0
+    for i in range(60):
+        if i:
+            inputs = layer.next_inputs(q_len)
+            for k, v in inputs.items():
+                static[k].copy_(v)
+        graph.replay()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            want = _verify(layer, twin, inputs, q_len)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert torch.equal(out, want), f"step {i}: the graph and the eager step differ"
+        flushed += int(inputs["flushed"])
+        assert not out[-q_len:].any(), f"step {i}: the padding request is not 0"
+        if i % 10 == 9:
+            ref = _reference_verify(layer, twin, inputs)
+            cos = ks.cosine(out[:-q_len], ref[:-q_len]).min().item()
+            assert cos >= 0.999, (i, cos)
+    torch.cuda.synchronize()
+    assert torch.equal(mine[0], twin[0]) and torch.equal(mine[1], twin[1])
+    assert torch.equal(mine[2], twin[2])
+    assert flushed >= 3, flushed
 
 
 @pytest.mark.gpu

@@ -283,17 +283,19 @@ class KVarNMetadata(AttentionMetadata):
     # read (ops/kvarn/step.py), the one a full CUDA graph captures. The plan's tensors it reads and
     # comp_end then live in the builder's persistent buffers (same memory every step).
     uniform_decode: bool = False
+    # Every request has this many query tokens, 2..triton_prefix.FUSED_MAX_TOKENS (speculative
+    # verification: 1 + k), else 0: forward takes ops/kvarn/step.verify_step, also with no host read.
+    uniform_verify: int = 0
 
 
 class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
     """Builds the step's metadata and the pool plan; one slot table per KV-cache group."""
 
-    # A step of single-token decodes runs with no host read, from buffers that keep their memory
-    # (the plan and comp_end are copied into them), so vLLM may capture it in a full CUDA graph;
-    # other steps (prefill chunks, speculative verification) run eagerly between piecewise graphs.
-    _cudagraph_support: ClassVar[AttentionCGSupport] = (
-        AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
-    )
+    # A step of single-token decodes, or of speculative verification (every request 1 + k tokens,
+    # up to 16), runs with no host read, from buffers that keep their memory (the plan and comp_end
+    # are copied into them), so vLLM may capture it in a full CUDA graph; other steps (prefill
+    # chunks, mixed batches) run eagerly between piecewise graphs.
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -384,7 +386,17 @@ class KVarNMetadataBuilder(AttentionMetadataBuilder[KVarNMetadata]):
             block_slot=block_slot,
             comp_end=comp_end,
             uniform_decode=cam.max_query_len == 1 and cam.num_reqs == n,
+            uniform_verify=_uniform_verify(cam.max_query_len, cam.num_reqs, n),
         )
+
+
+def _uniform_verify(max_query_len: int, num_reqs: int, num_tokens: int) -> int:
+    """The query length every request has, when that is 2..FUSED_MAX_TOKENS (else 0): all have it
+    when the tokens are num_reqs times the longest query."""
+    from vllm.v1.attention.ops.kvarn.triton_prefix import FUSED_MAX_TOKENS
+
+    q = max_query_len
+    return q if 1 < q <= FUSED_MAX_TOKENS and num_reqs * q == num_tokens else 0
 
 
 def _idle_plan(slot_mapping: torch.Tensor, device: torch.device) -> SlotPlan:
@@ -520,6 +532,10 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             output[n:].fill_(0)
             self._decode_step(query[:n], key[:n], value[:n], records, attn_metadata, output[:n])
             return output
+        if attn_metadata.uniform_verify:
+            output[n:].fill_(0)
+            self._verify_step(query[:n], key[:n], value[:n], records, attn_metadata, output[:n])
+            return output
         # Padding tokens (past the last request) get 0, never uninitialized memory.
         output[int(attn_metadata.query_start_loc_cpu[-1]) :].fill_(0)
 
@@ -592,6 +608,39 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             launch,
             max_model_len=self.max_model_len,
             workspace=self._workspace,
+        )
+        out.copy_(o.to(out.dtype))
+
+    def _verify_step(self, query, key, value, records, md: KVarNMetadata, out) -> None:
+        """A step in which every request has ``md.uniform_verify`` query tokens (speculative
+        verification), with no host read on CUDA: flush, write and the one-pass kernel with its
+        launch fixed by the batch (``step.verify_step``). Padding requests come out as zeros."""
+        assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
+        assert md.block_slot is not None
+        from vllm.v1.attention.ops.kvarn.step import verify_step
+
+        plan = md.plan
+        r = query.shape[0] // md.uniform_verify
+        o = verify_step(
+            query,
+            key,
+            value,
+            records,
+            self.pool_k,
+            self.pool_v,
+            self.h16,
+            plan.flush_by_slot,
+            plan.write_slots,
+            plan.write_rows,
+            md.block_slot,
+            md.block_table[:r],
+            md.query_start_loc[: r + 1],
+            md.seq_lens[:r],
+            self.layout,
+            self.config,
+            self.scale,
+            q_len=md.uniform_verify,
+            max_model_len=self.max_model_len,
         )
         out.copy_(o.to(out.dtype))
 

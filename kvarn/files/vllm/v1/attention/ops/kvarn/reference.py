@@ -132,8 +132,8 @@ def reference_prefix(
     out = torch.zeros(t, hq, d, dtype=torch.float32, device=q.device)
     for i, n_tok in enumerate(seq_lens):
         lo, hi = query_start_loc[i], query_start_loc[i + 1]
-        if hi <= lo:
-            continue
+        if hi <= lo or n_tok < hi - lo:
+            continue  # no query, or padding (a graph batch's request of length 0): zeros
         k, v = gather_kv(
             cache, pool_k, pool_v, block_slot, block_table[i, : -(-n_tok // g)], layout
         )

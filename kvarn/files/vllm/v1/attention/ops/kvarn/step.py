@@ -5,7 +5,9 @@ this order: compress the pool blocks the plan flushes (``SlotPlan.flush_by_slot`
 list by slot, -1 where nothing flushes), write the step's K/V rotated into the pool, then run the
 fused decode over the two tiers. Every size here is fixed by the batch and the engine's limits, and
 no value is read back to the host, so the same calls run eagerly and inside a CUDA graph (the
-backend's uniform-decode path, and the 200-step graph test in tests_vllm/kvarn/test_gpu.py).
+backend's uniform-decode path, and the 200-step graph test in tests_vllm/kvarn/test_step.py).
+``verify_step`` does the same for a step in which every request has the same few query tokens
+(speculative verification), through the one-pass kernel of ``triton_prefix``.
 
 What makes that possible:
 
@@ -170,3 +172,49 @@ def decode_step(
             query, cache, pool_k, pool_v, block_slot, block_table, seq_lens, layout, h16, scale
         ).to(query.dtype)
     return torch.where((seq_lens > 0)[:, None, None], out, out.new_zeros(()))
+
+
+def verify_step(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cache: torch.Tensor,
+    pool_k: torch.Tensor,
+    pool_v: torch.Tensor,
+    h16: torch.Tensor,
+    flush_by_slot: torch.Tensor,
+    write_slots: torch.Tensor,
+    write_rows: torch.Tensor,
+    block_slot: torch.Tensor,
+    block_table: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    layout: RecordLayout,
+    config: KVarNConfig,
+    scale: float,
+    *,
+    q_len: int,
+    max_model_len: int,
+    kernels: bool | None = None,
+) -> torch.Tensor:
+    """A step in which every request has ``q_len`` query tokens (speculative verification, 1 + k;
+    request b owns tokens b·q_len ...): flush, write, then causal attention of each token over its
+    request's cache through ``triton_prefix.uniform_prefix_attention``, with no host read, so it
+    can be captured like ``decode_step``. Requests of sequence length 0 (padding) come out as zeros.
+    On the CPU (``kernels`` False) the torch reference, which reads the lengths on the host."""
+    kernels = cache.is_cuda if kernels is None else kernels
+    flush(cache, pool_k, pool_v, flush_by_slot, layout, config.sinkhorn_iters, kernels=kernels)
+    write(pool_k, pool_v, h16, key, value, write_slots, write_rows, kernels=kernels)
+    if kernels:
+        from .triton_prefix import uniform_prefix_attention
+
+        return uniform_prefix_attention(
+            query, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
+            layout, h16, scale, q_len=q_len, max_model_len=max_model_len,
+        )  # fmt: skip
+    from .reference import reference_prefix
+
+    return reference_prefix(
+        query, cache, pool_k, pool_v, block_slot, block_table, query_start_loc.tolist(),
+        seq_lens.tolist(), layout, h16, scale,
+    ).to(query.dtype)  # fmt: skip

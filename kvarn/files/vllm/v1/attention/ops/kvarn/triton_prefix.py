@@ -233,7 +233,7 @@ def _combine_kernel(
     for s in range(num_splits):
         r = (s * per_split + me).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
         m = tl.maximum(m, tl.load(lse_ptr + r))
-    m = tl.where(live, m, 0.0)
+    m = tl.where(m == -float("inf"), 0.0, m)  # a row no range reached (padding): output 0
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     den = tl.zeros([BLOCK_M], tl.float32)
     for s in range(num_splits):
@@ -350,7 +350,7 @@ def kvarn_prefix_attention(
 
     ``path``: "fused" runs the one-pass kernel for every request, "dense" dequantizes each
     request's prefix once and runs SDPA over it, "auto" (the default) takes the fused kernel for
-    up to FUSED_MAX_TOKENS query tokens and the dense path above (see DENSE below).
+    up to FUSED_MAX_TOKENS query tokens and the dense path above.
     """
     t, hq, d = q.shape
     hkv = cache.shape[1]
@@ -387,30 +387,42 @@ def kvarn_prefix_attention(
 
 
 # Query tokens up to which "auto" takes the one-pass kernel. Its programs each dequantize every key
-# tile they read, so a request of many query tiles dequantizes its prefix once per tile; from two
-# tiles on, dequantizing once into fp16 and running SDPA is faster (bench_prefix.py, run 34).
+# tile they read, so a request of many query tiles dequantizes its prefix once per tile; from 32
+# tokens on (two tiles of 4 heads), dequantizing once into fp16 and running SDPA was faster on
+# every row (bench_prefix.py, run 36), up to 16 the one pass on most.
 FUSED_MAX_TOKENS = 16
 
 
 def _fused(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
            layout, scale, qsl, seq_lens_cpu, requests, num_splits, o) -> None:  # fmt: skip
-    hq, d = q_rot.shape[1:]
     hkv = cache.shape[1]
-    qpk = hq // hkv
+    qpk = q_rot.shape[1] // hkv
     block_m = block_m_for(max((qsl[i + 1] - qsl[i]) * qpk for i in requests))
     reqs, first = prefix_tiles(qsl, requests, qpk, block_m)
     tiles = torch.tensor([reqs, first], dtype=torch.int32).to(q_rot.device, non_blocking=True)
     if num_splits is None:
         longest = max(seq_lens_cpu[i] for i in requests)
         num_splits = choose_prefix_splits(len(reqs) * hkv, longest, _num_sms(q_rot.device))
+    _one_pass(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
+              layout, scale, tiles, block_m, num_splits, o)  # fmt: skip
+
+
+def _one_pass(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
+              layout, scale, tiles, block_m, num_splits, o) -> None:  # fmt: skip
+    """The one-pass kernel over the program tiles ``tiles`` (int32 [2, n]: request, first row),
+    into ``o``; with splits, their combine. Reads nothing back to the host."""
+    hq, d = q_rot.shape[1:]
+    hkv = cache.shape[1]
+    qpk = hq // hkv
+    n_tiles = tiles.shape[1]
     split = num_splits > 1
     if split:
-        rows = num_splits * len(reqs) * hkv * block_m
+        rows = num_splits * n_tiles * hkv * block_m
         part = torch.empty(rows, d, dtype=torch.float32, device=o.device)
         lse = torch.empty(rows, dtype=torch.float32, device=o.device)
     else:
         part, lse = o, o  # written in place; lse unused
-    grid = (len(reqs), hkv)
+    grid = (n_tiles, hkv)
     _prefix_kernel[(*grid, num_splits)](
         q_rot,
         q_rot.stride(0),
@@ -459,6 +471,54 @@ def _fused(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_lo
             BLOCK_M=block_m,
             num_warps=4,
         )
+
+
+_UNIFORM_TILES: dict[tuple, torch.Tensor] = {}
+
+
+def uniform_prefix_attention(
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    pool_k: torch.Tensor,
+    pool_v: torch.Tensor,
+    block_slot: torch.Tensor,
+    block_table: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    layout: RecordLayout,
+    h16: torch.Tensor,
+    scale: float,
+    *,
+    q_len: int,
+    max_model_len: int,
+) -> torch.Tensor:
+    """``kvarn_prefix_attention`` for a batch in which every request has ``q_len`` query tokens
+    (speculative verification: 1 + k), with nothing read from the host and every size fixed by the
+    batch and ``max_model_len``: the program tiles are made once per shape, the split count is the
+    policy's for the longest context. So it can be captured in a CUDA graph and replayed at any
+    length. A request of sequence length 0 (padding in a graph's batch) comes out as zeros.
+    Returns [T, Hq, D] in q's dtype, un-rotated."""
+    t, hq, d = q.shape
+    hkv = cache.shape[1]
+    if q_len < 1 or t % q_len or q_len > FUSED_MAX_TOKENS:
+        raise ValueError(f"{t} query tokens are not requests of {q_len} (1..{FUSED_MAX_TOKENS})")
+    qpk = hq // hkv
+    block_m = block_m_for(q_len * qpk)
+    key = (q.device, t // q_len, q_len, qpk)
+    tiles = _UNIFORM_TILES.get(key)
+    if tiles is None:
+        qsl = list(range(0, t + 1, q_len))
+        reqs, first = prefix_tiles(qsl, list(range(t // q_len)), qpk, block_m)
+        tiles = _UNIFORM_TILES[key] = torch.tensor(
+            [reqs, first], dtype=torch.int32, device=q.device
+        )
+    num_splits = choose_prefix_splits(tiles.shape[1] * hkv, max_model_len, _num_sms(q.device))
+    h = h16.float()
+    q_rot = (q.float() @ h).to(torch.float16)
+    o = torch.empty(t, hq, d, dtype=torch.float32, device=q.device)
+    _one_pass(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
+              layout, scale, tiles, block_m, num_splits, o)  # fmt: skip
+    return (o @ h).to(q.dtype)
 
 
 _SMS: dict[torch.device, int] = {}
