@@ -336,8 +336,10 @@ def test_verify_step_in_a_cuda_graph(d: int, q_len: int) -> None:
             cos = ks.cosine(out[:-q_len], ref[:-q_len]).min().item()
             assert cos >= 0.999, (i, cos)
     torch.cuda.synchronize()
-    assert torch.equal(mine[0], twin[0]) and torch.equal(mine[1], twin[1])
-    assert torch.equal(mine[2], twin[2])
+    # The last pool slot is the trash that padding tokens go to: the padding request's q_len
+    # tokens race for its rows there (never read), so it is left out.
+    assert torch.equal(mine[0], twin[0]) and torch.equal(mine[1][:-1], twin[1][:-1])
+    assert torch.equal(mine[2][:-1], twin[2][:-1])
     assert flushed >= 3, flushed
 
 
