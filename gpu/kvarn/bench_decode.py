@@ -59,6 +59,23 @@ def copy_bandwidth() -> float:
     return 2 * n / (t * 1e-3)  # bytes read + written per second
 
 
+def random_records(num_blocks: int, hkv: int, lay: layout.RecordLayout) -> torch.Tensor:
+    """A cache of random codes with sane scales (what a timing needs: the kernels read every byte)."""
+    d, g = lay.head_dim, lay.group
+    cache = torch.randint(0, 256, (num_blocks, hkv, lay.size), dtype=torch.uint8, device=DEV)
+    f16 = cache.view(torch.float16)
+    for off, count, value in (
+        (lay.k_scol, d, 0.05),
+        (lay.k_zp, d, -0.4),
+        (lay.k_srow, g, 1.0),
+        (lay.v_scol, d, 1.0),
+        (lay.v_srow, g, 0.3),
+        (lay.v_zp, g, -0.45),
+    ):
+        f16[..., off // 2 : off // 2 + count] = value
+    return cache
+
+
 class KVarNCase:
     """A synthetic compressed cache of B requests × ctx tokens: random codes, sane scales, the
     sink and the unflushed last block of each request in the fp16 pool (as in steady decode)."""
@@ -68,17 +85,7 @@ class KVarNCase:
         g = lay.group
         nb = -(-ctx // g)
         num_blocks = b * nb
-        cache = torch.randint(0, 256, (num_blocks, hkv, lay.size), dtype=torch.uint8, device=DEV)
-        f16 = cache.view(torch.float16)
-        for off, count, value in (
-            (lay.k_scol, d, 0.05),
-            (lay.k_zp, d, -0.4),
-            (lay.k_srow, g, 1.0),
-            (lay.v_scol, d, 1.0),
-            (lay.v_srow, g, 0.3),
-            (lay.v_zp, g, -0.45),
-        ):
-            f16[..., off // 2 : off // 2 + count] = value
+        cache = random_records(num_blocks, hkv, lay)
         self.pool_k = torch.randn(2 * b, g, hkv, d, device=DEV).half()
         self.pool_v = torch.randn_like(self.pool_k)
         table = torch.randperm(num_blocks, device=DEV).to(torch.int32).view(b, nb)

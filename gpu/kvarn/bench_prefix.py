@@ -26,7 +26,7 @@ import functools
 import json
 import os
 
-import _load  # noqa: F401  (kvarn_ops)
+import bench_decode  # also loads kvarn_ops (through _load)
 import torch
 import torch.nn.functional as F
 import triton
@@ -42,17 +42,7 @@ class PrefixCase:
         g = lay.group
         nb = -(-ctx // g)
         num_blocks = b * nb
-        cache = torch.randint(0, 256, (num_blocks, hkv, lay.size), dtype=torch.uint8, device=DEV)
-        f16 = cache.view(torch.float16)
-        for off, count, value in (
-            (lay.k_scol, d, 0.05),
-            (lay.k_zp, d, -0.4),
-            (lay.k_srow, g, 1.0),
-            (lay.v_scol, d, 1.0),
-            (lay.v_srow, g, 0.3),
-            (lay.v_zp, g, -0.45),
-        ):
-            f16[..., off // 2 : off // 2 + count] = value
+        cache = bench_decode.random_records(num_blocks, hkv, lay)
         table = torch.randperm(num_blocks, device=DEV).to(torch.int32).view(b, nb)
         # In the pool: the sink and every block holding a query token (uncommitted).
         first_q_blk = (ctx - q_len) // g

@@ -249,6 +249,34 @@ def test_plan_lists_the_same_flushes_by_slot() -> None:
     assert seen >= 2, "the stream flushed too little to compare"
 
 
+def _capture(run, state: tuple) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """``run()`` warmed up (compiles, binds the launch) then captured in a CUDA graph; a step is not
+    idempotent (a slot its flush frees may take this step's token), so ``state`` is put back
+    before the first replay. Returns the graph and its output tensor."""
+    saved = [t.clone() for t in state]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    for t, s in zip(state, saved, strict=True):
+        t.copy_(s)
+    return graph, out
+
+
+def _without_sync(run) -> torch.Tensor:
+    """``run()`` with CUDA's sync debug mode at "error": a host sync in it raises."""
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        return run()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 @pytest.mark.skipif(CUDA, reason="the interpreter run; on CUDA the graph test below covers it")
 def test_step_with_the_kernels_in_the_interpreter() -> None:
     """8 steps through the kernels (interpreter): a flush of a prefilled block in the first step, a
@@ -304,18 +332,7 @@ def test_verify_step_in_a_cuda_graph(d: int, q_len: int) -> None:
     mine = (layer.cache, layer.pool_k, layer.pool_v)
     first = layer.next_inputs(q_len)
     static = {k: v.clone() for k, v in first.items()}
-    saved = [t.clone() for t in mine]
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            _verify(layer, mine, static, q_len)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = _verify(layer, mine, static, q_len)
-    for t, s in zip(mine, saved, strict=True):
-        t.copy_(s)
+    graph, out = _capture(lambda: _verify(layer, mine, static, q_len), mine)
     inputs, flushed = first, 0
     for i in range(60):
         if i:
@@ -323,11 +340,7 @@ def test_verify_step_in_a_cuda_graph(d: int, q_len: int) -> None:
             for k, v in inputs.items():
                 static[k].copy_(v)
         graph.replay()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            want = _verify(layer, twin, inputs, q_len)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+        want = _without_sync(lambda i=inputs: _verify(layer, twin, i, q_len))
         assert torch.equal(out, want), f"step {i}: the graph and the eager step differ"
         flushed += int(inputs["flushed"])
         assert not out[-q_len:].any(), f"step {i}: the padding request is not 0"
@@ -362,20 +375,7 @@ def test_decode_step_in_a_cuda_graph_over_200_steps(d: int) -> None:
     ws_graph, ws_eager = DecodeWorkspace(), DecodeWorkspace()
     first = layer.next_inputs()
     static = {k: v.clone() for k, v in first.items()}
-    # Warm-up (compiles, binds the launch), then capture; a step is not idempotent (a slot its
-    # flush frees may take this step's token), so the state is put back before the first replay.
-    saved = [t.clone() for t in mine]
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            _step(layer, mine, static, launch, ws_graph)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = _step(layer, mine, static, launch, ws_graph)
-    for t, s in zip(mine, saved, strict=True):
-        t.copy_(s)
+    graph, out = _capture(lambda: _step(layer, mine, static, launch, ws_graph), mine)
     inputs, flushed, crossings = first, 0, 0
     for i in range(200):
         if i:
@@ -383,11 +383,7 @@ def test_decode_step_in_a_cuda_graph_over_200_steps(d: int) -> None:
             for k, v in inputs.items():
                 static[k].copy_(v)
         graph.replay()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            want = _step(layer, twin, inputs, launch, ws_eager)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+        want = _without_sync(lambda i=inputs: _step(layer, twin, i, launch, ws_eager))
         assert torch.equal(out, want), f"step {i}: the graph and the eager step differ"
         flushed += int(inputs["flushed"])
         crossings += sum(1 for n in layer.lens if n and n % layer.g == 1)
