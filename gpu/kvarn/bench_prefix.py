@@ -64,7 +64,7 @@ class PrefixCase:
         pos_q = torch.arange(ctx - q_len, ctx, device=DEV)[:, None]
         self.mask = torch.arange(ctx, device=DEV)[None, :] <= pos_q
 
-    def kvarn(self, path: str, fold: bool = True) -> torch.Tensor:
+    def kvarn(self, path: str) -> torch.Tensor:
         return triton_prefix.kvarn_prefix_attention(
             self.q,
             self.cache,
@@ -80,7 +80,6 @@ class PrefixCase:
             query_start_loc_cpu=self.qsl,
             seq_lens_cpu=[self.ctx] * self.b,
             path=path,
-            fold=fold,
         )
 
     def gather(self) -> torch.Tensor:
@@ -148,8 +147,6 @@ def main() -> None:
                         cos = F.cosine_similarity(got.flatten(1), want.flatten(1), dim=1)
                         row[f"{path}_min_cosine"] = cos.min().item()
                         row[f"{path}_ms"] = ms(functools.partial(case.kvarn, path))
-                    if q_len <= triton_prefix.FUSED_MAX_TOKENS:
-                        row["unfolded_ms"] = ms(functools.partial(case.kvarn, "fused", False))
                     row["gather_ms"] = ms(case.gather)
                     row["sdpa_fp16_ms"] = ms(case.sdpa_fp16())
                     pick = "fused" if q_len <= triton_prefix.FUSED_MAX_TOKENS else "dense"
@@ -175,18 +172,17 @@ def main() -> None:
         f"{meta['device']}, torch {meta['torch']}, Triton {meta['triton']}; Hq {args.hq}, "
         f"Hkv {args.hkv}, {PRESET}; eager, median ms (do_bench)",
         "",
-        "| D | batch | context | q tokens | one pass ms | (unfolded) | dense ms | gather ms "
-        "| fp16 SDPA ms | auto vs gather | auto vs fp16 SDPA | min cos |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| D | batch | context | q tokens | one pass ms | dense ms | gather ms | fp16 SDPA ms "
+        "| auto vs gather | auto vs fp16 SDPA | min cos |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cos = min(r["fused_min_cosine"], r["dense_min_cosine"])
         one, dense = f"{r['fused_ms']:.3f}", f"{r['dense_ms']:.3f}"
         one, dense = (f"**{one}**", dense) if r["auto"] == "fused" else (one, f"**{dense}**")
-        unfolded = f"{r['unfolded_ms']:.3f}" if "unfolded_ms" in r else "-"
         lines.append(
-            f"| {r['d']} | {r['batch']} | {r['context']} | {r['q_len']} | {one} | {unfolded} "
-            f"| {dense} | {r['gather_ms']:.3f} | {r['sdpa_fp16_ms']:.3f} | {r['vs_gather']:.1f}x "
+            f"| {r['d']} | {r['batch']} | {r['context']} | {r['q_len']} | {one} | {dense} "
+            f"| {r['gather_ms']:.3f} | {r['sdpa_fp16_ms']:.3f} | {r['vs_gather']:.1f}x "
             f"| {r['vs_sdpa_fp16']:.2f}x | {cos:.5f} |"
         )
     with open(os.path.join(args.out, "prefix.md"), "w") as f:

@@ -105,17 +105,6 @@ def test_prefix_split_k(splits):
     _assert_close(got, want, qsl)
 
 
-@pytest.mark.parametrize(("preset", "d"), [("kvarn_k4v4_g64", 128), ("kvarn_k4v2_g128", 256)])
-def test_prefix_without_the_fold(preset, d):
-    """The one pass forming K̂ and V̂ per element (``fold=False``, the benchmark's side-by-side)
-    gives what the folded default gives, and both the reference."""
-    sc, q, qsl = _case(preset, d, 2, 4, CPU_SEQ, CPU_Q, seed=9)
-    plain, want = _run(sc, q, qsl, CPU_SEQ, path="fused", fold=False)
-    folded, _ = _run(sc, q, qsl, CPU_SEQ, path="fused")
-    _assert_close(plain, want, qsl)
-    _assert_close(folded, plain, qsl)
-
-
 def test_prefix_requests_subset():
     """Only the requests listed are computed (the backend sends decodes elsewhere)."""
     sc, q, qsl = _case("kvarn_k4v2_g128", 128, 2, 4, CPU_SEQ, CPU_Q, seed=5)

@@ -9,11 +9,9 @@ picked per request by its query length (``FUSED_MAX_TOKENS``):
   program owns a tile of BLOCK_M query rows of one KV head, a row being (token, query head of the
   group), so the GQA group shares each K/V tile and 2-16 tokens of 4-8 heads fill the MMA's M
   side; it walks the keys BLOCK_N at a time (BLOCK_N divides the block size G, so a tile lies in
-  one block), reads a tile from the block's pool slot or from the record, and keeps an online
-  softmax in fp32. A record's scales fold into the small operands, as in the decode kernel
-  (``layout.py``: K̂[d,g] = (c·s_colK[d] + zpK[d])·s_rowK[g], V̂[g,d] = (c·s_rowV[g] + zpV[g])·s_colV[d]):
-  S = s_rowK·((q·s_colK)·c + q·zpK) and P·V̂ = s_colV·((P·s_rowV)·c + P·zpV), so the codes enter the
-  dots as exact fp16 integers and no element of K̂ or V̂ is formed (``fold=False`` forms them). Split-K cuts
+  one block), reads a tile from the block's pool slot or dequantizes it from the record into fp16
+  registers (``_kv_tile``; ``layout.py``: K̂[d,g] = (c·s_colK[d] + zpK[d])·s_rowK[g],
+  V̂[g,d] = (c·s_rowV[g] + zpV[g])·s_colV[d]), and keeps an online softmax in fp32. Split-K cuts
   the keys into ranges when the tiles alone leave the GPU idle (one request, 4 tokens: Hkv
   programs over 32K keys); ``_combine_kernel`` weighs the ranges by their log2-sum-exp.
 - **dequantize once** (``_dequant_kernel`` + SDPA, prefill chunks): a program of the one-pass
@@ -48,21 +46,6 @@ def _f16(ptr):
 
 
 @triton.jit
-def _k_codes(ptr, offs_d, g, G: tl.constexpr, KB: tl.constexpr):
-    """K's codes of tokens ``g`` as exact fp16 integers [D, N] (stored [D, G], KB bits a code, the
-    lowest token in the lowest bits)."""
-    byte = tl.load(ptr + offs_d[:, None] * (G * KB // 8) + (g * KB // 8)[None, :])
-    return ((byte >> ((g * KB) % 8)[None, :].to(tl.uint8)) & ((1 << KB) - 1)).to(tl.float16)
-
-
-@triton.jit
-def _v_codes(ptr, offs_d, g, D: tl.constexpr, VB: tl.constexpr):
-    """V's codes of tokens ``g`` as exact fp16 integers [N, D] (stored [G, D], VB bits a code)."""
-    byte = tl.load(ptr + g[:, None] * (D * VB // 8) + (offs_d * VB // 8)[None, :])
-    return ((byte >> ((offs_d * VB) % 8)[None, :].to(tl.uint8)) & ((1 << VB) - 1)).to(tl.float16)
-
-
-@triton.jit
 def _kv_tile(
     cache_ptr, s_cb, s_ch, pk_ptr, pv_ptr, s_ps, s_pg, s_ph, phys, slot, kvh, off, kin, offs_n,
     offs_d, D: tl.constexpr, G: tl.constexpr, KB: tl.constexpr, VB: tl.constexpr,
@@ -87,12 +70,14 @@ def _kv_tile(
     else:
         rec = cache_ptr + phys * s_cb + kvh * s_ch
         g = off + offs_n
-        kc = _k_codes(rec + K_CODES, offs_d, g, G, KB).to(tl.float32)
+        kbyte = tl.load(rec + K_CODES + offs_d[:, None] * (G * KB // 8) + (g * KB // 8)[None, :])
+        kc = ((kbyte >> ((g * KB) % 8)[None, :].to(tl.uint8)) & ((1 << KB) - 1)).to(tl.float32)
         k_scol = tl.load(_f16(rec + K_SCOL) + offs_d).to(tl.float32)
         k_zp = tl.load(_f16(rec + K_ZP) + offs_d).to(tl.float32)
         k_srow = tl.load(_f16(rec + K_SROW) + g).to(tl.float32)
         kt = ((kc * k_scol[:, None] + k_zp[:, None]) * k_srow[None, :]).to(tl.float16)
-        vc = _v_codes(rec + V_CODES, offs_d, g, D, VB).to(tl.float32)
+        vbyte = tl.load(rec + V_CODES + g[:, None] * (D * VB // 8) + (offs_d * VB // 8)[None, :])
+        vc = ((vbyte >> ((offs_d * VB) % 8)[None, :].to(tl.uint8)) & ((1 << VB) - 1)).to(tl.float32)
         v_scol = tl.load(_f16(rec + V_SCOL) + offs_d).to(tl.float32)
         v_srow = tl.load(_f16(rec + V_SROW) + g).to(tl.float32)
         v_zp = tl.load(_f16(rec + V_ZP) + g).to(tl.float32)
@@ -142,7 +127,6 @@ def _prefix_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     IS_SPLIT: tl.constexpr,
-    FOLD: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -184,58 +168,18 @@ def _prefix_kernel(
         slot = tl.load(slot_ptr + phys)
         kpos = p0 + offs_n
         kin = kpos < kv_hi
-        if FOLD:
-            # Records: the scales fold into the small operands (q, p) and the codes go into the
-            # dots as exact fp16 integers, so no element of K̂ or V̂ is formed (see the docstring).
-            base = slot.to(tl.int64) * s_ps + kvh * s_ph
-            rec = cache_ptr + phys * s_cb + kvh * s_ch
-            g = off + offs_n
-            if slot >= 0:
-                kt = tl.load(
-                    pk_ptr + base + (off + offs_n)[None, :] * s_pg + offs_d[:, None],
-                    mask=kin[None, :],
-                    other=0.0,
-                )
-                s = tl.dot(q, kt)
-            else:
-                kc = _k_codes(rec + K_CODES, offs_d, g, G, KB)  # [D, N]
-                k_scol = tl.load(_f16(rec + K_SCOL) + offs_d).to(tl.float32)
-                k_zp = tl.load(_f16(rec + K_ZP) + offs_d).to(tl.float32)
-                k_srow = tl.load(_f16(rec + K_SROW) + g).to(tl.float32)
-                q32 = q.to(tl.float32)
-                qs = (q32 * k_scol[None, :]).to(tl.float16)
-                qz = tl.sum(q32 * k_zp[None, :], 1)
-                s = (tl.dot(qs, kc) + qz[:, None]) * k_srow[None, :]
-        else:
-            kt, v = _kv_tile(
-                cache_ptr, s_cb, s_ch, pk_ptr, pv_ptr, s_ps, s_pg, s_ph, phys, slot, kvh, off,
-                kin, offs_n, offs_d, D, G, KB, VB, K_CODES, K_SCOL, K_ZP, K_SROW, V_CODES, V_SCOL,
-                V_SROW, V_ZP,
-            )  # fmt: skip
-            s = tl.dot(q, kt)
-        s = tl.where(kpos[None, :] <= qpos[:, None], s * scale_log2, float("-inf"))
+        kt, v = _kv_tile(
+            cache_ptr, s_cb, s_ch, pk_ptr, pv_ptr, s_ps, s_pg, s_ph, phys, slot, kvh, off, kin,
+            offs_n, offs_d, D, G, KB, VB, K_CODES, K_SCOL, K_ZP, K_SROW, V_CODES, V_SCOL, V_SROW,
+            V_ZP,
+        )  # fmt: skip
+        s = tl.dot(q, kt) * scale_log2
+        s = tl.where(kpos[None, :] <= qpos[:, None], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        if FOLD:
-            if slot >= 0:
-                v = tl.load(
-                    pv_ptr + base + (off + offs_n)[:, None] * s_pg + offs_d[None, :],
-                    mask=kin[:, None],
-                    other=0.0,
-                )
-                pv = tl.dot(p.to(tl.float16), v)
-            else:
-                vc = _v_codes(rec + V_CODES, offs_d, g, D, VB)  # [N, D]
-                v_scol = tl.load(_f16(rec + V_SCOL) + offs_d).to(tl.float32)
-                v_srow = tl.load(_f16(rec + V_SROW) + g).to(tl.float32)
-                v_zp = tl.load(_f16(rec + V_ZP) + g).to(tl.float32)
-                pc = tl.dot((p * v_srow[None, :]).to(tl.float16), vc)
-                pv = (pc + tl.sum(p * v_zp[None, :], 1)[:, None]) * v_scol[None, :]
-        else:
-            pv = tl.dot(p.to(tl.float16), v)
-        acc = acc * alpha[:, None] + pv
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)
         m_i = m_new
 
     has = l_i > 0
@@ -396,7 +340,6 @@ def kvarn_prefix_attention(
     requests: list[int] | None = None,
     num_splits: int | None = None,
     path: str = "auto",
-    fold: bool = True,
 ) -> torch.Tensor:
     """Causal attention of every query token of ``requests`` over its request's cache; q [T, Hq, D]
     un-rotated. Returns fp32 [T, Hq, D], un-rotated; rows of other requests are undefined.
@@ -407,9 +350,7 @@ def kvarn_prefix_attention(
 
     ``path``: "fused" runs the one-pass kernel for every request, "dense" dequantizes each
     request's prefix once and runs SDPA over it, "auto" (the default) takes the fused kernel for
-    up to FUSED_MAX_TOKENS query tokens and the dense path above. ``fold`` (one pass): the
-    record's scales folded into q and p (the default) or applied to every element (K̂, V̂ formed in
-    registers, the first version; kept for the benchmark's side-by-side).
+    up to FUSED_MAX_TOKENS query tokens and the dense path above.
     """
     t, hq, d = q.shape
     hkv = cache.shape[1]
@@ -436,7 +377,7 @@ def kvarn_prefix_attention(
     ]
     if fused:
         _fused(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
-               layout, scale, qsl, seq_lens_cpu, fused, num_splits, o, fold)  # fmt: skip
+               layout, scale, qsl, seq_lens_cpu, fused, num_splits, o)  # fmt: skip
     done = set(fused)
     for i in requests:
         if i not in done:
@@ -453,7 +394,7 @@ FUSED_MAX_TOKENS = 16
 
 
 def _fused(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
-           layout, scale, qsl, seq_lens_cpu, requests, num_splits, o, fold) -> None:  # fmt: skip
+           layout, scale, qsl, seq_lens_cpu, requests, num_splits, o) -> None:  # fmt: skip
     hkv = cache.shape[1]
     qpk = q_rot.shape[1] // hkv
     block_m = block_m_for(max((qsl[i + 1] - qsl[i]) * qpk for i in requests))
@@ -463,11 +404,11 @@ def _fused(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_lo
         longest = max(seq_lens_cpu[i] for i in requests)
         num_splits = choose_prefix_splits(len(reqs) * hkv, longest, _num_sms(q_rot.device))
     _one_pass(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
-              layout, scale, tiles, block_m, num_splits, o, fold)  # fmt: skip
+              layout, scale, tiles, block_m, num_splits, o)  # fmt: skip
 
 
 def _one_pass(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start_loc, seq_lens,
-              layout, scale, tiles, block_m, num_splits, o, fold=True) -> None:  # fmt: skip
+              layout, scale, tiles, block_m, num_splits, o) -> None:  # fmt: skip
     """The one-pass kernel over the program tiles ``tiles`` (int32 [2, n]: request, first row),
     into ``o``; with splits, their combine. Reads nothing back to the host."""
     hq, d = q_rot.shape[1:]
@@ -511,7 +452,6 @@ def _one_pass(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start
         BLOCK_M=block_m,
         BLOCK_N=BLOCK_N,
         IS_SPLIT=split,
-        FOLD=fold,
         num_warps=8 if d > 128 else 4,
         **_consts(layout),
     )
