@@ -461,6 +461,9 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         self.pool_v: torch.Tensor | None = None
         self.h16: torch.Tensor | None = None
         self._workspace: Any = None  # split-K partials (CUDA), shared by all layers
+        # The Triton kernels, or the torch reference: None = the kernels on CUDA. Tests set True on
+        # the CPU to run the kernels in Triton's interpreter through this class.
+        self.kernels: bool | None = None
         self.max_num_seqs = vllm_config.scheduler_config.max_num_seqs
         # The decode launch of a step of single-token decodes is fixed for the longest context
         # (ops/kvarn/step.fixed_launch); the kernel cuts its work from the device's lengths, so any
@@ -502,6 +505,9 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             self.group,
             2 * self.pool_k.numel() * 2 / (1 << 20),
         )
+
+    def _kernels(self, t: torch.Tensor) -> bool:
+        return t.is_cuda if self.kernels is None else self.kernels
 
     # -- the step --------------------------------------------------------------------------------
     def forward(
@@ -557,6 +563,7 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             plan.flush_by_slot,
             self.layout,
             self.config.sinkhorn_iters,
+            kernels=self._kernels(records),
         )
 
     def _write(self, key: torch.Tensor, value: torch.Tensor, plan: SlotPlan) -> None:
@@ -564,7 +571,10 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
         from vllm.v1.attention.ops.kvarn.step import write
 
-        write(self.pool_k, self.pool_v, self.h16, key, value, plan.write_slots, plan.write_rows)
+        write(
+            self.pool_k, self.pool_v, self.h16, key, value, plan.write_slots, plan.write_rows,
+            kernels=self._kernels(key),
+        )  # fmt: skip
 
     def _decode_step(self, query, key, value, records, md: KVarNMetadata, out) -> None:
         """A step of single-token decodes (request b is token b), with no host read: flush, write and
@@ -608,6 +618,7 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             launch,
             max_model_len=self.max_model_len,
             workspace=self._workspace,
+            kernels=self._kernels(query),
         )
         out.copy_(o.to(out.dtype))
 
@@ -641,6 +652,7 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             self.scale,
             q_len=md.uniform_verify,
             max_model_len=self.max_model_len,
+            kernels=self._kernels(query),
         )
         out.copy_(o.to(out.dtype))
 
@@ -663,7 +675,7 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
         decoded = set(decode_rows)
         if decode_rows:
             self._decode(query, records, md, out, decode_rows, qsl)
-        if query.is_cuda and self.config.fused_decode:
+        if self._kernels(query) and self.config.fused_decode:
             # Multi-token queries over a cached prefix: one fused launch (ops/kvarn/triton_prefix)
             cont = [
                 i
@@ -769,7 +781,7 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             self.h16,
             self.scale,
         )
-        if records.is_cuda:
+        if self._kernels(records):
             # The fused kernel (with KVARN_FUSED_DECODE=0, kvarn_decode runs the reference).
             from vllm.v1.attention.ops.kvarn.triton_decode import kvarn_decode
 
