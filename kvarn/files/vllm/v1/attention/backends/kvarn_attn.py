@@ -18,7 +18,8 @@ Per step and layer, ``forward``: compress the blocks the plan flushes (all their
 write this step's K/V rotated into the pool, then attend: a request's first prefill chunk on the raw
 K/V, everything else through the two-tier cache (the fused decode for single-token queries; on CUDA
 the fused multi-token kernel, ``ops/kvarn/triton_prefix.py``, for chunk continuations and speculative
-verification; on the CPU the reference gather + SDPA). Limits are listed in kvarn/README.md.
+verification; on the CPU the torch reference, unless ``KVarNAttentionImpl.kernels`` asks for the
+kernels in Triton's interpreter). Limits are listed in kvarn/README.md.
 """
 
 from __future__ import annotations
@@ -538,7 +539,8 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             output[n:].fill_(0)
             self._decode_step(query[:n], key[:n], value[:n], records, attn_metadata, output[:n])
             return output
-        if attn_metadata.uniform_verify:
+        # KVARN_FUSED_DECODE=0 sends verification to the general path's reference, as it does chunks
+        if attn_metadata.uniform_verify and (self.config.fused_decode or not self._kernels(query)):
             output[n:].fill_(0)
             self._verify_step(query[:n], key[:n], value[:n], records, attn_metadata, output[:n])
             return output
@@ -700,6 +702,8 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
     def _prefix(
         self, query, records, md: KVarNMetadata, out, rows: list[int], qsl: list[int], committed
     ) -> None:
+        """Requests ``rows`` (multi-token, something committed) in one call of the fused multi-token
+        path (``triton_prefix.kvarn_prefix_attention``: one pass or dense, by query length)."""
         assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
         from vllm.v1.attention.ops.kvarn.triton_prefix import kvarn_prefix_attention
 
