@@ -5,7 +5,8 @@ On a CPU the backend takes the torch reference (``KVarNAttentionImpl.kernels`` N
 only), so the other backend tests never reach the code that calls the Triton kernels: the store and
 pool write (``step.flush``/``step.write``), the decode (``_decode``, ``_decode_step``), the multi-token
 kernel (``_prefix``: one pass and dense) and the verify step (``_verify_step``). Here the impl is told
-to use them (``kernels = True``) and a twin runs the reference; each step's output must agree.
+to use them (``kernels = True``) and a twin runs the reference; each step's output must agree. With
+KVARN_FUSED_DECODE=0 a verify step must take the general path's reference instead of the verify step.
 
 TRITON_INTERPRET must be set before a kernel module is imported, and the other tests of this process
 import them without it (the builder imports triton_decode), so the stream runs in a child process.
@@ -73,7 +74,27 @@ for i, (a, b) in enumerate(zip(kern, ref, strict=True)):
             "finite": bool(torch.isfinite(out[rows].float()).all()),
             "padding_zero": pad_zero,
         })
+
+# KVARN_FUSED_DECODE=0: verification goes to the general path's reference, never the verify step
+import dataclasses
+
+h = Harness()
+h.impl.kernels = True
+h.impl.config = dataclasses.replace(h.impl.config, fused_decode=False)
+
+
+def refuse(*args, **kwargs):
+    raise AssertionError("KVARN_FUSED_DECODE=0 took the verify step")
+
+
+h.impl._verify_step = refuse
+verified = []
+with set_current_vllm_config(h.cfg):
+    for s in ({"a": 100, "b": 150}, {"a": 3, "b": 3}):
+        q, out, sl, md = h.step(dict(s))
+        verified += [(md.uniform_verify, _cos(out[r], h.dense(rid, q[r]))) for rid, r in sl.items()]
 print("RESULT " + json.dumps(report))
+print("UNFUSED " + json.dumps(verified))
 """
 
 
@@ -88,8 +109,13 @@ def test_the_backend_kernel_paths_agree_with_its_reference_paths() -> None:
         check=False,
     )
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    unfused = [x for x in proc.stdout.splitlines() if x.startswith("UNFUSED ")]
+    assert proc.returncode == 0 and lines and unfused, proc.stderr[-4000:]
     report = json.loads(lines[-1][len("RESULT ") :])
+    # with KVARN_FUSED_DECODE=0 a uniform verify step ran (through the general path) and is right
+    verified = json.loads(unfused[-1][len("UNFUSED ") :])
+    assert [uv for uv, _c in verified] == [0, 0, 3, 3]
+    assert all(c >= 0.99 for _uv, c in verified), verified
     assert len(report) == sum(len(s) for s in STEPS)
     # every path was taken: the step path, the verify step and the general path
     assert {r["step"] for r in report if r["uniform_decode"]} == {2, 3}
