@@ -86,6 +86,24 @@ class RecordLayout:
     def bytes_per_token_head(self) -> float:
         return self.size / self.group
 
+    def constexprs(self) -> dict[str, int]:
+        """The sizes and field offsets the Triton kernels take as constexprs, by their names there."""
+        p = self.preset
+        return {
+            "D": self.head_dim,
+            "G": self.group,
+            "KB": p.k_bits,
+            "VB": p.v_bits,
+            "K_CODES": self.k_codes,
+            "K_SCOL": self.k_scol,
+            "K_ZP": self.k_zp,
+            "K_SROW": self.k_srow,
+            "V_CODES": self.v_codes,
+            "V_SCOL": self.v_scol,
+            "V_SROW": self.v_srow,
+            "V_ZP": self.v_zp,
+        }
+
     def fields(self) -> dict[str, tuple[int, int]]:
         """name -> (offset, size in bytes), in record order."""
         d, g = self.head_dim, self.group

@@ -304,24 +304,6 @@ def choose_prefix_splits(programs: int, max_seq_len: int, sms: int) -> int:
     return max(1, min(most, -(-2 * sms // max(1, programs))))
 
 
-def _consts(layout: RecordLayout) -> dict[str, int]:
-    pre = layout.preset
-    return {
-        "D": layout.head_dim,
-        "G": layout.group,
-        "KB": pre.k_bits,
-        "VB": pre.v_bits,
-        "K_CODES": layout.k_codes,
-        "K_SCOL": layout.k_scol,
-        "K_ZP": layout.k_zp,
-        "K_SROW": layout.k_srow,
-        "V_CODES": layout.v_codes,
-        "V_SCOL": layout.v_scol,
-        "V_SROW": layout.v_srow,
-        "V_ZP": layout.v_zp,
-    }
-
-
 def kvarn_prefix_attention(
     q: torch.Tensor,
     cache: torch.Tensor,
@@ -453,7 +435,7 @@ def _one_pass(q_rot, cache, pool_k, pool_v, block_slot, block_table, query_start
         BLOCK_N=BLOCK_N,
         IS_SPLIT=split,
         num_warps=8 if d > 128 else 4,
-        **_consts(layout),
+        **layout.constexprs(),
     )
     if split:
         _combine_kernel[grid](
@@ -558,7 +540,7 @@ def _dense(q_rot, cache, pool_k, pool_v, block_slot, block_table, layout, scale,
         k.stride(0),
         BLOCK_N=BLOCK_N,
         num_warps=8 if d > 128 else 4,
-        **_consts(layout),
+        **layout.constexprs(),
     )
     q = q_rot[lo:hi].transpose(0, 1)[None]  # [1, Hq, Lq, D]
     if not q.is_cuda:

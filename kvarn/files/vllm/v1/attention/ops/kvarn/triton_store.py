@@ -225,7 +225,6 @@ def store_blocks(
         raise ValueError(f"pools must be fp16 [slots, {g}, {hkv}, {d}] with head_dim contiguous")
     if num_warps is None:
         num_warps = 8 if d * g <= 128 * 128 else 16
-    p = layout.preset
     _kvarn_store_kernel[(n, hkv)](
         pool_k,
         pool_v,
@@ -239,19 +238,8 @@ def store_blocks(
         cache.stride(0),
         cache.stride(1),
         iters,
-        D=d,
-        G=g,
-        KB=p.k_bits,
-        VB=p.v_bits,
-        K_CODES=layout.k_codes,
-        K_SCOL=layout.k_scol,
-        K_ZP=layout.k_zp,
-        K_SROW=layout.k_srow,
-        V_CODES=layout.v_codes,
-        V_SCOL=layout.v_scol,
-        V_SROW=layout.v_srow,
-        V_ZP=layout.v_zp,
         num_warps=num_warps,
+        **layout.constexprs(),
     )
 
 
