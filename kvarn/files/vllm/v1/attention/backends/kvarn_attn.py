@@ -599,7 +599,7 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
                 query.device,
             )
         plan = md.plan
-        o = decode_step(
+        decode_step(
             query,
             key,
             value,
@@ -621,8 +621,8 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             max_model_len=self.max_model_len,
             workspace=self._workspace,
             kernels=self._kernels(query),
+            out=out,
         )
-        out.copy_(o.to(out.dtype))
 
     def _verify_step(self, query, key, value, records, md: KVarNMetadata, out) -> None:
         """A step in which every request has ``md.uniform_verify`` query tokens (speculative

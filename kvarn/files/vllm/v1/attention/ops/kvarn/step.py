@@ -133,11 +133,14 @@ def decode_step(
     max_model_len: int,
     workspace=None,
     kernels: bool | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One token per request: query/key/value [B, H, D] (row b is request b), the plan's lists,
     the slot map after this step's plan, the requests' block table [B, W], sequence lengths [B]
     (this token included; 0 = padding) and ``comp_end`` [B]. Returns the attention output [B, Hq, D]
-    in the query's dtype; padding rows are zeros. ``launch`` is ``fixed_launch``'s (splits, warps).
+    in the query's dtype, or writes it into ``out`` (its dtype) and returns that; padding rows are
+    zeros. ``launch`` is ``fixed_launch``'s (splits, warps). On CUDA the step is three launches:
+    the flush, the write and the decode, whose last split merges (``triton_decode``).
     ``kernels``: the Triton kernels (default on CUDA) or the torch reference; tests pass True on
     the CPU to run the kernels in Triton's interpreter."""
     kernels = cache.is_cuda if kernels is None else kernels
@@ -147,7 +150,8 @@ def decode_step(
         from .triton_decode import kvarn_decode
 
         splits, warps = launch
-        out = kvarn_decode(
+        # a padding row reads nothing, and the kernel gives it exactly 0
+        return kvarn_decode(
             query,
             cache,
             pool_k,
@@ -164,14 +168,17 @@ def decode_step(
             num_splits=splits,
             num_warps=warps,
             workspace=workspace,
+            out=out,
         )
-    else:
-        from .reference import reference_decode
+    from .reference import reference_decode
 
-        out = reference_decode(
-            query, cache, pool_k, pool_v, block_slot, block_table, seq_lens, layout, h16, scale
-        ).to(query.dtype)
-    return torch.where((seq_lens > 0)[:, None, None], out, out.new_zeros(()))
+    ref = reference_decode(
+        query, cache, pool_k, pool_v, block_slot, block_table, seq_lens, layout, h16, scale
+    )
+    ref = torch.where((seq_lens > 0)[:, None, None], ref, ref.new_zeros(()))
+    if out is None:
+        return ref.to(query.dtype)
+    return out.copy_(ref)
 
 
 def verify_step(

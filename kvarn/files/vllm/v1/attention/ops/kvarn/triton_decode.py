@@ -996,6 +996,10 @@ def _kvarn_decode_kernel(
     s_lb,
     s_lh,  # fp32 [B x splits, Hq] (split-K only)
     num_splits,
+    res_ptr,
+    s_rb,
+    s_rh,  # COMBINE: the result [B, Hq, D] in its own dtype
+    arrivals,  # COMBINE: int32 [B x Hkv], 0 between launches
     QPK: tl.constexpr,
     QH: tl.constexpr,
     D: tl.constexpr,
@@ -1015,6 +1019,8 @@ def _kvarn_decode_kernel(
     ROT_Q: tl.constexpr,
     L2PF: tl.constexpr,
     REC: tl.constexpr,
+    COMBINE: tl.constexpr,
+    SPAD: tl.constexpr,
 ):
     """Blocks [1, comp_end) of a request are compressed (the caller guarantees it); block 0 (the
     sink) and [comp_end, nblk) are read as the slot map says, normally from the pool. Split s takes
@@ -1419,6 +1425,83 @@ def _kvarn_decode_kernel(
         if IS_SPLIT:
             lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
             tl.store(lse_ptr + row * s_lb + (kvh * QPK + r) * s_lh, lse, mask=rmask)
+    if COMBINE:
+        tl.static_assert(IS_SPLIT, "the in-kernel combine merges split partials")
+        # The program that finishes last among a (request, KV head)'s splits merges them, so a
+        # step is one launch. The barrier makes every thread's partial stores precede the release
+        # of the counter's atomic (the pattern of CUDA's threadFenceReduction sample); the last
+        # arrival's acquire then sees all of them, and it reads them from L2 (.cg).
+        tl.debug_barrier()
+        count = arrivals + b * tl.num_programs(1) + kvh
+        if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
+            _merge_splits(
+                out_ptr, s_ob, s_oh, lse_ptr, s_lb, s_lh, res_ptr + b * s_rb, s_rh, h_ptr,
+                (b * num_splits).to(tl.int64), kvh * QPK + r, rmask, num_splits, QH, D, SPAD,
+            )  # fmt: skip
+            tl.store(count, 0)  # ready for the next launch, or the next replay of a graph
+
+
+@triton.jit
+def _merge_splits(
+    part_ptr,
+    s_pb,
+    s_ph,
+    lse_ptr,
+    s_lb,
+    s_lh,
+    res_row,
+    s_rh,
+    h_ptr,
+    r0,
+    heads,
+    hmask,
+    num_splits,
+    QH: tl.constexpr,
+    D: tl.constexpr,
+    SPAD: tl.constexpr,
+):
+    """Merges the split partials of one request's query ``heads`` (rows r0 ... r0 + num_splits - 1
+    of part and lse), weighting each by its log2-sum-exp, then un-rotates (o·H) and casts into the
+    result row: what ``_kvarn_combine_rot_kernel`` does, for one program's heads."""
+    s = tl.arange(0, SPAD)
+    lse = tl.load(
+        lse_ptr + (r0 + s[None, :]) * s_lb + heads[:, None] * s_lh,
+        mask=hmask[:, None] & (s[None, :] < num_splits),
+        other=float("-inf"),
+        cache_modifier=".cg",
+    )
+    m = tl.max(lse, axis=1)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    tot = tl.sum(tl.exp2(lse - m_safe[:, None]), axis=1)  # [QH]; 0 for a row with nothing read
+    dd = tl.arange(0, D)
+    acc = tl.zeros([QH, D], tl.float32)
+    for sp in range(0, num_splits):
+        ls = tl.load(
+            lse_ptr + (r0 + sp) * s_lb + heads * s_lh,
+            mask=hmask,
+            other=float("-inf"),
+            cache_modifier=".cg",
+        )
+        o = tl.load(
+            part_ptr + (r0 + sp) * s_pb + heads[:, None] * s_ph + dd[None, :],
+            mask=hmask[:, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        acc += tl.exp2(ls - m_safe)[:, None] * o
+    # fp16 operands as in the combine kernels (~2e-4 relative against 1e-3 allowed)
+    resT = tl.trans((acc / tl.where(tot > 0.0, tot, 1.0)[:, None]).to(tl.float16))  # [D, QH]
+    # out[h, j] = sum_d o[h, d] H[d, j] = (H[j, :] · oT)[h]: H is symmetric. 16 rows of H at a
+    # time (the M side of the dot; a [16, D] tile is 64 values a thread at D / 64 warps).
+    jj = tl.arange(0, 16)
+    for j0 in tl.static_range(0, D, 16):
+        hj = tl.load(h_ptr + (j0 + jj)[:, None] * D + dd[None, :])
+        o = tl.dot(hj, resT)  # [16, QH]
+        tl.store(
+            res_row + heads[None, :] * s_rh + (j0 + jj)[:, None],
+            o.to(res_row.dtype.element_ty),
+            mask=hmask[None, :],
+        )
 
 
 @triton.jit(do_not_specialize=["num_splits"])
@@ -1648,6 +1731,9 @@ class DecodeWorkspace:
     def __init__(self) -> None:
         self.part: torch.Tensor | None = None
         self.lse: torch.Tensor | None = None
+        # the in-kernel combine's arrival counters, one per (request, KV head); every launch
+        # leaves them 0
+        self.arrivals: torch.Tensor | None = None
         # per layer (its cache, pools, slot map, rotation, layout, config): the bound launch
         self.launches: dict[tuple, _Launch] = {}
 
@@ -1659,6 +1745,13 @@ class DecodeWorkspace:
             self.lse = torch.empty(n, hq, dtype=torch.float32, device=device)
         assert self.part is not None and self.lse is not None
         return self.part, self.lse
+
+    def counters(self, n: int, device: torch.device) -> torch.Tensor:
+        a = self.arrivals
+        if a is None or a.shape[0] < n or a.device != device:
+            self.arrivals = torch.zeros(max(n, 64), dtype=torch.int32, device=device)
+        assert self.arrivals is not None
+        return self.arrivals
 
 
 def split_rows(
@@ -1720,16 +1813,19 @@ def kvarn_decode(
     prefetch: bool = False,
     rotate_in_kernel: bool | None = None,
     l2_prefetch: int | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention over the two-tier cache; q [B, Hq, D] un-rotated; returns [B, Hq, D] in
-    q's dtype. ``h16`` is the cache's rotation, the symmetric Hadamard matrix (``hadamard.py``).
+    q's dtype, or writes it into ``out`` ([B, Hq, D], its own dtype, last dimension contiguous)
+    and returns that. ``h16`` is the cache's rotation, the symmetric Hadamard matrix (``hadamard.py``).
 
     ``comp_end`` int32 [B]: blocks [1, comp_end) of each request are compressed (so the hot loop
     needs no slot lookup); the sink and later blocks are read as ``block_slot`` says. Pass it when
     known (``TwoTierBook.compressed_end``); by default it is derived from ``block_slot`` on the device
-    (no host sync). ``num_splits``, ``num_warps`` and ``combine_heads`` (1 or 16 query heads per
-    combine program) override the launch policy (``choose_splits``, ``choose_warps``,
-    ``COMBINE_PER_HEAD_ROWS``); ``deq``/``prefetch`` pick kernel variants (fixed per deployment).
+    (no host sync). ``num_splits``, ``num_warps`` and ``combine_heads`` override the launch policy
+    (``choose_splits``, ``choose_warps``, ``combine_policy``): 0 merges the splits in the decode
+    kernel itself (its last split of each request and KV head, so a call is one launch; word path
+    only), 1 or 16 in a second kernel of that many query heads a program; ``deq``/``prefetch`` pick kernel variants (fixed per deployment).
     ``rotate_in_kernel`` (word path only, and its default): the kernel rotates q in its prologue
     (``_rotate_q``) instead of a GEMM (and a cast) launched before it: two launches fewer a step,
     faster on every row of the benchmark (probe run 21, with the L2 prefetch: 1.43-1.47x at batch 1
@@ -1745,11 +1841,14 @@ def kvarn_decode(
     if not config.fused_decode:
         from .reference import reference_decode
 
-        return reference_decode(
+        ref = reference_decode(
             q, cache, pool_k, pool_v, block_slot, block_table, seq_lens, layout, h16, scale
-        ).to(q.dtype)
+        )
+        return _into(out, ref.to(q.dtype))
+    if out is not None and (tuple(out.shape) != (b, hq, d) or out.stride(2) != 1):
+        raise ValueError(f"out: [{b}, {hq}, {d}] with a contiguous last dimension, not {out.shape}")
     if b == 0:
-        return torch.empty(0, hq, d, dtype=q.dtype, device=q.device)
+        return torch.empty(0, hq, d, dtype=q.dtype, device=q.device) if out is None else out
     if comp_end is None:
         comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, layout.group)
     if rotate_in_kernel and deq != 3:
@@ -1771,7 +1870,9 @@ def kvarn_decode(
         num_splits = choose_splits(b, hkv, max_blocks, sms, config, num_warps)
     num_splits = max(1, min(num_splits, config.max_splits))
     if combine_heads is None:
-        combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
+        combine_heads = combine_policy(b, hq, deq)
+    elif combine_heads == 0 and deq != 3:
+        raise ValueError("combine_heads=0 (in the decode kernel): the word path (deq=3) only")
     ws = workspace or DecodeWorkspace()
     # One _Launch per layer for the workspace's life: what is fixed across steps is bound once. A
     # layer's cache comes as a new view every step (the backend folds its pages), so it is known by
@@ -1803,7 +1904,16 @@ def kvarn_decode(
         num_splits,
         combine_heads,
         rotate_in_kernel,
+        out,
     )
+
+
+def combine_policy(batch: int, num_q_heads: int, deq: int) -> int:
+    """Query heads per combine program: 0 (in the decode kernel) on the word path, whose merge then
+    costs no launch; on the byte path 1 for small batches, 16 otherwise (COMBINE_PER_HEAD_ROWS)."""
+    if deq == 3:
+        return 0
+    return 1 if batch * num_q_heads <= COMBINE_PER_HEAD_ROWS else 16
 
 
 # At most this many query rows (batch x query heads) take the per-head combine (probe runs 15-16:
@@ -1869,17 +1979,23 @@ class _Launch:
         )
         if key not in _COMPILED:
             empty = torch.zeros_like(seq_lens[:1])
+            if self.deq == 3:  # the merge in the kernel: one variant for any split count
+                kinds: tuple[tuple[int, int], ...] = ((2, 0),)
+            else:
+                kinds = ((1, 16), (2, 1), (2, 16))
             for w in warps:
-                for splits, heads in ((1, 16), (2, 1), (2, 16)):
+                for splits, heads in kinds:
                     self(q[:1], block_slot, block_table[:1], empty, comp_end[:1], w, splits,
                          heads, rot)  # fmt: skip
             _COMPILED.add(key)
         self.compiled.add(mine)
 
-    def _consts(self, hq: int, d: int, num_warps: int, rot: bool, cuda: bool, split: bool):
+    def _consts(
+        self, hq: int, d: int, num_warps: int, rot: bool, cuda: bool, split: bool, combine: bool
+    ):
         """The decode kernel's constexprs and options for a launch shape, with their key: built
         once per shape and layer."""
-        shape = (hq, num_warps, rot, cuda, split)
+        shape = (hq, num_warps, rot, cuda, split, combine)
         got = self.consts.get(shape)
         if got is None:
             lo = self.layout
@@ -1905,6 +2021,8 @@ class _Launch:
                 L2PF=self.l2pf,
                 REC=lo.size,
                 IS_SPLIT=split,
+                COMBINE=combine,
+                SPAD=triton.next_power_of_2(self.config.max_splits) if combine else 1,
                 num_warps=num_warps,
             )
             cap = (MAXNREG if self.deq == 3 else MAXNREG_BYTES).get(d)
@@ -1914,10 +2032,13 @@ class _Launch:
         return got
 
     def __call__(
-        self, q, block_slot, block_table, seq_lens, comp_end, num_warps, num_splits, heads, rot
-    ):
+        self, q, block_slot, block_table, seq_lens, comp_end, num_warps, num_splits, heads, rot,
+        out=None,
+    ):  # fmt: skip
         """``q`` [B, Hq, D], the caller's; ``rot``: the kernel rotates it (else one GEMM does,
-        with the scale as its alpha: the product then a scaling kernel cost a launch more)."""
+        with the scale as its alpha: the product then a scaling kernel cost a launch more);
+        ``heads`` 0: the splits merge in the decode kernel (one launch); ``out``: where the
+        result goes (None: a new tensor in q's dtype)."""
         b, hq, d = q.shape
         if rot:
             q_in = q.contiguous()
@@ -1926,8 +2047,9 @@ class _Launch:
             q_in = torch.addmm(q2, q2, self.h32, beta=0.0, alpha=self.q_scale)
             q_in = q_in.view(b, hq, d)
         cuda = q_in.is_cuda
-        split = num_splits != 1
-        common, kwkey = self._consts(hq, d, num_warps, rot, cuda, split)
+        fused = heads == 0
+        split = num_splits != 1 or fused
+        common, kwkey = self._consts(hq, d, num_warps, rot, cuda, split, fused)
         args = (
             q_in,
             q_in.stride(0),
@@ -1943,28 +2065,36 @@ class _Launch:
         )
         hkv = self.cache.shape[1]
         if not split:
-            out = torch.empty(b, hq, d, dtype=torch.float32, device=q_in.device)
+            o32 = torch.empty(b, hq, d, dtype=torch.float32, device=q_in.device)
             launch(
                 _kvarn_decode_kernel,
                 (b, hkv, 1),
-                (*args, out, out.stride(0), out.stride(1), out, 0, 0, 1),
+                (*args, o32, o32.stride(0), o32.stride(1), o32, 0, 0, 1, o32, 0, 0, seq_lens),
                 common,
                 bound=self,
                 vary=_DECODE_VARY,
                 kwkey=kwkey,
             )
-            return (out @ self.h32).to(q.dtype)
+            return _into(out, (o32 @ self.h32).to(q.dtype))
         part, lse = self.ws.get(b * num_splits, hq, d, q_in.device)
+        if fused:
+            res = out if out is not None else torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
+            arrivals = self.ws.counters(b * hkv, q_in.device)
+            tail = (res, res.stride(0), res.stride(1), arrivals)
+        else:
+            tail = (part, 0, 0, seq_lens)  # not read
         launch(
             _kvarn_decode_kernel,
             (b, hkv, num_splits),
             (*args, part, part.stride(0), part.stride(1), lse, lse.stride(0), lse.stride(1),
-             num_splits),
+             num_splits, *tail),
             common,
             bound=self,
             vary=_DECODE_VARY,
             kwkey=kwkey,
         )  # fmt: skip
+        if fused:
+            return res
         res = torch.empty(b, hq, d, dtype=q.dtype, device=q_in.device)
         cargs = (
             part,
@@ -1985,7 +2115,7 @@ class _Launch:
         else:
             grid = (b, triton.cdiv(hq, 16))
             launch(_kvarn_combine_rot_kernel, grid, (*cargs, hq, num_splits), kw, kwkey=kwkey)
-        return res
+        return _into(out, res)
 
     def _combine_consts(self, heads: int, d: int) -> tuple[dict, tuple]:
         """The combine's constexprs and their key, built once per kind and layer."""
@@ -2005,6 +2135,12 @@ class _Launch:
 
 # The decode kernel's arguments that change from step to step (q, the slot map, the block table,
 # lengths, the outputs); the others (3-11: cache and pools; 17-18: rotation, scale) are the layer's.
-_DECODE_VARY = (0, 1, 2, 12, 13, 14, 15, 16, *range(19, 26))
+_DECODE_VARY = (0, 1, 2, 12, 13, 14, 15, 16, *range(19, 30))
+
+
+def _into(out: torch.Tensor | None, res: torch.Tensor) -> torch.Tensor:
+    if out is None:
+        return res
+    return out.copy_(res)
 # More bound launches than this in one workspace: its caller's layers are not stable (cleared).
 MAX_BOUND_LAUNCHES = 4096
