@@ -2142,5 +2142,7 @@ def _into(out: torch.Tensor | None, res: torch.Tensor) -> torch.Tensor:
     if out is None:
         return res
     return out.copy_(res)
+
+
 # More bound launches than this in one workspace: its caller's layers are not stable (cleared).
 MAX_BOUND_LAUNCHES = 4096
