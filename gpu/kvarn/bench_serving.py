@@ -20,11 +20,7 @@ steps, the write of each request's token into the pool, the decode with the laun
 128K max_model_len: the path the backend takes for a step of single-token decodes, with no host
 read), fp16 writes each request's token into its cache then calls SDPA.
 
-With ``--combine-ab`` KVarN is also timed (graph, back to back, host) with its split-K partials
-merged by the separate combine kernel (the policy before the merge moved into the decode kernel),
-side by side on the same case, as a second table.
-
-    python3 gpu/kvarn/bench_serving.py --out DIR [--batches 1,8,32,128] [--contexts 8192,32768,131072] [--step] [--combine-ab]
+    python3 gpu/kvarn/bench_serving.py --out DIR [--batches 1,8,32,128] [--contexts 8192,32768,131072] [--step]
 
 Writes DIR/serving.json and DIR/serving.md (DIR/serving-step.* with ``--step``).
 """
@@ -130,25 +126,6 @@ def sdpa_step(b: int, ctx: int, d: int, hq: int, hkv: int):
     return fold_step, gqa_step, cos, (k, v, q_fold)
 
 
-def _separate_combine():
-    """A context in which the decode policy merges splits with the combine kernels again (1 or 16
-    query heads a program, as before the in-kernel merge)."""
-    import contextlib
-
-    from kvarn_ops import triton_decode
-
-    @contextlib.contextmanager
-    def ctx():
-        keep = triton_decode.combine_policy
-        triton_decode.combine_policy = lambda b, hq, deq: 1 if b * hq <= 256 else 16
-        try:
-            yield
-        finally:
-            triton_decode.combine_policy = keep
-
-    return ctx()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -156,9 +133,6 @@ def main() -> None:
     ap.add_argument("--contexts", default="8192,32768,131072")
     ap.add_argument("--launch", default=None, help="kvarn_ops.launch.MODE: on, off or check")
     ap.add_argument("--step", action="store_true", help="time a layer's whole decode step")
-    ap.add_argument(
-        "--combine-ab", action="store_true", help="also time KVarN with the separate combine kernel"
-    )
     args = ap.parse_args()
     if args.launch:
         from kvarn_ops import launch
@@ -188,17 +162,6 @@ def main() -> None:
                 row["kvarn_eager_us"] = eager(kv) * 1e6
                 b2b, host = back_to_back(kv)
                 row["kvarn_b2b_us"], row["kvarn_host_us"] = b2b * 1e6, host * 1e6
-                if args.combine_ab:
-                    with _separate_combine():
-                        kv2 = kvarn_step(case, cfg) if args.step else case.runner(cfg)
-                        kv2()
-                        row["kvarn2_graph_us"] = bd.bench(kv2) * 1e6
-                        b2b, host = back_to_back(kv2)
-                        row["kvarn2_b2b_us"], row["kvarn2_host_us"] = b2b * 1e6, host * 1e6
-                        out2 = kv2().float()
-                    out1 = kv().float()
-                    row["kvarn_ab_rel"] = ((out1 - out2).norm() / out2.norm()).item()
-                    del kv2, out1, out2
                 del case, kv
                 torch.cuda.empty_cache()
                 fold, gqa, cos, keep = (sdpa_step if args.step else sdpa_calls)(b, ctx, d, hq, hkv)
@@ -245,23 +208,6 @@ def write_md(path: str, meta: dict, rows: list[dict]) -> None:
             f"{r['sdpa_gqa_b2b_us']:.1f} | {r['b2b_speedup']:.2f}× | {r['kvarn_host_us']:.1f} | "
             f"{r['sdpa_gqa_host_us']:.1f} |"
         )
-    if rows and "kvarn2_graph_us" in rows[0]:
-        lines += [
-            "",
-            "KVarN with the splits merged in the decode kernel (one launch) against the separate "
-            "combine kernel (two), same case, µs per call:",
-            "",
-            "| D | batch | ctx | graph, merged | graph, two kernels | two / merged (graph) | "
-            "back to back, merged | back to back, two | host, merged | host, two | rel. diff |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in rows:
-            lines.append(
-                f"| {r['D']} | {r['batch']} | {r['ctx'] // 1024}K | {r['kvarn_graph_us']:.1f} | "
-                f"{r['kvarn2_graph_us']:.1f} | {r['kvarn2_graph_us'] / r['kvarn_graph_us']:.2f}× | "
-                f"{r['kvarn_b2b_us']:.1f} | {r['kvarn2_b2b_us']:.1f} | {r['kvarn_host_us']:.1f} | "
-                f"{r['kvarn2_host_us']:.1f} | {r['kvarn_ab_rel']:.1e} |"
-            )
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -996,10 +996,6 @@ def _kvarn_decode_kernel(
     s_lb,
     s_lh,  # fp32 [B x splits, Hq] (split-K only)
     num_splits,
-    res_ptr,
-    s_rb,
-    s_rh,  # COMBINE: the result [B, Hq, D] in its own dtype
-    arrivals,  # COMBINE: int32 [B x Hkv], 0 between launches
     QPK: tl.constexpr,
     QH: tl.constexpr,
     D: tl.constexpr,
@@ -1019,8 +1015,6 @@ def _kvarn_decode_kernel(
     ROT_Q: tl.constexpr,
     L2PF: tl.constexpr,
     REC: tl.constexpr,
-    COMBINE: tl.constexpr,
-    SPAD: tl.constexpr,
 ):
     """Blocks [1, comp_end) of a request are compressed (the caller guarantees it); block 0 (the
     sink) and [comp_end, nblk) are read as the slot map says, normally from the pool. Split s takes
@@ -1425,83 +1419,6 @@ def _kvarn_decode_kernel(
         if IS_SPLIT:
             lse = tl.where(l_i > 0.0, m_i + tl.log2(tl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
             tl.store(lse_ptr + row * s_lb + (kvh * QPK + r) * s_lh, lse, mask=rmask)
-    if COMBINE:
-        tl.static_assert(IS_SPLIT, "the in-kernel combine merges split partials")
-        # The program that finishes last among a (request, KV head)'s splits merges them, so a
-        # step is one launch. The barrier makes every thread's partial stores precede the release
-        # of the counter's atomic (the pattern of CUDA's threadFenceReduction sample); the last
-        # arrival's acquire then sees all of them, and it reads them from L2 (.cg).
-        tl.debug_barrier()
-        count = arrivals + b * tl.num_programs(1) + kvh
-        if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
-            _merge_splits(
-                out_ptr, s_ob, s_oh, lse_ptr, s_lb, s_lh, res_ptr + b * s_rb, s_rh, h_ptr,
-                (b * num_splits).to(tl.int64), kvh * QPK + r, rmask, num_splits, QH, D, SPAD,
-            )  # fmt: skip
-            tl.store(count, 0)  # ready for the next launch, or the next replay of a graph
-
-
-@triton.jit
-def _merge_splits(
-    part_ptr,
-    s_pb,
-    s_ph,
-    lse_ptr,
-    s_lb,
-    s_lh,
-    res_row,
-    s_rh,
-    h_ptr,
-    r0,
-    heads,
-    hmask,
-    num_splits,
-    QH: tl.constexpr,
-    D: tl.constexpr,
-    SPAD: tl.constexpr,
-):
-    """Merges the split partials of one request's query ``heads`` (rows r0 ... r0 + num_splits - 1
-    of part and lse), weighting each by its log2-sum-exp, then un-rotates (o·H) and casts into the
-    result row: what ``_kvarn_combine_rot_kernel`` does, for one program's heads."""
-    s = tl.arange(0, SPAD)
-    lse = tl.load(
-        lse_ptr + (r0 + s[None, :]) * s_lb + heads[:, None] * s_lh,
-        mask=hmask[:, None] & (s[None, :] < num_splits),
-        other=float("-inf"),
-        cache_modifier=".cg",
-    )
-    m = tl.max(lse, axis=1)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    tot = tl.sum(tl.exp2(lse - m_safe[:, None]), axis=1)  # [QH]; 0 for a row with nothing read
-    dd = tl.arange(0, D)
-    acc = tl.zeros([QH, D], tl.float32)
-    for sp in range(0, num_splits):
-        ls = tl.load(
-            lse_ptr + (r0 + sp) * s_lb + heads * s_lh,
-            mask=hmask,
-            other=float("-inf"),
-            cache_modifier=".cg",
-        )
-        o = tl.load(
-            part_ptr + (r0 + sp) * s_pb + heads[:, None] * s_ph + dd[None, :],
-            mask=hmask[:, None],
-            other=0.0,
-            cache_modifier=".cg",
-        )
-        acc += tl.exp2(ls - m_safe)[:, None] * o
-    # fp16 operands as in the combine kernels (~2e-4 relative against 1e-3 allowed)
-    resT = tl.trans((acc / tl.where(tot > 0.0, tot, 1.0)[:, None]).to(tl.float16))  # [D, QH]
-    # out[h, j] = sum_d o[h, d] H[d, j] = (H[j, :] · oT)[h]: H is symmetric. 16 rows of H at a
-    # time (the M side of the dot; a [16, D] tile is 64 values a thread at D / 64 warps).
-    jj = tl.arange(0, 16)
-    for j0 in tl.static_range(0, D, 16):
-        hj = tl.load(h_ptr + (j0 + jj)[:, None] * D + dd[None, :])
-        o = tl.dot(hj, resT)  # [16, QH]
-        tl.store(
-            res_row + heads[None, :] * s_rh + (j0 + jj)[:, None],
-            o.to(res_row.dtype.element_ty),
-            mask=hmask[None, :],
-        )
 
 
 @triton.jit(do_not_specialize=["num_splits"])
@@ -1731,9 +1648,6 @@ class DecodeWorkspace:
     def __init__(self) -> None:
         self.part: torch.Tensor | None = None
         self.lse: torch.Tensor | None = None
-        # the in-kernel combine's arrival counters, one per (request, KV head); every launch
-        # leaves them 0
-        self.arrivals: torch.Tensor | None = None
         # per layer (its cache, pools, slot map, rotation, layout, config): the bound launch
         self.launches: dict[tuple, _Launch] = {}
 
@@ -1745,13 +1659,6 @@ class DecodeWorkspace:
             self.lse = torch.empty(n, hq, dtype=torch.float32, device=device)
         assert self.part is not None and self.lse is not None
         return self.part, self.lse
-
-    def counters(self, n: int, device: torch.device) -> torch.Tensor:
-        a = self.arrivals
-        if a is None or a.shape[0] < n or a.device != device:
-            self.arrivals = torch.zeros(max(n, 64), dtype=torch.int32, device=device)
-        assert self.arrivals is not None
-        return self.arrivals
 
 
 def split_rows(
@@ -1816,16 +1723,15 @@ def kvarn_decode(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention over the two-tier cache; q [B, Hq, D] un-rotated; returns [B, Hq, D] in
-    q's dtype, or writes it into ``out`` ([B, Hq, D], its own dtype, last dimension contiguous)
-    and returns that. ``h16`` is the cache's rotation, the symmetric Hadamard matrix (``hadamard.py``).
+    q's dtype, or writes it into ``out`` ([B, Hq, D], its own dtype, last dimension contiguous:
+    the combine kernel writes it there, so a caller's buffer costs no copy) and returns that. ``h16`` is the cache's rotation, the symmetric Hadamard matrix (``hadamard.py``).
 
     ``comp_end`` int32 [B]: blocks [1, comp_end) of each request are compressed (so the hot loop
     needs no slot lookup); the sink and later blocks are read as ``block_slot`` says. Pass it when
     known (``TwoTierBook.compressed_end``); by default it is derived from ``block_slot`` on the device
-    (no host sync). ``num_splits``, ``num_warps`` and ``combine_heads`` override the launch policy
-    (``choose_splits``, ``choose_warps``, ``combine_policy``): 0 merges the splits in the decode
-    kernel itself (its last split of each request and KV head, so a call is one launch; word path
-    only), 1 or 16 in a second kernel of that many query heads a program; ``deq``/``prefetch`` pick kernel variants (fixed per deployment).
+    (no host sync). ``num_splits``, ``num_warps`` and ``combine_heads`` (1 or 16 query heads per
+    combine program) override the launch policy (``choose_splits``, ``choose_warps``,
+    ``COMBINE_PER_HEAD_ROWS``); ``deq``/``prefetch`` pick kernel variants (fixed per deployment).
     ``rotate_in_kernel`` (word path only, and its default): the kernel rotates q in its prologue
     (``_rotate_q``) instead of a GEMM (and a cast) launched before it: two launches fewer a step,
     faster on every row of the benchmark (probe run 21, with the L2 prefetch: 1.43-1.47x at batch 1
@@ -1870,9 +1776,7 @@ def kvarn_decode(
         num_splits = choose_splits(b, hkv, max_blocks, sms, config, num_warps)
     num_splits = max(1, min(num_splits, config.max_splits))
     if combine_heads is None:
-        combine_heads = combine_policy(b, hq, deq)
-    elif combine_heads == 0 and deq != 3:
-        raise ValueError("combine_heads=0 (in the decode kernel): the word path (deq=3) only")
+        combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
     ws = workspace or DecodeWorkspace()
     # One _Launch per layer for the workspace's life: what is fixed across steps is bound once. A
     # layer's cache comes as a new view every step (the backend folds its pages), so it is known by
@@ -1906,14 +1810,6 @@ def kvarn_decode(
         rotate_in_kernel,
         out,
     )
-
-
-def combine_policy(batch: int, num_q_heads: int, deq: int) -> int:
-    """Query heads per combine program: 0 (in the decode kernel) on the word path, whose merge then
-    costs no launch; on the byte path 1 for small batches, 16 otherwise (COMBINE_PER_HEAD_ROWS)."""
-    if deq == 3:
-        return 0
-    return 1 if batch * num_q_heads <= COMBINE_PER_HEAD_ROWS else 16
 
 
 # At most this many query rows (batch x query heads) take the per-head combine (probe runs 15-16:
@@ -1979,23 +1875,17 @@ class _Launch:
         )
         if key not in _COMPILED:
             empty = torch.zeros_like(seq_lens[:1])
-            if self.deq == 3:  # the merge in the kernel: one variant for any split count
-                kinds: tuple[tuple[int, int], ...] = ((2, 0),)
-            else:
-                kinds = ((1, 16), (2, 1), (2, 16))
             for w in warps:
-                for splits, heads in kinds:
+                for splits, heads in ((1, 16), (2, 1), (2, 16)):
                     self(q[:1], block_slot, block_table[:1], empty, comp_end[:1], w, splits,
                          heads, rot)  # fmt: skip
             _COMPILED.add(key)
         self.compiled.add(mine)
 
-    def _consts(
-        self, hq: int, d: int, num_warps: int, rot: bool, cuda: bool, split: bool, combine: bool
-    ):
+    def _consts(self, hq: int, d: int, num_warps: int, rot: bool, cuda: bool, split: bool):
         """The decode kernel's constexprs and options for a launch shape, with their key: built
         once per shape and layer."""
-        shape = (hq, num_warps, rot, cuda, split, combine)
+        shape = (hq, num_warps, rot, cuda, split)
         got = self.consts.get(shape)
         if got is None:
             lo = self.layout
@@ -2021,8 +1911,6 @@ class _Launch:
                 L2PF=self.l2pf,
                 REC=lo.size,
                 IS_SPLIT=split,
-                COMBINE=combine,
-                SPAD=triton.next_power_of_2(self.config.max_splits) if combine else 1,
                 num_warps=num_warps,
             )
             cap = (MAXNREG if self.deq == 3 else MAXNREG_BYTES).get(d)
@@ -2037,8 +1925,7 @@ class _Launch:
     ):  # fmt: skip
         """``q`` [B, Hq, D], the caller's; ``rot``: the kernel rotates it (else one GEMM does,
         with the scale as its alpha: the product then a scaling kernel cost a launch more);
-        ``heads`` 0: the splits merge in the decode kernel (one launch); ``out``: where the
-        result goes (None: a new tensor in q's dtype)."""
+        ``out``: where the result goes (None: a new tensor in q's dtype)."""
         b, hq, d = q.shape
         if rot:
             q_in = q.contiguous()
@@ -2047,9 +1934,8 @@ class _Launch:
             q_in = torch.addmm(q2, q2, self.h32, beta=0.0, alpha=self.q_scale)
             q_in = q_in.view(b, hq, d)
         cuda = q_in.is_cuda
-        fused = heads == 0
-        split = num_splits != 1 or fused
-        common, kwkey = self._consts(hq, d, num_warps, rot, cuda, split, fused)
+        split = num_splits != 1
+        common, kwkey = self._consts(hq, d, num_warps, rot, cuda, split)
         args = (
             q_in,
             q_in.stride(0),
@@ -2069,7 +1955,7 @@ class _Launch:
             launch(
                 _kvarn_decode_kernel,
                 (b, hkv, 1),
-                (*args, o32, o32.stride(0), o32.stride(1), o32, 0, 0, 1, o32, 0, 0, seq_lens),
+                (*args, o32, o32.stride(0), o32.stride(1), o32, 0, 0, 1),
                 common,
                 bound=self,
                 vary=_DECODE_VARY,
@@ -2077,25 +1963,17 @@ class _Launch:
             )
             return _into(out, (o32 @ self.h32).to(q.dtype))
         part, lse = self.ws.get(b * num_splits, hq, d, q_in.device)
-        if fused:
-            res = out if out is not None else torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
-            arrivals = self.ws.counters(b * hkv, q_in.device)
-            tail = (res, res.stride(0), res.stride(1), arrivals)
-        else:
-            tail = (part, 0, 0, seq_lens)  # not read
         launch(
             _kvarn_decode_kernel,
             (b, hkv, num_splits),
             (*args, part, part.stride(0), part.stride(1), lse, lse.stride(0), lse.stride(1),
-             num_splits, *tail),
+             num_splits),
             common,
             bound=self,
             vary=_DECODE_VARY,
             kwkey=kwkey,
         )  # fmt: skip
-        if fused:
-            return res
-        res = torch.empty(b, hq, d, dtype=q.dtype, device=q_in.device)
+        res = out if out is not None else torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
         cargs = (
             part,
             part.stride(0),
@@ -2109,13 +1987,17 @@ class _Launch:
             self.h16,
         )
         kw, kwkey = self._combine_consts(heads, d)
+        # bound: the partials are the workspace's (fp32, allocated whole, strides set by hq and
+        # D) and H the layer's; what a step changes is the output, hq's strides and the splits
         if heads == 1:
             grid = (b, hq, d // COMBINE_ROWS_PER_PROGRAM)
-            launch(_kvarn_combine_head_rot_kernel, grid, (*cargs, num_splits), kw, kwkey=kwkey)
+            launch(_kvarn_combine_head_rot_kernel, grid, (*cargs, num_splits), kw, kwkey=kwkey,
+                   bound=self, vary=(1, 4, 6, 7, 8, 10))  # fmt: skip
         else:
             grid = (b, triton.cdiv(hq, 16))
-            launch(_kvarn_combine_rot_kernel, grid, (*cargs, hq, num_splits), kw, kwkey=kwkey)
-        return _into(out, res)
+            launch(_kvarn_combine_rot_kernel, grid, (*cargs, hq, num_splits), kw, kwkey=kwkey,
+                   bound=self, vary=(1, 4, 6, 7, 8, 10, 11))  # fmt: skip
+        return res
 
     def _combine_consts(self, heads: int, d: int) -> tuple[dict, tuple]:
         """The combine's constexprs and their key, built once per kind and layer."""
@@ -2135,13 +2017,11 @@ class _Launch:
 
 # The decode kernel's arguments that change from step to step (q, the slot map, the block table,
 # lengths, the outputs); the others (3-11: cache and pools; 17-18: rotation, scale) are the layer's.
-_DECODE_VARY = (0, 1, 2, 12, 13, 14, 15, 16, *range(19, 30))
+_DECODE_VARY = (0, 1, 2, 12, 13, 14, 15, 16, *range(19, 26))
 
 
 def _into(out: torch.Tensor | None, res: torch.Tensor) -> torch.Tensor:
-    if out is None:
-        return res
-    return out.copy_(res)
+    return res if out is None else out.copy_(res)
 
 
 # More bound launches than this in one workspace: its caller's layers are not stable (cleared).
