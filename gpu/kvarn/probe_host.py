@@ -1,6 +1,9 @@
 """Where the host time of one ``kvarn_decode`` call goes (issue #24: 108-232 µs a call in run 25).
 
-    python3 gpu/kvarn/probe_host.py --out DIR [--batch 1] [--ctx 8192] [--head-size 128]
+    python3 gpu/kvarn/probe_host.py --out DIR [--batch 1] [--ctx 8192] [--head-size 128] [--step]
+
+``--step``: the call profiled is a layer's whole decode step (bench_serving.kvarn_step: flush, write,
+decode and combine), not ``kvarn_decode`` alone.
 
 Prints and writes DIR/host_profile.txt: the host µs per call (50 calls, no synchronize in between)
 of the whole call and of its pieces, then a cProfile of 300 calls sorted by own time.
@@ -47,6 +50,7 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--head-size", type=int, default=128)
     ap.add_argument("--launch", default=None, help="kvarn_ops.launch.MODE: on, off or check")
+    ap.add_argument("--step", action="store_true", help="profile a layer's whole decode step")
     args = ap.parse_args()
     if args.launch:
         from kvarn_ops import launch
@@ -56,11 +60,17 @@ def main() -> None:
     hq, hkv = next((h, k) for dd, h, k in bd.SHAPES if dd == d)
     cfg = config.KVarNConfig.from_env(os.environ)
     case = bd.KVarNCase(args.batch, args.ctx, d, hq, hkv)
-    call = case.runner(cfg)
+    if args.step:
+        import bench_serving
+
+        call = bench_serving.kvarn_step(case, cfg)
+    else:
+        call = case.runner(cfg)
     call()
     x = torch.empty(16, device="cuda")
     lines = []
-    lines.append(f"whole kvarn_decode: {host_us(call):.1f} us/call")
+    what = "a layer's decode step" if args.step else "whole kvarn_decode"
+    lines.append(f"{what}: {host_us(call):.1f} us/call")
     lines.append(f"empty Triton kernel launch: {host_us(lambda: _empty[(1,)](x)):.1f} us/call")
     from kvarn_ops import launch as fast
 

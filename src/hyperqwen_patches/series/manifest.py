@@ -12,7 +12,6 @@ beside this module; a test keeps the two in step with the key sets below.
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from pathlib import Path, PurePosixPath
 
@@ -277,6 +276,8 @@ class Manifest:
 def yaml_scalar(value: str) -> str:
     """A YAML scalar for ``value``: plain when unambiguous, double-quoted (JSON) otherwise; object names
     always quoted, so every SHA in the manifest looks the same (one that is all digits would be a number)."""
+    import json  # a writer's need: reading a manifest (every apply) does not pay its import
+
     if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value):
         return json.dumps(value)
     if re.fullmatch(r"[a-z][a-z0-9._/-]*", value) and value not in (
