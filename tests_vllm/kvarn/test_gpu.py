@@ -210,3 +210,40 @@ def test_fast_launch_replays_in_a_cuda_graph(checked_launch) -> None:
         launch.MODE = "check"
         torch.cuda.synchronize()
         assert torch.equal(out, want), trial
+
+
+@pytest.mark.parametrize("d", [128, 256])
+def test_fast_launch_of_the_store_and_the_write(checked_launch, d: int) -> None:
+    """The flush (store_blocks) and the pool write (rotate_write) go through the fast launch too:
+    bit for bit what Triton's own launch gives, with Triton's key checked against ours, over lists
+    with skipped entries, a token with slot -1, and a key tensor that is a strided view."""
+    from kvarn_ops import layout
+
+    launch = checked_launch
+    lay = layout.record_layout("kvarn_k4v2_g128", d)
+    g = torch.Generator().manual_seed(d)
+    hkv, slots_n = 4, 9
+    pk = torch.randn(slots_n, lay.group, hkv, d, generator=g).half().cuda()
+    pv = torch.randn(slots_n, lay.group, hkv, d, generator=g).half().cuda()
+    h16 = torch.randn(d, d, generator=g).half().cuda()
+    for flush, toks in (([3, -1, 0, 5, -1, -1, -1, 1, -1], 3), ([-1] * 8 + [2], 7)):
+        slots = torch.arange(slots_n, dtype=torch.int32, device="cuda")
+        blocks = torch.tensor(flush, dtype=torch.int32, device="cuda")
+        wide = torch.randn(toks, hkv, 2 * d, generator=g).half().cuda()
+        key, value = wide[..., :d], wide[..., d:]  # strided views, head_dim contiguous
+        w_slots = torch.tensor([2, -1, 4, 1, 0, 3, 5][:toks], dtype=torch.int64, device="cuda")
+        w_rows = torch.arange(toks, dtype=torch.int64, device="cuda")
+        outs = {}
+        for mode in ("off", "check", "check"):  # Triton's launch; fills our cache; our fast path
+            launch.MODE = mode
+            cache = torch.zeros(8, hkv, lay.size, dtype=torch.uint8, device="cuda")
+            k2, v2 = pk.clone(), pv.clone()
+            triton_store.store_blocks(cache, k2, v2, slots, blocks, lay, 4)
+            triton_store.rotate_write(k2, v2, h16, key, value, w_slots, w_rows)
+            torch.cuda.synchronize()
+            outs.setdefault(mode, []).append((cache, k2, v2))
+        want = outs["off"][0]
+        for got in outs["check"]:
+            assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert any(k[0] == id(triton_store._kvarn_store_kernel) for k in launch._CACHE)
+    assert any(k[0] == id(triton_store._rotate_write_kernel) for k in launch._CACHE)
