@@ -139,8 +139,9 @@ def decode_step(
     the slot map after this step's plan, the requests' block table [B, W], sequence lengths [B]
     (this token included; 0 = padding) and ``comp_end`` [B]. Returns the attention output [B, Hq, D]
     in the query's dtype, or writes it into ``out`` (its dtype) and returns that; padding rows are
-    zeros. ``launch`` is ``fixed_launch``'s (splits, warps). On CUDA the step is three launches:
-    the flush, the write and the decode, whose last split merges (``triton_decode``).
+    zeros. ``launch`` is ``fixed_launch``'s (splits, warps). On CUDA the step is four launches:
+    the flush, the write, the decode and its combine, which writes the result (three with one
+    split: the product with H is then a GEMM and the result a copy).
     ``kernels``: the Triton kernels (default on CUDA) or the torch reference; tests pass True on
     the CPU to run the kernels in Triton's interpreter."""
     kernels = cache.is_cuda if kernels is None else kernels

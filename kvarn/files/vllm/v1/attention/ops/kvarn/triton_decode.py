@@ -1724,7 +1724,8 @@ def kvarn_decode(
 ) -> torch.Tensor:
     """Decode attention over the two-tier cache; q [B, Hq, D] un-rotated; returns [B, Hq, D] in
     q's dtype, or writes it into ``out`` ([B, Hq, D], its own dtype, last dimension contiguous:
-    the combine kernel writes it there, so a caller's buffer costs no copy) and returns that. ``h16`` is the cache's rotation, the symmetric Hadamard matrix (``hadamard.py``).
+    the combine kernel writes it there, so a caller's buffer costs no copy) and returns that.
+    ``h16`` is the cache's rotation, the symmetric Hadamard matrix (``hadamard.py``).
 
     ``comp_end`` int32 [B]: blocks [1, comp_end) of each request are compressed (so the hot loop
     needs no slot lookup); the sink and later blocks are read as ``block_slot`` says. Pass it when
