@@ -59,6 +59,12 @@ def _triton_key(kernel: Any, args: tuple, kwargs: dict) -> Any:
     return compute_cache_key(key_cache, specialization, options)
 
 
+def kwargs_key(kwargs: dict[str, Any]) -> tuple:
+    """``kwargs`` (constexprs and options) as the hashable key ``launch`` takes as ``kwkey``: a caller
+    that keeps its kwargs per shape builds this once with them, not per launch."""
+    return tuple(sorted(kwargs.items()))
+
+
 def launch(
     kernel: Any,
     grid: tuple[int, ...],
@@ -95,7 +101,7 @@ def launch(
             id(kernel),
             id(bound),
             specs,
-            kwkey if kwkey is not None else tuple(sorted(kwargs.items())),
+            kwkey if kwkey is not None else kwargs_key(kwargs),
         )
     except TypeError:
         kernel[grid](*args, **kwargs)

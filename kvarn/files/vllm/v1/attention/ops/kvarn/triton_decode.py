@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 from .config import KVarNConfig
-from .launch import launch
+from .launch import kwargs_key, launch
 from .layout import RecordLayout
 
 LOG2E = 1.4426950408889634
@@ -1917,7 +1917,7 @@ class _Launch:
             cap = (MAXNREG if self.deq == 3 else MAXNREG_BYTES).get(d)
             if cuda and cap:
                 common["maxnreg"] = cap
-            got = self.consts[shape] = (common, tuple(sorted(common.items())))
+            got = self.consts[shape] = (common, kwargs_key(common))
         return got
 
     def __call__(
@@ -2012,7 +2012,7 @@ class _Launch:
                 )  # fmt: skip
             else:
                 kw = dict(D=d, SPAD=spad, HB=16, num_warps=4)
-            got = self.consts[("combine", heads, d)] = (kw, tuple(sorted(kw.items())))
+            got = self.consts[("combine", heads, d)] = (kw, kwargs_key(kw))
         return got
 
 
