@@ -2,6 +2,8 @@
 
     python3 gpu/kvarn/probe_host.py --out DIR [--batch 1] [--ctx 8192] [--head-size 128] [--step]
 
+``--floor``: only the host cost of one launch down each path (Triton's, ``launch.launch``, the
+compiled kernel's launcher, its C function with tensors or integer pointers).
 ``--step``: the call profiled is a layer's whole decode step (bench_serving.kvarn_step: flush, write,
 decode and combine), not ``kvarn_decode`` alone.
 
@@ -29,6 +31,42 @@ def _empty(x_ptr):
     pass
 
 
+@triton.jit
+def _empty24(
+    p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11,
+    i0, i1, i2, i3, i4, i5, i6, i7, i8, i9, i10, i11,
+):  # fmt: skip
+    pass
+
+
+def launch_floor() -> list[str]:
+    """The host cost of one launch of a kernel shaped like the decode's (12 pointers, 12 integers)
+    down each path from Triton's own to the C launcher called directly with integer pointers."""
+    from kvarn_ops import launch as fast
+
+    ts = [torch.empty(16, device="cuda") for _ in range(12)]
+    ints = [4096 * (i + 1) for i in range(12)]
+    args = (*ts, *ints)
+    compiled = _empty24[(1,)](*args)
+    run = compiled.run
+    stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+    fn, meta = compiled.function, compiled.packed_metadata
+    ptrs = (*[t.data_ptr() for t in ts], *ints)
+    c = run.launch
+    coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+    paths = {
+        "Triton kernel[grid](...)": lambda: _empty24[(1,)](*args),
+        "launch.launch": lambda: fast.launch(_empty24, (1,), args, {}),
+        "compiled.run, tensors": lambda: compiled.run(1, 1, 1, stream, fn, meta, None, None, None, *args),
+        "compiled.run, int pointers": lambda: run(1, 1, 1, stream, fn, meta, None, None, None, *ptrs),
+        "C launcher, tensors": lambda: c(1, 1, 1, stream, fn, coop, pdl, None, None, meta, None, None, None, *args),
+        "C launcher, int pointers": lambda: c(1, 1, 1, stream, fn, coop, pdl, None, None, meta, None, None, None, *ptrs),
+        "12 x data_ptr()": lambda: [t.data_ptr() for t in ts],
+        "current raw stream": lambda: torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice()),
+    }  # fmt: skip
+    return [f"{name}: {host_us(f, 200):.2f} us/call" for name, f in paths.items()]
+
+
 def host_us(fn, n: int = 50) -> float:
     for _ in range(5):
         fn()
@@ -51,11 +89,18 @@ def main() -> None:
     ap.add_argument("--head-size", type=int, default=128)
     ap.add_argument("--launch", default=None, help="kvarn_ops.launch.MODE: on, off or check")
     ap.add_argument("--step", action="store_true", help="profile a layer's whole decode step")
+    ap.add_argument("--floor", action="store_true", help="only the launch paths' host cost")
     args = ap.parse_args()
     if args.launch:
         from kvarn_ops import launch
 
         launch.MODE = args.launch
+    if args.floor:
+        text = "\n".join(launch_floor())
+        print(text)
+        with open(os.path.join(args.out, "launch_floor.txt"), "w") as f:
+            f.write(text + "\n")
+        return
     d = args.head_size
     hq, hkv = next((h, k) for dd, h, k in bd.SHAPES if dd == d)
     cfg = config.KVarNConfig.from_env(os.environ)
