@@ -4,6 +4,11 @@
 
 ``--floor``: only the host cost of one launch down each path (Triton's, ``launch.launch``, the
 compiled kernel's launcher, its C function with tensors or integer pointers).
+``--past DIR``: the same calls through a past copy of the package (DIR holds its folder, e.g.
+``git archive e8bc76f kvarn/files/vllm/v1/attention/ops/kvarn | tar -x -C build/past`` and DIR =
+build/past/kvarn/files/vllm/v1/attention/ops/kvarn), interleaved with the tree's in one process
+(A/B: ``kvarn_decode`` and the step, 7 rounds, medians), and the tree's ``kvarn_decode`` taken
+apart: its bound launch alone, its two ``launch.launch`` calls alone, its two compiled launchers alone.
 ``--step``: the call profiled is a layer's whole decode step (bench_serving.kvarn_step: flush, write,
 decode and combine), not ``kvarn_decode`` alone.
 
@@ -81,6 +86,77 @@ def host_us(fn, n: int = 50) -> float:
     return sorted(best)[2]
 
 
+def past_ab(where: str, b: int, ctx: int, d: int) -> list[str]:
+    from pathlib import Path
+
+    import bench_serving
+    import kvarn_ops
+    from conftest import load_package
+
+    past = load_package("kvarn_ops_past", Path(where).resolve())
+    hq, hkv = next((h, k) for dd, h, k in bd.SHAPES if dd == d)
+    cfg = config.KVarNConfig.from_env(os.environ)
+    case = bd.KVarNCase(b, ctx, d, hq, hkv)
+    ws = kvarn_ops.triton_decode.DecodeWorkspace()
+    calls = {
+        "kvarn_decode, tree": case.runner(cfg, ws=ws),
+        "kvarn_decode, past": case.runner(cfg, mod=past.triton_decode),
+        "step, tree": bench_serving.kvarn_step(case, cfg),
+        "step, past": bench_serving.kvarn_step(case, cfg, ops=past),
+    }
+    for f in calls.values():
+        f()
+    # The tree's kvarn_decode taken apart: its bound launch, then what it hands launch.launch
+    td = kvarn_ops.triton_decode
+    (bound,) = ws.launches.values()
+    warps = td.choose_warps(b, hkv, -(-ctx // case.lay.group), td._num_sms(case.q.device), cfg, d)
+    splits = td.choose_splits(
+        b, hkv, -(-ctx // case.lay.group), td._num_sms(case.q.device), cfg, warps
+    )
+    heads = 1 if b * hq <= td.COMBINE_PER_HEAD_ROWS else 16
+    res = torch.empty_like(case.q)
+    args = (
+        case.q,
+        case.slot,
+        case.table,
+        case.seq_lens,
+        case.comp_end,
+        warps,
+        splits,
+        heads,
+        True,
+        res,
+    )
+    calls["bound launch (_Launch) alone"] = lambda: bound(*args)
+    seen = []
+    real = td.launch
+    td.launch = lambda *a, **k: seen.append((a, k)) or real(*a, **k)
+    bound(*args)
+    td.launch = real
+    calls["its two launch.launch calls"] = lambda: [real(*a, **k) for a, k in seen]
+    fast = kvarn_ops.launch
+    fast._CACHE.clear()
+    bound(*args)  # refills the fast path's cache with exactly these two launches, in order
+    hits = [
+        (ent[0], (*a[1], 1, 1)[:3], a[2], ent[3])
+        for (a, _), ent in zip(seen, fast._CACHE.values(), strict=True)
+    ]
+    stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+    calls["their two compiled launchers"] = lambda: [
+        c.launch(*g, stream, *c.head, *la, *t) for c, g, la, t in hits
+    ]
+    rounds: dict[str, list[float]] = {n: [] for n in calls}
+    names = list(calls)
+    for r in range(7):
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            rounds[n].append(host_us(calls[n]))
+    lines = [f"b={b} ctx={ctx} D={d}: host us per call, median of 7 interleaved rounds (min-max)"]
+    for n, v in rounds.items():
+        v.sort()
+        lines.append(f"{n}: {v[3]:.1f} ({v[0]:.1f}-{v[-1]:.1f})")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -90,6 +166,7 @@ def main() -> None:
     ap.add_argument("--launch", default=None, help="kvarn_ops.launch.MODE: on, off or check")
     ap.add_argument("--step", action="store_true", help="profile a layer's whole decode step")
     ap.add_argument("--floor", action="store_true", help="only the launch paths' host cost")
+    ap.add_argument("--past", default=None, help="a past copy of the package's folder: A/B")
     args = ap.parse_args()
     if args.launch:
         from kvarn_ops import launch
@@ -99,6 +176,12 @@ def main() -> None:
         text = "\n".join(launch_floor())
         print(text)
         with open(os.path.join(args.out, "launch_floor.txt"), "w") as f:
+            f.write(text + "\n")
+        return
+    if args.past:
+        text = "\n".join(past_ab(args.past, args.batch, args.ctx, args.head_size))
+        print(text)
+        with open(os.path.join(args.out, f"host_ab_d{args.head_size}.txt"), "w") as f:
             f.write(text + "\n")
         return
     d = args.head_size

@@ -29,11 +29,14 @@ if not _cuda_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-def load_package(name: str = PKG_NAME):
+def load_package(name: str = PKG_NAME, where: Path | None = None):
+    """The KVarN package as module ``name``, from the tree (or ``where``: a past copy of its folder,
+    for a side-by-side benchmark)."""
     if name in sys.modules:
         return sys.modules[name]
+    where = PKG_DIR if where is None else where
     spec = importlib.util.spec_from_file_location(
-        name, PKG_DIR / "__init__.py", submodule_search_locations=[str(PKG_DIR)]
+        name, where / "__init__.py", submodule_search_locations=[str(where)]
     )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

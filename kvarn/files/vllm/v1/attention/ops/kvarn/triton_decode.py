@@ -1765,16 +1765,18 @@ def kvarn_decode(
     # the word path's warp counts are CUDA's; the interpreter runs the 4-warp layouts
     auto = deq == 3 and q.is_cuda
     base = WARPS.get(d, 2) if auto else 4
-    if max_seq_len is None and (num_splits is None or num_warps is None):
-        max_seq_len = int(seq_lens.max())
-    max_blocks = -(-(max_seq_len or 0) // layout.group)
-    sms = _num_sms(q.device)
-    # a launch fixed by the caller (tests, benchmarks) is not the policy's: nothing to compile ahead
+    # a launch fixed by the caller (a step's fixed_launch, tests, benchmarks) is not the policy's:
+    # nothing to choose, nothing to compile ahead
     ahead = auto and (num_warps is None or num_splits is None)
-    if num_warps is None:
-        num_warps = choose_warps(b, hkv, max_blocks, sms, config, d) if auto else base
-    if num_splits is None:
-        num_splits = choose_splits(b, hkv, max_blocks, sms, config, num_warps)
+    if num_warps is None or num_splits is None:
+        if max_seq_len is None:
+            max_seq_len = int(seq_lens.max())
+        max_blocks = -(-max_seq_len // layout.group)
+        sms = _num_sms(q.device)
+        if num_warps is None:
+            num_warps = choose_warps(b, hkv, max_blocks, sms, config, d) if auto else base
+        if num_splits is None:
+            num_splits = choose_splits(b, hkv, max_blocks, sms, config, num_warps)
     num_splits = max(1, min(num_splits, config.max_splits))
     if combine_heads is None:
         combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
