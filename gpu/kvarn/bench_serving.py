@@ -82,11 +82,11 @@ def sdpa_calls(b: int, ctx: int, d: int, hq: int, hkv: int):
 def kvarn_step(case: bd.KVarNCase, cfg: config.KVarNConfig, max_model_len: int = 131072, ops=None):
     """One layer's decode step on the case (step.decode_step): what the backend runs per layer.
     ``ops``: the KVarN package to run (default the tree's; probe_host.py --past passes a past one)."""
-    import kvarn_ops
+    import importlib
 
-    ops = ops or kvarn_ops
-    step = ops.step
-    DecodeWorkspace = ops.triton_decode.DecodeWorkspace
+    name = ops.__name__ if ops is not None else "kvarn_ops"
+    step = importlib.import_module(f"{name}.step")
+    DecodeWorkspace = importlib.import_module(f"{name}.triton_decode").DecodeWorkspace
 
     b, d, g = case.b, case.d, case.lay.group
     # the pool slots an engine of b sequences and 8192 batched tokens keeps (kvarn_pool.py)

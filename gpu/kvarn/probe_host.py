@@ -87,6 +87,7 @@ def host_us(fn, n: int = 50) -> float:
 
 
 def past_ab(where: str, b: int, ctx: int, d: int) -> list[str]:
+    import importlib
     from pathlib import Path
 
     import bench_serving
@@ -94,13 +95,14 @@ def past_ab(where: str, b: int, ctx: int, d: int) -> list[str]:
     from conftest import load_package
 
     past = load_package("kvarn_ops_past", Path(where).resolve())
+    past_decode = importlib.import_module("kvarn_ops_past.triton_decode")
     hq, hkv = next((h, k) for dd, h, k in bd.SHAPES if dd == d)
     cfg = config.KVarNConfig.from_env(os.environ)
     case = bd.KVarNCase(b, ctx, d, hq, hkv)
     ws = kvarn_ops.triton_decode.DecodeWorkspace()
     calls = {
         "kvarn_decode, tree": case.runner(cfg, ws=ws),
-        "kvarn_decode, past": case.runner(cfg, mod=past.triton_decode),
+        "kvarn_decode, past": case.runner(cfg, mod=past_decode),
         "step, tree": bench_serving.kvarn_step(case, cfg),
         "step, past": bench_serving.kvarn_step(case, cfg, ops=past),
     }
