@@ -18,6 +18,7 @@ have to be registered in vllm/envs.py (the kvarn row) to enter the compile cache
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -61,6 +62,16 @@ def _triton_key(kernel: Any, args: tuple, kwargs: dict) -> Any:
     return compute_cache_key(key_cache, specialization, options)
 
 
+_BINDINGS = itertools.count(1)
+
+
+def binding() -> int:
+    """A number for one set of fixed launch arguments (``launch``'s ``bound``), never handed out
+    twice in a process: an object's ``id`` could be a later object's once it is freed, and the
+    later one's fixed arguments specialized differently."""
+    return next(_BINDINGS)
+
+
 def kwargs_key(kwargs: dict[str, Any]) -> tuple:
     """``kwargs`` (constexprs and options) as the hashable key ``launch`` takes as ``kwkey``: a caller
     that keeps its kwargs per shape builds this once with them, not per launch."""
@@ -73,13 +84,13 @@ def launch(
     args: tuple,
     kwargs: dict,
     *,
-    bound: object = None,
+    bound: int | None = None,
     vary: tuple[int, ...] | None = None,
     kwkey: Any = None,
 ) -> None:
     """``kernel[grid](*args, **kwargs)``, through the launcher directly once compiled.
 
-    ``bound`` (an object kept alive by the caller, such as a layer's launch) says the arguments not
+    ``bound`` (a number from ``binding()``, such as a layer's launch holds) says the arguments not
     listed in ``vary`` are the same objects and values at every launch with it: only those in
     ``vary`` are specialized per call. ``kwkey`` is ``kwargs`` as a hashable key, when the caller
     keeps one."""
@@ -115,7 +126,7 @@ def launch(
             except TypeError:
                 kernel[grid](*args, **kwargs)
                 return
-    key = (id(kernel), id(bound), tuple(specs), kwargs_key(kwargs) if kwkey is None else kwkey)
+    key = (id(kernel), bound, tuple(specs), kwargs_key(kwargs) if kwkey is None else kwkey)
     hit = _CACHE.get(key)
     if hit is None:
         compiled = kernel[grid](*args, **kwargs)

@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 from .config import KVarNConfig
-from .launch import kwargs_key, launch
+from .launch import binding, kwargs_key, launch
 from .layout import RecordLayout
 
 LOG2E = 1.4426950408889634
@@ -1648,17 +1648,29 @@ class DecodeWorkspace:
     def __init__(self) -> None:
         self.part: torch.Tensor | None = None
         self.lse: torch.Tensor | None = None
+        self.held = (0, 0, 0, None)  # (rows, hq, d, device) of part and lse
         # per layer (its cache, pools, slot map, rotation, layout, config): the bound launch
         self.launches: dict[tuple, _Launch] = {}
+        # id(cache) -> (the objects a call passed, its bound launch): the same objects as last
+        # time are the same layer without building the key above (the objects are held, so
+        # their ids are not reused while here)
+        self.seen: dict[int, tuple] = {}
 
     def get(self, rows: int, hq: int, d: int, device: torch.device):
-        p = self.part
-        if p is None or p.shape[0] < rows or p.shape[1:] != (hq, d) or p.device != device:
-            n = max(rows, p.shape[0] if p is not None and p.shape[1:] == (hq, d) else 0)
-            self.part = torch.empty(n, hq, d, dtype=torch.float32, device=device)
-            self.lse = torch.empty(n, hq, dtype=torch.float32, device=device)
-        assert self.part is not None and self.lse is not None
+        n, h, dd, dev = self.held
+        if rows > n or h != hq or dd != d or dev != device:
+            self.grow(rows, hq, d, device)
         return self.part, self.lse
+
+    def grow(self, rows: int, hq: int, d: int, device: torch.device) -> None:
+        n, h, dd, dev = self.held
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        n = max(rows, n if (h, dd, dev) == (hq, d, device) else 0)
+        self.part = torch.empty(n, hq, d, dtype=torch.float32, device=device)
+        self.lse = torch.empty(n, hq, dtype=torch.float32, device=device)
+        self.held = (n, hq, d, device)
 
 
 def split_rows(
@@ -1758,61 +1770,82 @@ def kvarn_decode(
         return torch.empty(0, hq, d, dtype=q.dtype, device=q.device) if out is None else out
     if comp_end is None:
         comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, layout.group)
-    if rotate_in_kernel and deq != 3:
-        raise ValueError("rotate_in_kernel: the word path (deq=3) only")
-    if rotate_in_kernel is None:
-        rotate_in_kernel = deq == 3
-    # the word path's warp counts are CUDA's; the interpreter runs the 4-warp layouts
-    auto = deq == 3 and q.is_cuda
-    base = WARPS.get(d, 2) if auto else 4
-    # a launch fixed by the caller (a step's fixed_launch, tests, benchmarks) is not the policy's:
-    # nothing to choose, nothing to compile ahead
-    ahead = auto and (num_warps is None or num_splits is None)
-    if num_warps is None or num_splits is None:
-        if max_seq_len is None:
-            max_seq_len = int(seq_lens.max())
-        max_blocks = -(-max_seq_len // layout.group)
-        sms = _num_sms(q.device)
-        if num_warps is None:
-            num_warps = choose_warps(b, hkv, max_blocks, sms, config, d) if auto else base
-        if num_splits is None:
-            num_splits = choose_splits(b, hkv, max_blocks, sms, config, num_warps)
-    num_splits = max(1, min(num_splits, config.max_splits))
-    if combine_heads is None:
-        combine_heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
     ws = workspace or DecodeWorkspace()
-    # One _Launch per layer for the workspace's life: what is fixed across steps is bound once. A
-    # layer's cache comes as a new view every step (the backend folds its pages), so it is known by
-    # its memory and geometry; the _Launch holds the first view, so the memory cannot be another
-    # allocation's while it is a key.
+    step = _bound(ws, cache, pool_k, pool_v, h16, layout, config, deq, prefetch, scale, l2_prefetch)
+    policy = num_warps is None or num_splits is None
+    if policy and max_seq_len is None:
+        max_seq_len = int(seq_lens.max())
+    # What the policy picks for this batch and length (or the caller fixed), with the kernels'
+    # constants, is planned once per layer and kept: a step repeats it at a dict lookup.
+    pkey = (b, hq, q.dtype, max_seq_len if policy else None, num_warps, num_splits,
+            combine_heads, rotate_in_kernel)  # fmt: skip
+    plan = step.plans.get(pkey)
+    if plan is None:
+        if rotate_in_kernel and deq != 3:
+            raise ValueError("rotate_in_kernel: the word path (deq=3) only")
+        rot = deq == 3 if rotate_in_kernel is None else rotate_in_kernel
+        # the word path's warp counts are CUDA's; the interpreter runs the 4-warp layouts
+        auto = deq == 3 and q.is_cuda
+        base = WARPS.get(d, 2) if auto else 4
+        warps, splits = num_warps, num_splits
+        if policy:
+            max_blocks = -(-max_seq_len // layout.group)
+            sms = _num_sms(q.device)
+            if warps is None:
+                warps = choose_warps(b, hkv, max_blocks, sms, config, d) if auto else base
+            if splits is None:
+                splits = choose_splits(b, hkv, max_blocks, sms, config, warps)
+        splits = max(1, min(splits, config.max_splits))
+        heads = combine_heads
+        if heads is None:
+            heads = 1 if b * hq <= COMBINE_PER_HEAD_ROWS else 16
+        # a launch fixed by the caller (a step's fixed_launch, tests, benchmarks) is not the
+        # policy's: nothing to compile ahead
+        if auto and policy:
+            step.compile_variants(
+                q, block_slot, block_table, seq_lens, comp_end, (base, 2 * base), rot
+            )
+        if len(step.plans) >= MAX_BOUND_LAUNCHES:
+            step.plans.clear()
+        plan = step.plans[pkey] = step.plan(hq, d, warps, splits, heads, rot, q.is_cuda)
+    return step.run(q, block_slot, block_table, seq_lens, comp_end, plan, out)
+
+
+def _bound(ws, cache, pool_k, pool_v, h16, layout, config, deq, prefetch, scale, l2_prefetch):
+    """The layer's bound launch in ``ws``: what stays fixed across its steps, bound once."""
+    fixed = (deq, prefetch, scale, l2_prefetch)
+    seen = ws.seen.get(id(cache))
+    if (
+        seen is not None
+        and seen[0] is cache
+        and seen[1] is pool_k
+        and seen[2] is pool_v
+        and seen[3] is h16
+        and seen[4] is layout
+        and seen[5] is config
+        and seen[6] == fixed
+    ):
+        return seen[7]
+    # One _Launch per layer for the workspace's life. A layer's cache may come as a new view every
+    # step (the backend folds its pages), so it is known by its memory and geometry; the _Launch
+    # holds the first view, so the memory cannot be another allocation's while it is a key.
     key = (cache.data_ptr(), cache.shape, cache.stride(), cache.dtype, pool_k.data_ptr(),
            pool_v.data_ptr(), pool_k.shape, pool_k.stride(), h16.data_ptr(), id(layout),
-           id(config), deq, prefetch, scale, l2_prefetch)  # fmt: skip
+           id(config), *fixed)  # fmt: skip
     step = ws.launches.get(key)
     if step is None:
-        l2pf = l2_prefetch_blocks(q.device, d, l2_prefetch) if deq == 3 else 0
+        d = h16.shape[0]
+        l2pf = l2_prefetch_blocks(cache.device, d, l2_prefetch) if deq == 3 else 0
         if l2pf and (cache.data_ptr() % 16 or cache.stride(0) % 16 or cache.stride(1) % 16):
             l2pf = 0  # the bulk prefetch takes 16-byte aligned records (layouts pad to 64 or 128)
         if len(ws.launches) >= MAX_BOUND_LAUNCHES:
             ws.launches.clear()  # a caller whose pools move every step: no leak, no caching
         step = _Launch(cache, pool_k, pool_v, layout, h16, config, deq, prefetch, ws, scale, l2pf)
         ws.launches[key] = step
-    if ahead:
-        step.compile_variants(
-            q, block_slot, block_table, seq_lens, comp_end, (base, 2 * base), rotate_in_kernel
-        )
-    return step(
-        q,
-        block_slot,
-        block_table,
-        seq_lens,
-        comp_end,
-        num_warps,
-        num_splits,
-        combine_heads,
-        rotate_in_kernel,
-        out,
-    )
+    if len(ws.seen) >= MAX_BOUND_LAUNCHES:
+        ws.seen.clear()
+    ws.seen[id(cache)] = (cache, pool_k, pool_v, h16, layout, config, fixed, step)
+    return step
 
 
 # At most this many query rows (batch x query heads) take the per-head combine (probe runs 15-16:
@@ -1848,9 +1881,13 @@ class _Launch:
         # arguments 3-11 of the decode kernel: the same at every step of this layer
         self.fixed = (cache, cache.view(torch.float16), cache.stride(0), cache.stride(1), pool_k,
                       pool_v, pool_k.stride(0), pool_k.stride(1), pool_k.stride(2))  # fmt: skip
+        self.device = cache.device
+        self.binding = binding()  # what launch() knows this layer's fixed arguments by
         self.compiled: set[tuple] = set()  # (rot, dtype, q shape, warps) compiled ahead
         # (hq, warps, rot, cuda, split) or ("combine", heads, d) -> (kwargs, their key)
         self.consts: dict[tuple, tuple[dict, tuple]] = {}
+        # kvarn_decode's launch plans: (batch, hq, dtype, length or None, its overrides) -> plan
+        self.plans: dict[tuple, tuple] = {}
 
     def compile_variants(
         self, q, block_slot, block_table, seq_lens, comp_end, warps, rot: bool
@@ -1929,6 +1966,22 @@ class _Launch:
         """``q`` [B, Hq, D], the caller's; ``rot``: the kernel rotates it (else one GEMM does,
         with the scale as its alpha: the product then a scaling kernel cost a launch more);
         ``out``: where the result goes (None: a new tensor in q's dtype)."""
+        _, hq, d = q.shape
+        plan = self.plan(hq, d, num_warps, num_splits, heads, rot, q.is_cuda)
+        return self.run(q, block_slot, block_table, seq_lens, comp_end, plan, out)
+
+    def plan(self, hq: int, d: int, num_warps: int, num_splits: int, heads: int, rot: bool,
+             cuda: bool) -> tuple:  # fmt: skip
+        """What a launch of this shape passes besides the step's tensors: the split count, the
+        rotation, the decode's and the combine's constants with their keys, the combine kind."""
+        split = num_splits != 1
+        common, kwkey = self._consts(hq, d, num_warps, rot, cuda, split)
+        ckw, ckwkey = self._combine_consts(heads, d)
+        return (num_splits, rot, common, kwkey, heads, ckw, ckwkey)
+
+    def run(self, q, block_slot, block_table, seq_lens, comp_end, plan: tuple, out=None):
+        """The launches of ``plan`` over this step's tensors."""
+        num_splits, rot, common, kwkey, heads, ckw, ckwkey = plan
         b, hq, d = q.shape
         if rot:
             q_in = q.contiguous()
@@ -1936,9 +1989,6 @@ class _Launch:
             q2 = q.reshape(b * hq, d).float()
             q_in = torch.addmm(q2, q2, self.h32, beta=0.0, alpha=self.q_scale)
             q_in = q_in.view(b, hq, d)
-        cuda = q_in.is_cuda
-        split = num_splits != 1
-        common, kwkey = self._consts(hq, d, num_warps, rot, cuda, split)
         args = (
             q_in,
             q_in.stride(0),
@@ -1953,26 +2003,26 @@ class _Launch:
             self.q_scale,
         )
         hkv = self.cache.shape[1]
-        if not split:
+        if num_splits == 1:
             o32 = torch.empty(b, hq, d, dtype=torch.float32, device=q_in.device)
             launch(
                 _kvarn_decode_kernel,
                 (b, hkv, 1),
                 (*args, o32, o32.stride(0), o32.stride(1), o32, 0, 0, 1),
                 common,
-                bound=self,
+                bound=self.binding,
                 vary=_DECODE_VARY,
                 kwkey=kwkey,
             )
             return _into(out, (o32 @ self.h32).to(q.dtype))
-        part, lse = self.ws.get(b * num_splits, hq, d, q_in.device)
+        part, lse = self.ws.get(b * num_splits, hq, d, self.device)
         launch(
             _kvarn_decode_kernel,
             (b, hkv, num_splits),
             (*args, part, part.stride(0), part.stride(1), lse, lse.stride(0), lse.stride(1),
              num_splits),
             common,
-            bound=self,
+            bound=self.binding,
             vary=_DECODE_VARY,
             kwkey=kwkey,
         )  # fmt: skip
@@ -1989,17 +2039,16 @@ class _Launch:
             res.stride(1),
             self.h16,
         )
-        kw, kwkey = self._combine_consts(heads, d)
         # bound: the partials are the workspace's (fp32, allocated whole, strides set by hq and
         # D) and H the layer's; what a step changes is the output, hq's strides and the splits
         if heads == 1:
             grid = (b, hq, d // COMBINE_ROWS_PER_PROGRAM)
-            launch(_kvarn_combine_head_rot_kernel, grid, (*cargs, num_splits), kw, kwkey=kwkey,
-                   bound=self, vary=(1, 4, 6, 7, 8, 10))  # fmt: skip
+            launch(_kvarn_combine_head_rot_kernel, grid, (*cargs, num_splits), ckw, kwkey=ckwkey,
+                   bound=self.binding, vary=(1, 4, 6, 7, 8, 10))  # fmt: skip
         else:
             grid = (b, triton.cdiv(hq, 16))
-            launch(_kvarn_combine_rot_kernel, grid, (*cargs, hq, num_splits), kw, kwkey=kwkey,
-                   bound=self, vary=(1, 4, 6, 7, 8, 10, 11))  # fmt: skip
+            launch(_kvarn_combine_rot_kernel, grid, (*cargs, hq, num_splits), ckw, kwkey=ckwkey,
+                   bound=self.binding, vary=(1, 4, 6, 7, 8, 10, 11))  # fmt: skip
         return res
 
     def _combine_consts(self, heads: int, d: int) -> tuple[dict, tuple]:
