@@ -188,8 +188,14 @@ def _hooked() -> bool:
     """A launch hook is set (a profiler's): then every launch takes Triton's own path."""
     rt = _knobs.runtime
     enter, leave = rt.launch_enter_hook, rt.launch_exit_hook
-    # Triton 3.6: each a HookChain, empty by default; a plain function where a caller set one
+    if enter is _ENTER and leave is _EXIT:  # Triton's own chains: hooked when one holds a call
+        return bool(enter.calls or leave.calls)
+    # a plain function where a caller set one (or a chain of its own)
     return bool(
         (enter is not None and getattr(enter, "calls", True))
         or (leave is not None and getattr(leave, "calls", True))
     )
+
+
+if _SUPPORTED:
+    _ENTER, _EXIT = _knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook

@@ -1649,6 +1649,7 @@ class DecodeWorkspace:
         self.part: torch.Tensor | None = None
         self.lse: torch.Tensor | None = None
         self.held = (0, 0, 0, None)  # (rows, hq, d, device) of part and lse
+        self.args: tuple = ()  # partials(): part and lse with their strides
         # per layer (its cache, pools, slot map, rotation, layout, config): the bound launch
         self.launches: dict[tuple, _Launch] = {}
         # id(cache) -> (the objects a call passed, its bound launch): the same objects as last
@@ -1657,10 +1658,17 @@ class DecodeWorkspace:
         self.seen: dict[int, tuple] = {}
 
     def get(self, rows: int, hq: int, d: int, device: torch.device):
+        """(part, lse) with room for ``rows`` rows (what the backend reserves up front)."""
+        args = self.partials(rows, hq, d, device)
+        return args[0], args[3]
+
+    def partials(self, rows: int, hq: int, d: int, device: torch.device) -> tuple:
+        """``get``'s partials with their strides, as the decode and combine kernels take them:
+        (part, its strides 0 and 1, lse, its strides 0 and 1)."""
         n, h, dd, dev = self.held
         if rows > n or h != hq or dd != d or dev != device:
             self.grow(rows, hq, d, device)
-        return self.part, self.lse
+        return self.args
 
     def grow(self, rows: int, hq: int, d: int, device: torch.device) -> None:
         n, h, dd, dev = self.held
@@ -1671,6 +1679,8 @@ class DecodeWorkspace:
         self.part = torch.empty(n, hq, d, dtype=torch.float32, device=device)
         self.lse = torch.empty(n, hq, dtype=torch.float32, device=device)
         self.held = (n, hq, d, device)
+        part, lse = self.part, self.lse
+        self.args = (part, part.stride(0), part.stride(1), lse, lse.stride(0), lse.stride(1))
 
 
 def split_rows(
@@ -1752,19 +1762,15 @@ def kvarn_decode(
     blocks prefetched into L2 ahead of the one being computed.
     """
     b, hq, d = q.shape
-    hkv = cache.shape[1]
-    if hq % hkv:
-        raise ValueError(f"query heads {hq} are not a multiple of KV heads {hkv}")
-    if layout.preset.k_bits != 4:
-        raise ValueError(f"{layout.preset.name}: the decode kernel is built for 4-bit keys")
     if not config.fused_decode:
+        _check_heads(hq, cache)
         from .reference import reference_decode
 
         ref = reference_decode(
             q, cache, pool_k, pool_v, block_slot, block_table, seq_lens, layout, h16, scale
         )
         return _into(out, ref.to(q.dtype))
-    if out is not None and (tuple(out.shape) != (b, hq, d) or out.stride(2) != 1):
+    if out is not None and (out.shape != (b, hq, d) or out.stride(2) != 1):
         raise ValueError(f"out: [{b}, {hq}, {d}] with a contiguous last dimension, not {out.shape}")
     if b == 0:
         return torch.empty(0, hq, d, dtype=q.dtype, device=q.device) if out is None else out
@@ -1781,6 +1787,9 @@ def kvarn_decode(
             combine_heads, rotate_in_kernel)  # fmt: skip
     plan = step.plans.get(pkey)
     if plan is None:
+        hkv = _check_heads(hq, cache)
+        if layout.preset.k_bits != 4:
+            raise ValueError(f"{layout.preset.name}: the decode kernel is built for 4-bit keys")
         if rotate_in_kernel and deq != 3:
             raise ValueError("rotate_in_kernel: the word path (deq=3) only")
         rot = deq == 3 if rotate_in_kernel is None else rotate_in_kernel
@@ -1809,6 +1818,13 @@ def kvarn_decode(
             step.plans.clear()
         plan = step.plans[pkey] = step.plan(hq, d, warps, splits, heads, rot, q.is_cuda)
     return step.run(q, block_slot, block_table, seq_lens, comp_end, plan, out)
+
+
+def _check_heads(hq: int, cache: torch.Tensor) -> int:
+    hkv = cache.shape[1]
+    if hq % hkv:
+        raise ValueError(f"query heads {hq} are not a multiple of KV heads {hkv}")
+    return hkv
 
 
 def _bound(ws, cache, pool_k, pool_v, h16, layout, config, deq, prefetch, scale, l2_prefetch):
@@ -1882,6 +1898,7 @@ class _Launch:
         self.fixed = (cache, cache.view(torch.float16), cache.stride(0), cache.stride(1), pool_k,
                       pool_v, pool_k.stride(0), pool_k.stride(1), pool_k.stride(2))  # fmt: skip
         self.device = cache.device
+        self.hkv = cache.shape[1]
         self.binding = binding()  # what launch() knows this layer's fixed arguments by
         self.compiled: set[tuple] = set()  # (rot, dtype, q shape, warps) compiled ahead
         # (hq, warps, rot, cuda, split) or ("combine", heads, d) -> (kwargs, their key)
@@ -2002,7 +2019,7 @@ class _Launch:
             self.h16,
             self.q_scale,
         )
-        hkv = self.cache.shape[1]
+        hkv = self.hkv
         if num_splits == 1:
             o32 = torch.empty(b, hq, d, dtype=torch.float32, device=q_in.device)
             launch(
@@ -2015,30 +2032,18 @@ class _Launch:
                 kwkey=kwkey,
             )
             return _into(out, (o32 @ self.h32).to(q.dtype))
-        part, lse = self.ws.get(b * num_splits, hq, d, self.device)
+        partials = self.ws.partials(b * num_splits, hq, d, self.device)
         launch(
             _kvarn_decode_kernel,
             (b, hkv, num_splits),
-            (*args, part, part.stride(0), part.stride(1), lse, lse.stride(0), lse.stride(1),
-             num_splits),
+            (*args, *partials, num_splits),
             common,
             bound=self.binding,
             vary=_DECODE_VARY,
             kwkey=kwkey,
-        )  # fmt: skip
-        res = out if out is not None else torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
-        cargs = (
-            part,
-            part.stride(0),
-            part.stride(1),
-            lse,
-            lse.stride(0),
-            lse.stride(1),
-            res,
-            res.stride(0),
-            res.stride(1),
-            self.h16,
         )
+        res = out if out is not None else torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
+        cargs = (*partials, res, res.stride(0), res.stride(1), self.h16)
         # bound: the partials are the workspace's (fp32, allocated whole, strides set by hq and
         # D) and H the layer's; what a step changes is the output, hq's strides and the splits
         if heads == 1:
