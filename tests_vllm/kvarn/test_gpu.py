@@ -214,9 +214,10 @@ def test_fast_launch_replays_in_a_cuda_graph(checked_launch) -> None:
 
 @pytest.mark.parametrize("d", [128, 256])
 def test_fast_launch_of_the_store_and_the_write(checked_launch, d: int) -> None:
-    """The flush (store_blocks) and the pool write (rotate_write) go through the fast launch too:
-    bit for bit what Triton's own launch gives, with Triton's key checked against ours, over lists
-    with skipped entries, a token with slot -1, and a key tensor that is a strided view."""
+    """The flush (store_blocks) and the pool write (rotate_write) go through the fast launch too,
+    alone and bound once for a layer (LayerStore): bit for bit what Triton's own launch gives, with
+    Triton's key checked against ours, over lists with skipped entries, a token with slot -1, and a
+    key tensor that is a strided view."""
     from kvarn_ops import layout
 
     launch = checked_launch
@@ -245,5 +246,18 @@ def test_fast_launch_of_the_store_and_the_write(checked_launch, d: int) -> None:
         want = outs["off"][0]
         for got in outs["check"]:
             assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+        # bound once for a layer, as decode_step does through its workspace: only the step's
+        # tensors specialized per launch, still checked against Triton's key
+        cache = torch.zeros(8, hkv, lay.size, dtype=torch.uint8, device="cuda")
+        k2, v2 = pk.clone(), pv.clone()
+        layer = triton_store.LayerStore(cache, k2, v2, lay)
+        for _ in range(2):  # fills our cache, then the fast path
+            cache.zero_()
+            k2.copy_(pk)
+            v2.copy_(pv)
+            layer.store(slots, blocks, 4)
+            layer.write(h16, key, value, w_slots, w_rows)
+            torch.cuda.synchronize()
+            assert all(torch.equal(a, b) for a, b in zip((cache, k2, v2), want, strict=True))
     assert any(k[0] == id(triton_store._kvarn_store_kernel) for k in launch._CACHE)
     assert any(k[0] == id(triton_store._rotate_write_kernel) for k in launch._CACHE)

@@ -59,6 +59,34 @@ def _compare_store(lay: layout.RecordLayout, iters: int, seed: int = 0) -> None:
     assert ((vt - vr).norm() / vr.norm()).item() <= 1e-2
 
 
+def test_store_and_write_refuse_what_they_cannot_address() -> None:
+    """A cache or pools the kernels would read wrongly is refused by name before any launch, by
+    the free functions and by a layer's bound LayerStore alike; a workspace binds a layer once
+    and binds again for new pools."""
+    lay = layout.record_layout("kvarn_k4v2_g128", 128)
+    pk, pv = _pool(lay, 2, 3, 0)
+    cache = torch.zeros(5, 2, lay.size, dtype=torch.uint8, device=DEVICE)
+    slots = torch.tensor([0], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="cache must be contiguous uint8"):
+        triton_store.store_blocks(cache.half(), pk, pv, slots, slots, lay, 2)
+    with pytest.raises(ValueError, match="cache must be contiguous uint8"):
+        triton_store.LayerStore(cache[:, :, : lay.size // 2], pk, pv, lay)
+    with pytest.raises(ValueError, match="pools must be fp16"):
+        triton_store.LayerStore(cache, pk[:, :64], pv[:, :64], lay)
+    key = torch.zeros(1, 2, 256, dtype=torch.float16, device=DEVICE)[..., ::2]
+    h16 = torch.eye(128, dtype=torch.float16, device=DEVICE)
+    with pytest.raises(ValueError, match="head_dim must be contiguous"):
+        triton_store.rotate_write(pk, pv, h16, key, key, slots.long(), slots.long())
+    with pytest.raises(ValueError, match="head_dim must be contiguous"):
+        triton_store.LayerStore(cache, pk, pv, lay).write(h16, key, key, slots.long(), slots.long())
+    with pytest.raises(ValueError, match="pools must be alike"):
+        triton_store.rotate_write(pk, pv.transpose(1, 2), h16, key, key, slots, slots)
+    ws = triton_decode.DecodeWorkspace()
+    bound = ws.store(cache, pk, pv, lay)
+    assert ws.store(cache, pk, pv, lay) is bound
+    assert ws.store(cache, pk.clone(), pv, lay) is not bound
+
+
 @pytest.mark.parametrize("preset", sorted(layout.PRESETS))
 def test_store_kernel_matches_reference_d128(preset: str) -> None:
     _compare_store(layout.record_layout(preset, 128), iters=8)

@@ -145,8 +145,15 @@ def decode_step(
     ``kernels``: the Triton kernels (default on CUDA) or the torch reference; tests pass True on
     the CPU to run the kernels in Triton's interpreter."""
     kernels = cache.is_cuda if kernels is None else kernels
-    flush(cache, pool_k, pool_v, flush_by_slot, layout, config.sinkhorn_iters, kernels=kernels)
-    write(pool_k, pool_v, h16, key, value, write_slots, write_rows, kernels=kernels)
+    if kernels and workspace is not None:
+        # the layer's flush and write bound once in the workspace, like its decode launch
+        bound = workspace.store(cache, pool_k, pool_v, layout)
+        slots = slot_ids(flush_by_slot.shape[0], flush_by_slot.device)
+        bound.store(slots, flush_by_slot, config.sinkhorn_iters)
+        bound.write(h16, key, value, write_slots, write_rows)
+    else:
+        flush(cache, pool_k, pool_v, flush_by_slot, layout, config.sinkhorn_iters, kernels=kernels)
+        write(pool_k, pool_v, h16, key, value, write_slots, write_rows, kernels=kernels)
     if kernels:
         from .triton_decode import kvarn_decode
 

@@ -1656,6 +1656,27 @@ class DecodeWorkspace:
         # time are the same layer without building the key above (the objects are held, so
         # their ids are not reused while here)
         self.seen: dict[int, tuple] = {}
+        self.stores: dict[int, tuple] = {}  # id(cache) -> (cache, pools, layout, LayerStore)
+
+    def store(self, cache: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, layout):
+        """The layer's ``triton_store.LayerStore`` (its flush and pool write, bound once), known
+        by the identity of the objects passed as ``seen`` knows a layer's decode launch."""
+        got = self.stores.get(id(cache))
+        if (
+            got is not None
+            and got[0] is cache
+            and got[1] is pool_k
+            and got[2] is pool_v
+            and got[3] is layout
+        ):
+            return got[4]
+        from .triton_store import LayerStore
+
+        if len(self.stores) >= MAX_BOUND_LAUNCHES:
+            self.stores.clear()
+        bound = LayerStore(cache, pool_k, pool_v, layout)
+        self.stores[id(cache)] = (cache, pool_k, pool_v, layout, bound)
+        return bound
 
     def get(self, rows: int, hq: int, d: int, device: torch.device):
         """(part, lse) with room for ``rows`` rows (what the backend reserves up front)."""

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import kwargs_key, launch
+from .launch import binding, kwargs_key, launch
 from .layout import RecordLayout
 
 # (kernel, its constexpr key) -> (kwargs, their key): built once, not per step (host time)
@@ -221,42 +221,83 @@ def store_blocks(
     launch replays in a CUDA graph.
 
     cache uint8 [num_blocks, Hkv, size]; pool_k/v fp16 [num_slots, G, Hkv, D] with D contiguous.
-    """
-    n = slots.numel()
-    if n == 0:
-        return
-    hkv = cache.shape[1]
-    g, d = layout.group, layout.head_dim
-    if cache.dtype != torch.uint8 or cache.shape[2] != layout.size or not cache.is_contiguous():
-        raise ValueError(f"cache must be contiguous uint8 [blocks, Hkv, {layout.size}]")
-    if (
-        pool_k.shape[1:] != (g, hkv, d)
-        or pool_k.stride(-1) != 1
-        or pool_v.stride() != pool_k.stride()
-    ):
-        raise ValueError(f"pools must be fp16 [slots, {g}, {hkv}, {d}] with head_dim contiguous")
-    if num_warps is None:
-        num_warps = 8 if d * g <= 128 * 128 else 16
-    kw, kwkey = _kwargs(
-        "store", (layout, num_warps), lambda: dict(num_warps=num_warps, **layout.constexprs())
-    )
-    # through the compiled launcher directly once compiled (launch.py): Triton's own binding of
-    # this launch and rotate_write's was over a third of an eager step's host time (run 45)
-    args = (
-        pool_k,
-        pool_v,
-        slots,
-        blocks,
-        cache,
-        cache.view(torch.float16),
-        pool_k.stride(0),
-        pool_k.stride(1),
-        pool_k.stride(2),
-        cache.stride(0),
-        cache.stride(1),
-        iters,
-    )
-    launch(_kvarn_store_kernel, (n, hkv), args, kw, kwkey=kwkey)
+    A layer that stores every step binds once instead (``LayerStore``)."""
+    if slots.numel():
+        LayerStore(cache, pool_k, pool_v, layout, bind=False).store(slots, blocks, iters, num_warps)
+
+
+class LayerStore:
+    """One layer's flush (``store_blocks``) and pool write (``rotate_write``) with what stays fixed
+    across its steps checked and built once: the shapes, the cache's fp16 view, the strides, the
+    kernels' constants, and (``bind``) a ``launch.binding`` so that only the step's own tensors
+    are specialized per launch. Through the compiled launcher directly once compiled
+    (``launch.py``): Triton's own binding of the two launches was over a third of an eager step's
+    host time (run 45). ``DecodeWorkspace.store`` keeps one per layer."""
+
+    def __init__(
+        self,
+        cache: torch.Tensor,
+        pool_k: torch.Tensor,
+        pool_v: torch.Tensor,
+        layout: RecordLayout,
+        *,
+        bind: bool = True,
+    ) -> None:
+        hkv = cache.shape[1]
+        g, d = layout.group, layout.head_dim
+        if cache.dtype != torch.uint8 or cache.shape[2] != layout.size or not cache.is_contiguous():
+            raise ValueError(f"cache must be contiguous uint8 [blocks, Hkv, {layout.size}]")
+        if (
+            pool_k.shape[1:] != (g, hkv, d)
+            or pool_k.stride(-1) != 1
+            or pool_v.stride() != pool_k.stride()
+        ):
+            raise ValueError(
+                f"pools must be fp16 [slots, {g}, {hkv}, {d}] with head_dim contiguous"
+            )
+        self.layout, self.hkv, self.d = layout, hkv, d
+        self.binding = binding() if bind else None
+        pool_strides = (pool_k.stride(0), pool_k.stride(1), pool_k.stride(2))
+        # the store kernel's arguments 4-10 and the write kernel's 9-14
+        self.store_fixed = (cache, cache.view(torch.float16), *pool_strides, cache.stride(0),
+                            cache.stride(1))  # fmt: skip
+        self.pools = (pool_k, pool_v)
+        self.write_fixed = (pool_k, pool_v, *pool_strides, pool_k.shape[0] - 1)
+
+    def store(
+        self, slots: torch.Tensor, blocks: torch.Tensor, iters: int, num_warps: int | None = None
+    ) -> None:
+        """``store_blocks`` of this layer."""
+        n = slots.shape[0]
+        if n == 0:
+            return
+        if num_warps is None:
+            num_warps = 8 if self.d * self.layout.group <= 128 * 128 else 16
+        layout = self.layout
+        kw, kwkey = _kwargs(
+            "store", (layout, num_warps), lambda: dict(num_warps=num_warps, **layout.constexprs())
+        )
+        args = (*self.pools, slots, blocks, *self.store_fixed, iters)
+        vary = None if self.binding is None else _STORE_VARY
+        launch(_kvarn_store_kernel, (n, self.hkv), args, kw, kwkey=kwkey, bound=self.binding,
+               vary=vary)  # fmt: skip
+
+    def write(
+        self,
+        h16: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        write_slots: torch.Tensor,
+        write_rows: torch.Tensor,
+    ) -> None:
+        """``rotate_write`` into this layer's pools."""
+        _write(h16, key, value, write_slots, write_rows, self.write_fixed, self.binding)
+
+
+# What a bound launch specializes per call: the step's own tensors and numbers (the slot and block
+# lists and the iteration count; the K/V, their strides, H, the slots and rows), not the layer's.
+_STORE_VARY = (2, 3, 11)
+_WRITE_VARY = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 
 
 @triton.jit
@@ -319,30 +360,28 @@ def rotate_write(
 ) -> None:
     """``hadamard.rotate`` of each token's K and V written into its pool slot and row, in one launch
     (the torch form is two GEMMs and several small kernels; cuBLAS's fp32 GEMM for a batch of one
-    took 51 µs a call on the H200: gpu/kvarn/probe_step.py). Slot -1 goes to the pools' last slot."""
+    took 51 µs a call on the H200: gpu/kvarn/probe_step.py). Slot -1 goes to the pools' last slot.
+    A layer that writes every step binds once instead (``LayerStore.write``)."""
+    if pool_k.stride() != pool_v.stride():
+        raise ValueError("rotate_write: the pools must be alike")
+    fixed = (pool_k, pool_v, pool_k.stride(0), pool_k.stride(1), pool_k.stride(2),
+             pool_k.shape[0] - 1)  # fmt: skip
+    _write(h16, key, value, write_slots, write_rows, fixed, None)
+
+
+def _write(h16, key, value, write_slots, write_rows, fixed: tuple, bound: int | None) -> None:
+    """The write kernel's launch; ``fixed``: its arguments 9-14 (pools, their strides, the trash
+    slot); ``bound``: the layer's binding (None: everything specialized per call)."""
     t, hkv, d = key.shape
     if t == 0:
         return
-    if key.stride(-1) != 1 or value.stride(-1) != 1 or pool_k.stride() != pool_v.stride():
-        raise ValueError("rotate_write: head_dim must be contiguous and the pools alike")
+    if key.stride(-1) != 1 or value.stride(-1) != 1:
+        raise ValueError("rotate_write: head_dim must be contiguous")
     kw, kwkey = _kwargs(
         "rotate_write", (d,), lambda: dict(D=d, CH=64, CB=ROTATE_COLUMNS, num_warps=4)
     )
-    args = (
-        key,
-        value,
-        key.stride(0),
-        key.stride(1),
-        value.stride(0),
-        value.stride(1),
-        h16.contiguous(),
-        write_slots,
-        write_rows,
-        pool_k,
-        pool_v,
-        pool_k.stride(0),
-        pool_k.stride(1),
-        pool_k.stride(2),
-        pool_k.shape[0] - 1,
-    )
-    launch(_rotate_write_kernel, (t, hkv, d // ROTATE_COLUMNS), args, kw, kwkey=kwkey)
+    args = (key, value, key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+            h16.contiguous(), write_slots, write_rows, *fixed)  # fmt: skip
+    vary = None if bound is None else _WRITE_VARY
+    launch(_rotate_write_kernel, (t, hkv, d // ROTATE_COLUMNS), args, kw, kwkey=kwkey, bound=bound,
+           vary=vary)  # fmt: skip
