@@ -283,13 +283,29 @@ class Tree:
     def _unresolved(self, path: bytes) -> bytes:
         """``path`` with its directories resolved but not its last component (which may be a link)."""
         parent, _, name = path.rpartition(b"/")
-        real_parent = self._dirs.get(parent)
-        if real_parent is None:
-            # realpath follows every symlink on the way, including ones not yet created at the tail;
-            # a directory's real path is cached, since a series touches many files per directory.
-            real_parent = os.path.realpath(os.path.join(self._real_root, parent))
-            self._dirs[parent] = real_parent
-        return os.path.join(real_parent, name)
+        return os.path.join(self._real_dir(parent), name)
+
+    def _real_dir(self, parent: bytes) -> bytes:
+        """The real path of directory ``parent`` (relative to the root; it may not exist yet).
+
+        Cached per directory, and built from its own parent's: one ``lstat`` for a directory whose
+        parent is known, where ``realpath`` walks every component from ``/`` (a series touches many
+        files per directory, and many directories under one)."""
+        real = self._dirs.get(parent)
+        if real is None:
+            if not parent or parent == b".":
+                real = self._real_root
+            else:
+                up, _, name = parent.rpartition(b"/")
+                real = self._real_dir(up)
+                if name and name != b".":
+                    real = os.path.join(real, name)
+                    if os.path.islink(real):
+                        # realpath follows every symlink on the way, including ones not yet
+                        # created at the tail (a link to a directory a write will create)
+                        real = os.path.realpath(real)
+            self._dirs[parent] = real
+        return real
 
     def _recheck(self, real: bytes) -> None:
         """The write-time half of the path check: no directory on the way became a symlink (or
