@@ -38,6 +38,9 @@ x single/split, both combines), so decode steps never compile.
 
 from __future__ import annotations
 
+import operator
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -1652,30 +1655,20 @@ class DecodeWorkspace:
         self.args: tuple = ()  # partials(): part and lse with their strides
         # per layer (its cache, pools, slot map, rotation, layout, config): the bound launch
         self.launches: dict[tuple, _Launch] = {}
-        # id(cache) -> (the objects a call passed, its bound launch): the same objects as last
-        # time are the same layer without building the key above (the objects are held, so
-        # their ids are not reused while here)
+        # id(cache) -> (the objects a call passed, (its numbers, its bound launch)): the same
+        # objects as last time are the same layer without building the key above (_recall)
         self.seen: dict[int, tuple] = {}
-        self.stores: dict[int, tuple] = {}  # id(cache) -> (cache, pools, layout, LayerStore)
+        self.stores: dict[int, tuple] = {}  # id(cache) -> ((cache, pools, layout), LayerStore)
 
     def store(self, cache: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, layout):
         """The layer's ``triton_store.LayerStore`` (its flush and pool write, bound once), known
         by the identity of the objects passed as ``seen`` knows a layer's decode launch."""
-        got = self.stores.get(id(cache))
-        if (
-            got is not None
-            and got[0] is cache
-            and got[1] is pool_k
-            and got[2] is pool_v
-            and got[3] is layout
-        ):
-            return got[4]
-        from .triton_store import LayerStore
+        objs = (cache, pool_k, pool_v, layout)
+        bound = _recall(self.stores, objs)
+        if bound is None:
+            from .triton_store import LayerStore
 
-        if len(self.stores) >= MAX_BOUND_LAUNCHES:
-            self.stores.clear()
-        bound = LayerStore(cache, pool_k, pool_v, layout)
-        self.stores[id(cache)] = (cache, pool_k, pool_v, layout, bound)
+            bound = _remember(self.stores, objs, LayerStore(cache, pool_k, pool_v, layout))
         return bound
 
     def get(self, rows: int, hq: int, d: int, device: torch.device):
@@ -1851,18 +1844,10 @@ def _check_heads(hq: int, cache: torch.Tensor) -> int:
 def _bound(ws, cache, pool_k, pool_v, h16, layout, config, deq, prefetch, scale, l2_prefetch):
     """The layer's bound launch in ``ws``: what stays fixed across its steps, bound once."""
     fixed = (deq, prefetch, scale, l2_prefetch)
-    seen = ws.seen.get(id(cache))
-    if (
-        seen is not None
-        and seen[0] is cache
-        and seen[1] is pool_k
-        and seen[2] is pool_v
-        and seen[3] is h16
-        and seen[4] is layout
-        and seen[5] is config
-        and seen[6] == fixed
-    ):
-        return seen[7]
+    objs = (cache, pool_k, pool_v, h16, layout, config)
+    seen = _recall(ws.seen, objs)
+    if seen is not None and seen[0] == fixed:  # the numbers by value: a scale is often recomputed
+        return seen[1]
     # One _Launch per layer for the workspace's life. A layer's cache may come as a new view every
     # step (the backend folds its pages), so it is known by its memory and geometry; the _Launch
     # holds the first view, so the memory cannot be another allocation's while it is a key.
@@ -1879,10 +1864,24 @@ def _bound(ws, cache, pool_k, pool_v, h16, layout, config, deq, prefetch, scale,
             ws.launches.clear()  # a caller whose pools move every step: no leak, no caching
         step = _Launch(cache, pool_k, pool_v, layout, h16, config, deq, prefetch, ws, scale, l2pf)
         ws.launches[key] = step
-    if len(ws.seen) >= MAX_BOUND_LAUNCHES:
-        ws.seen.clear()
-    ws.seen[id(cache)] = (cache, pool_k, pool_v, h16, layout, config, fixed, step)
+    _remember(ws.seen, objs, (fixed, step))
     return step
+
+
+def _recall(memo: dict, objs: tuple) -> Any:
+    """What ``memo`` holds for these very objects (compared by identity), or None. An entry holds
+    its objects, so their ids are not another object's while it is there."""
+    got = memo.get(id(objs[0]))
+    if got is not None and all(map(operator.is_, got[0], objs)):
+        return got[1]
+    return None
+
+
+def _remember(memo: dict, objs: tuple, value: Any) -> Any:
+    if len(memo) >= MAX_BOUND_LAUNCHES:
+        memo.clear()  # a caller whose tensors are new every call: no leak
+    memo[id(objs[0])] = (objs, value)
+    return value
 
 
 # At most this many query rows (batch x query heads) take the per-head combine (probe runs 15-16:
