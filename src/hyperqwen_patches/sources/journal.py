@@ -6,9 +6,10 @@ original bytes and mode, or that it did not exist; and the directories the write
 journal is removed only after the last rename. So a directory holding a journal is one whose write
 was interrupted (SIGKILL, a power loss, a rollback that failed), at any point: before its first
 rename, between two, or after its last (or, after a power loss, one whose journal's removal never
-reached the disk: put back as well, which leaves the directory whole as it was before). ``recover`` puts every journaled file back as it was, removes
-the files the write created, its temporary files and the directories it made, then the journal; the
-directory is then byte for byte what it was before the interrupted run. The next ``apply`` on the
+reached the disk: put back as well, which leaves the directory whole as it was before).
+``recover`` puts every journaled file back as it was, removes the files the write created, its
+temporary files and the directories it made, then the journal; the directory is then byte for byte
+what it was before the interrupted run. The next ``apply`` on the
 directory does this first and says so; ``apply --check-applied`` and ``--dry-run``, which promise to
 write nothing, refuse to read a directory in that state.
 
