@@ -214,10 +214,11 @@ def test_fast_launch_replays_in_a_cuda_graph(checked_launch) -> None:
 
 @pytest.mark.parametrize("d", [128, 256])
 def test_fast_launch_of_the_store_and_the_write(checked_launch, d: int) -> None:
-    """The flush (store_blocks) and the pool write (rotate_write) go through the fast launch too,
-    alone and bound once for a layer (LayerStore): bit for bit what Triton's own launch gives, with
-    Triton's key checked against ours, over lists with skipped entries, a token with slot -1, and a
-    key tensor that is a strided view."""
+    """The flush (store_blocks), the pool write (rotate_write) and the two in one launch
+    (LayerStore.flush_write, alone and bound once for a layer) go through the fast launch too: bit
+    for bit what Triton's own launch gives, with Triton's key checked against ours, over lists with
+    skipped entries, a slot flushed and written in one step, a token with slot -1, and a key tensor
+    that is a strided view."""
     from kvarn_ops import layout
 
     launch = checked_launch
@@ -246,18 +247,28 @@ def test_fast_launch_of_the_store_and_the_write(checked_launch, d: int) -> None:
         want = outs["off"][0]
         for got in outs["check"]:
             assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
-        # bound once for a layer, as decode_step does through its workspace: only the step's
-        # tensors specialized per launch, still checked against Triton's key
-        cache = torch.zeros(8, hkv, lay.size, dtype=torch.uint8, device="cuda")
-        k2, v2 = pk.clone(), pv.clone()
-        layer = triton_store.LayerStore(cache, k2, v2, lay)
-        for _ in range(2):  # fills our cache, then the fast path
-            cache.zero_()
-            k2.copy_(pk)
-            v2.copy_(pv)
-            layer.store(slots, blocks, 4)
-            layer.write(h16, key, value, w_slots, w_rows)
+        # the step's one launch (flush_write), unbound and bound once for a layer as decode_step
+        # does through its workspace (only the step's tensors specialized per launch), checked
+        # against Triton's key: bit for bit Triton's own launch of it, and the two launches'
+        # cache; the pools up to the write's last ulp (its sums run over another warp count)
+        fused = []
+        for mode, bind in (("off", False), ("check", False), ("check", False), ("check", True),
+                           ("check", True)):  # fmt: skip
+            launch.MODE = mode
+            cache = torch.zeros(8, hkv, lay.size, dtype=torch.uint8, device="cuda")
+            k2, v2 = pk.clone(), pv.clone()
+            layer = triton_store.LayerStore(cache, k2, v2, lay, bind=bind)
+            for _ in range(2 if bind else 1):  # bound: fills our cache, then the fast path
+                cache.zero_()
+                k2.copy_(pk)
+                v2.copy_(pv)
+                layer.flush_write(blocks, 4, h16, key, value, w_slots, w_rows)
             torch.cuda.synchronize()
-            assert all(torch.equal(a, b) for a, b in zip((cache, k2, v2), want, strict=True))
-    assert any(k[0] == id(triton_store._kvarn_store_kernel) for k in launch._CACHE)
-    assert any(k[0] == id(triton_store._rotate_write_kernel) for k in launch._CACHE)
+            fused.append((cache, k2, v2))
+        for got in fused[1:]:
+            assert all(torch.equal(a, b) for a, b in zip(got, fused[0], strict=True))
+        assert torch.equal(fused[0][0], want[0])
+        for a, b in zip(fused[0][1:], want[1:], strict=True):
+            assert (a.float() - b.float()).abs().max().item() <= 2e-3
+    for kernel in ("_kvarn_store_kernel", "_rotate_write_kernel", "_flush_write_kernel"):
+        assert any(k[0] == id(getattr(triton_store, kernel)) for k in launch._CACHE), kernel

@@ -232,6 +232,54 @@ def test_rotate_write_kernel_matches_the_torch_write(d: int) -> None:
         assert kernel[3].any(), "the padding token did not go to the last slot"
 
 
+def test_flush_write_is_the_flush_then_the_write() -> None:
+    """The step's one launch (``step.flush_write``) against the store kernel then the write kernel:
+    the same cache bits and pools, with a slot flushed and given a token in the same step (its
+    flush must read the slot before the token lands: the test tells the two orders apart), a token
+    in a slot that is not flushed, a padding token, and a step with nothing to flush."""
+    lay = layout.record_layout("kvarn_k4v2_g64", 128)
+    gen = torch.Generator().manual_seed(11)
+    n_slots, hkv, d = 5, 2, 128
+    pk = torch.randn(n_slots + 1, lay.group, hkv, d, generator=gen).half().to(DEVICE)
+    pv = torch.randn(n_slots + 1, lay.group, hkv, d, generator=gen).half().to(DEVICE)
+    h16 = hadamard.hadamard(d, torch.float16, DEVICE)
+    key = torch.randn(4, hkv, d, generator=gen).half().to(DEVICE)
+    value = torch.randn(4, hkv, d, generator=gen).half().to(DEVICE)
+    w_slots = torch.tensor([1, 2, -1, 3], dtype=torch.int64, device=DEVICE)
+    w_rows = torch.tensor([0, 5, 7, 0], dtype=torch.int64, device=DEVICE)
+    for flush in ([-1, 3, -1, 6, -1], [-1] * n_slots):
+        by_slot = torch.tensor(flush, dtype=torch.int32, device=DEVICE)
+        runs = {}
+        for way in ("one launch", "two launches", "write first"):
+            cache = torch.full((8, hkv, lay.size), 0xAB, dtype=torch.uint8, device=DEVICE)
+            k2, v2 = pk.clone(), pv.clone()
+            if way == "one launch":
+                step.flush_write(cache, k2, v2, by_slot, h16, key, value, w_slots, w_rows, lay, 2,
+                                 kernels=True)  # fmt: skip
+            else:
+                first = way == "write first"
+                if first:
+                    triton_store.rotate_write(k2, v2, h16, key, value, w_slots, w_rows)
+                ids = step.slot_ids(n_slots, torch.device(DEVICE))
+                triton_store.store_blocks(cache, k2, v2, ids, by_slot, lay, 2)
+                if not first:
+                    triton_store.rotate_write(k2, v2, h16, key, value, w_slots, w_rows)
+            runs[way] = (cache, k2, v2)
+        (c1, k1, v1), (c2, k2, v2) = runs["one launch"], runs["two launches"]
+        assert torch.equal(c1, c2)
+        written = torch.zeros(n_slots + 1, lay.group, dtype=torch.bool, device=DEVICE)
+        written[[1, 2, n_slots, 3], [0, 5, 7, 0]] = True  # padding goes to the last slot
+        for a, b, orig in ((k1, k2, pk), (v1, v2, pv)):
+            # the write's sums: the last ulp may differ on CUDA (another warp count)
+            assert (a.float() - b.float()).abs().max().item() <= 2e-3
+            assert torch.equal(a[~written], orig[~written]) and (a[written] != orig[written]).any()
+        if flush[1] >= 0:
+            assert not torch.equal(c1, runs["write first"][0]), "the test cannot tell the orders"
+            assert (c1[[0, 1, 2, 4, 5, 7]] == 0xAB).all() and not (c1[[3, 6]] == 0xAB).all()
+        else:
+            assert (c1 == 0xAB).all()
+
+
 def test_plan_lists_the_same_flushes_by_slot() -> None:
     """flush_by_slot holds exactly the (slot, block) pairs of the per-request lists."""
     layer = Layer("kvarn_k4v2_g64", 128, 2, 2, [150, 1, 300, None], steps=4)

@@ -77,8 +77,15 @@ def test_store_and_write_refuse_what_they_cannot_address() -> None:
     h16 = torch.eye(128, dtype=torch.float16, device=DEVICE)
     with pytest.raises(ValueError, match="head_dim must be contiguous"):
         triton_store.rotate_write(pk, pv, h16, key, key, slots.long(), slots.long())
+    by_slot = torch.full((3,), -1, dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match="head_dim must be contiguous"):
-        triton_store.LayerStore(cache, pk, pv, lay).write(h16, key, key, slots.long(), slots.long())
+        triton_store.LayerStore(cache, pk, pv, lay).flush_write(
+            by_slot, 2, h16, key, key, slots.long(), slots.long()
+        )
+    with pytest.raises(ValueError, match=r"key and value must be \[T, 2, 128\]"):
+        triton_store.LayerStore(cache, pk, pv, lay).flush_write(
+            by_slot, 2, h16, key[:, :1], key[:, :1], slots.long(), slots.long()
+        )
     with pytest.raises(ValueError, match="pools must be alike"):
         triton_store.rotate_write(pk, pv.transpose(1, 2), h16, key, key, slots, slots)
     ws = triton_decode.DecodeWorkspace()

@@ -2,8 +2,8 @@
 
 A step of single-token queries (every request decodes one token) does three things per layer, in
 this order: compress the pool blocks the plan flushes (``SlotPlan.flush_by_slot``: a fixed-size
-list by slot, -1 where nothing flushes), write the step's K/V rotated into the pool, then run the
-fused decode over the two tiers. Every size here is fixed by the batch and the engine's limits, and
+list by slot, -1 where nothing flushes), write the step's K/V rotated into the pool (the two in one
+launch on CUDA: ``flush_write``), then run the fused decode over the two tiers. Every size here is fixed by the batch and the engine's limits, and
 no value is read back to the host, so the same calls run eagerly and inside a CUDA graph (the
 backend's uniform-decode path, and the 200-step graph test in tests_vllm/kvarn/test_step.py).
 ``verify_step`` does the same for a step in which every request has the same few query tokens
@@ -110,6 +110,38 @@ def write(
     pool_v[slots, write_rows] = rotate(value, h16)
 
 
+def flush_write(
+    cache: torch.Tensor,
+    pool_k: torch.Tensor,
+    pool_v: torch.Tensor,
+    flush_by_slot: torch.Tensor,
+    h16: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    write_slots: torch.Tensor,
+    write_rows: torch.Tensor,
+    layout: RecordLayout,
+    iters: int,
+    *,
+    kernels: bool | None = None,
+    workspace=None,
+) -> None:
+    """``flush`` then ``write``, as a step needs them (a slot the flush frees may take one of this
+    step's tokens). On CUDA one launch (``LayerStore.flush_write``), bound once per layer when a
+    ``workspace`` (``triton_decode.DecodeWorkspace``) is given."""
+    if cache.is_cuda if kernels is None else kernels:
+        if workspace is not None:
+            bound = workspace.store(cache, pool_k, pool_v, layout)
+        else:
+            from .triton_store import LayerStore
+
+            bound = LayerStore(cache, pool_k, pool_v, layout, bind=False)
+        bound.flush_write(flush_by_slot, iters, h16, key, value, write_slots, write_rows)
+        return
+    flush(cache, pool_k, pool_v, flush_by_slot, layout, iters, kernels=False)
+    write(pool_k, pool_v, h16, key, value, write_slots, write_rows, kernels=False)
+
+
 def decode_step(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -139,21 +171,14 @@ def decode_step(
     the slot map after this step's plan, the requests' block table [B, W], sequence lengths [B]
     (this token included; 0 = padding) and ``comp_end`` [B]. Returns the attention output [B, Hq, D]
     in the query's dtype, or writes it into ``out`` (its dtype) and returns that; padding rows are
-    zeros. ``launch`` is ``fixed_launch``'s (splits, warps). On CUDA the step is four launches:
-    the flush, the write, the decode and its combine, which writes the result (three with one
-    split: the product with H is then a GEMM and the result a copy).
+    zeros. ``launch`` is ``fixed_launch``'s (splits, warps). On CUDA the step is three launches:
+    the flush with the write (``flush_write``), the decode and its combine, which writes the
+    result (two with one split: the product with H is then a GEMM and the result a copy).
     ``kernels``: the Triton kernels (default on CUDA) or the torch reference; tests pass True on
     the CPU to run the kernels in Triton's interpreter."""
     kernels = cache.is_cuda if kernels is None else kernels
-    if kernels and workspace is not None:
-        # the layer's flush and write bound once in the workspace, like its decode launch
-        bound = workspace.store(cache, pool_k, pool_v, layout)
-        slots = slot_ids(flush_by_slot.shape[0], flush_by_slot.device)
-        bound.store(slots, flush_by_slot, config.sinkhorn_iters)
-        bound.write(h16, key, value, write_slots, write_rows)
-    else:
-        flush(cache, pool_k, pool_v, flush_by_slot, layout, config.sinkhorn_iters, kernels=kernels)
-        write(pool_k, pool_v, h16, key, value, write_slots, write_rows, kernels=kernels)
+    flush_write(cache, pool_k, pool_v, flush_by_slot, h16, key, value, write_slots, write_rows,
+                layout, config.sinkhorn_iters, kernels=kernels, workspace=workspace)  # fmt: skip
     if kernels:
         from .triton_decode import kvarn_decode
 
@@ -218,8 +243,8 @@ def verify_step(
     can be captured like ``decode_step``. Requests of sequence length 0 (padding) come out as zeros.
     On the CPU (``kernels`` False) the torch reference, which reads the lengths on the host."""
     kernels = cache.is_cuda if kernels is None else kernels
-    flush(cache, pool_k, pool_v, flush_by_slot, layout, config.sinkhorn_iters, kernels=kernels)
-    write(pool_k, pool_v, h16, key, value, write_slots, write_rows, kernels=kernels)
+    flush_write(cache, pool_k, pool_v, flush_by_slot, h16, key, value, write_slots, write_rows,
+                layout, config.sinkhorn_iters, kernels=kernels)  # fmt: skip
     if kernels:
         from .triton_prefix import uniform_prefix_attention
 

@@ -1919,12 +1919,15 @@ class _Launch:
                       pool_v, pool_k.stride(0), pool_k.stride(1), pool_k.stride(2))  # fmt: skip
         self.device = cache.device
         self.hkv = cache.shape[1]
-        self.binding = binding()  # what launch() knows this layer's fixed arguments by
         self.compiled: set[tuple] = set()  # (rot, dtype, q shape, warps) compiled ahead
         # (hq, warps, rot, cuda, split) or ("combine", heads, d) -> (kwargs, their key)
         self.consts: dict[tuple, tuple[dict, tuple]] = {}
         # kvarn_decode's launch plans: (batch, hq, dtype, length or None, its overrides) -> plan
         self.plans: dict[tuple, tuple] = {}
+        # a binding per launch shape (hq, D, warps, splits, combine, rotation): within one, the
+        # partials' strides, the split count and hq are fixed too, so a step specializes fewer
+        # arguments. Keyed by shape, not by plan: plans come and go with the caller's lengths.
+        self.bindings: dict[tuple, int] = {}
 
     def compile_variants(
         self, q, block_slot, block_table, seq_lens, comp_end, warps, rot: bool
@@ -2014,11 +2017,15 @@ class _Launch:
         split = num_splits != 1
         common, kwkey = self._consts(hq, d, num_warps, rot, cuda, split)
         ckw, ckwkey = self._combine_consts(heads, d)
-        return (num_splits, rot, common, kwkey, heads, ckw, ckwkey)
+        shape = (hq, d, num_warps, num_splits, heads, rot, cuda)
+        bound = self.bindings.get(shape)
+        if bound is None:
+            bound = self.bindings[shape] = binding()
+        return (num_splits, rot, common, kwkey, heads, ckw, ckwkey, bound)
 
     def run(self, q, block_slot, block_table, seq_lens, comp_end, plan: tuple, out=None):
         """The launches of ``plan`` over this step's tensors."""
-        num_splits, rot, common, kwkey, heads, ckw, ckwkey = plan
+        num_splits, rot, common, kwkey, heads, ckw, ckwkey, bound = plan
         b, hq, d = q.shape
         if rot:
             q_in = q.contiguous()
@@ -2047,7 +2054,7 @@ class _Launch:
                 (b, hkv, 1),
                 (*args, o32, o32.stride(0), o32.stride(1), o32, 0, 0, 1),
                 common,
-                bound=self.binding,
+                bound=bound,
                 vary=_DECODE_VARY,
                 kwkey=kwkey,
             )
@@ -2058,22 +2065,22 @@ class _Launch:
             (b, hkv, num_splits),
             (*args, *partials, num_splits),
             common,
-            bound=self.binding,
+            bound=bound,
             vary=_DECODE_VARY,
             kwkey=kwkey,
         )
         res = out if out is not None else torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
         cargs = (*partials, res, res.stride(0), res.stride(1), self.h16)
         # bound: the partials are the workspace's (fp32, allocated whole, strides set by hq and
-        # D) and H the layer's; what a step changes is the output, hq's strides and the splits
+        # D), H the layer's, hq and the split count the binding's; a step changes the output only
         if heads == 1:
             grid = (b, hq, d // COMBINE_ROWS_PER_PROGRAM)
             launch(_kvarn_combine_head_rot_kernel, grid, (*cargs, num_splits), ckw, kwkey=ckwkey,
-                   bound=self.binding, vary=(1, 4, 6, 7, 8, 10))  # fmt: skip
+                   bound=bound, vary=_COMBINE_VARY)  # fmt: skip
         else:
             grid = (b, triton.cdiv(hq, 16))
             launch(_kvarn_combine_rot_kernel, grid, (*cargs, hq, num_splits), ckw, kwkey=ckwkey,
-                   bound=self.binding, vary=(1, 4, 6, 7, 8, 10, 11))  # fmt: skip
+                   bound=bound, vary=_COMBINE_VARY)  # fmt: skip
         return res
 
     def _combine_consts(self, heads: int, d: int) -> tuple[dict, tuple]:
@@ -2092,9 +2099,13 @@ class _Launch:
         return got
 
 
-# The decode kernel's arguments that change from step to step (q, the slot map, the block table,
-# lengths, the outputs); the others (3-11: cache and pools; 17-18: rotation, scale) are the layer's.
-_DECODE_VARY = (0, 1, 2, 12, 13, 14, 15, 16, *range(19, 26))
+# The decode kernel's arguments that change from step to step within a binding (q and its strides,
+# the slot map, the block table, lengths); the others are the layer's (3-11: cache and pools; 17-18:
+# rotation, scale) or the binding's (19-25: the partials, fp32 from torch.empty with strides set by
+# hq and D, or a single stage's fp32 output of the same strides, and the split count).
+_DECODE_VARY = (0, 1, 2, 12, 13, 14, 15, 16)
+# The combine's: its output and the output's strides (the caller's buffer).
+_COMBINE_VARY = (6, 7, 8)
 
 
 def _into(out: torch.Tensor | None, res: torch.Tensor) -> torch.Tensor:

@@ -227,12 +227,13 @@ def store_blocks(
 
 
 class LayerStore:
-    """One layer's flush (``store_blocks``) and pool write (``rotate_write``) with what stays fixed
-    across its steps checked and built once: the shapes, the cache's fp16 view, the strides, the
-    kernels' constants, and (``bind``) a ``launch.binding`` so that only the step's own tensors
-    are specialized per launch. Through the compiled launcher directly once compiled
-    (``launch.py``): Triton's own binding of the two launches was over a third of an eager step's
-    host time (run 45). ``DecodeWorkspace.store`` keeps one per layer."""
+    """One layer's flush (``store``: ``store_blocks``) and a step's flush with its pool write
+    (``flush_write``: one launch) with what stays fixed across its steps checked and built once:
+    the shapes, the cache's fp16 view, the strides, the kernels' constants, and (``bind``) a
+    ``launch.binding`` so that only the step's own tensors are specialized per launch. Through the
+    compiled launcher directly once compiled (``launch.py``): Triton's own binding of the flush and
+    write launches was over a third of an eager step's host time (run 45).
+    ``DecodeWorkspace.store`` keeps one per layer."""
 
     def __init__(
         self,
@@ -258,11 +259,10 @@ class LayerStore:
         self.layout, self.hkv, self.d = layout, hkv, d
         self.binding = binding() if bind else None
         pool_strides = (pool_k.stride(0), pool_k.stride(1), pool_k.stride(2))
-        # the store kernel's arguments 4-10 and the write kernel's 9-14
+        # the store kernel's arguments 4-10, the flush-write kernel's 3-9
         self.store_fixed = (cache, cache.view(torch.float16), *pool_strides, cache.stride(0),
                             cache.stride(1))  # fmt: skip
         self.pools = (pool_k, pool_v)
-        self.write_fixed = (pool_k, pool_v, *pool_strides, pool_k.shape[0] - 1)
 
     def store(
         self, slots: torch.Tensor, blocks: torch.Tensor, iters: int, num_warps: int | None = None
@@ -282,22 +282,67 @@ class LayerStore:
         launch(_kvarn_store_kernel, (n, self.hkv), args, kw, kwkey=kwkey, bound=self.binding,
                vary=vary)  # fmt: skip
 
-    def write(
+    def flush_write(
         self,
+        by_slot: torch.Tensor,
+        iters: int,
         h16: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
         write_slots: torch.Tensor,
         write_rows: torch.Tensor,
+        num_warps: int | None = None,
     ) -> None:
-        """``rotate_write`` into this layer's pools."""
-        _write(h16, key, value, write_slots, write_rows, self.write_fixed, self.binding)
+        """A step's flush (slot s into block ``by_slot[s]``, -1: none; int32 [slots]) then its
+        pool write (``rotate_write``'s), in one launch (``_flush_write_kernel``)."""
+        t, hkv, d = key.shape
+        n = by_slot.shape[0]
+        if n == 0 and t == 0:
+            return
+        if key.shape != value.shape or hkv != self.hkv or d != self.d:
+            raise ValueError(f"flush_write: key and value must be [T, {self.hkv}, {self.d}]")
+        if key.stride(-1) != 1 or value.stride(-1) != 1:
+            raise ValueError("flush_write: head_dim must be contiguous")
+        if num_warps is None:
+            num_warps = 8 if self.d * self.layout.group <= 128 * 128 else 16
+        layout = self.layout
+        kw, kwkey = _kwargs(
+            "flush_write",
+            (layout, num_warps),
+            lambda: dict(num_warps=num_warps, CH=64, CB=ROTATE_COLUMNS, **layout.constexprs()),
+        )
+        pool_k, pool_v = self.pools
+        args = (pool_k, pool_v, by_slot, *self.store_fixed, iters, key, value, key.stride(0),
+                key.stride(1), value.stride(0), value.stride(1), h16.contiguous(), write_slots,
+                write_rows, pool_k.shape[0] - 1, t, n)  # fmt: skip
+        vary = None if self.binding is None else _FLUSH_WRITE_VARY
+        grid = (n + t * (d // ROTATE_COLUMNS), hkv)
+        launch(_flush_write_kernel, grid, args, kw, kwkey=kwkey, bound=self.binding, vary=vary)
 
 
 # What a bound launch specializes per call: the step's own tensors and numbers (the slot and block
 # lists and the iteration count; the K/V, their strides, H, the slots and rows), not the layer's.
+# The flush-write kernel does not specialize its counts (iterations, tokens, slots): left out.
 _STORE_VARY = (2, 3, 11)
-_WRITE_VARY = (0, 1, 2, 3, 4, 5, 6, 7, 8)
+_FLUSH_WRITE_VARY = (2, 11, 12, 13, 14, 15, 16, 17, 18, 19)
+
+
+@triton.jit
+def _write_columns(k_ptr, v_ptr, s_kt, s_kh, s_vt, s_vh, h_ptr, t, h, cols, slot, row, pool_k,
+                   pool_v, s_ps, s_pg, s_ph, D: tl.constexpr, CH: tl.constexpr, CB: tl.constexpr):  # fmt: skip
+    """pool[slot, row, h, cols] = (x[t, h, :]·H)[cols] for K and V (fp32 sums, stored fp16)."""
+    acc_k = tl.zeros([CB], tl.float32)
+    acc_v = tl.zeros([CB], tl.float32)
+    for c in tl.static_range(0, D, CH):
+        j = c + tl.arange(0, CH)
+        hm = tl.load(h_ptr + j[:, None] * D + cols[None, :]).to(tl.float32)  # H[c..c+CH, cols]
+        xk = tl.load(k_ptr + t * s_kt + h * s_kh + j).to(tl.float32)
+        xv = tl.load(v_ptr + t * s_vt + h * s_vh + j).to(tl.float32)
+        acc_k += tl.sum(xk[:, None] * hm, axis=0)
+        acc_v += tl.sum(xv[:, None] * hm, axis=0)
+    dst = slot * s_ps + row * s_pg + h * s_ph + cols
+    tl.store(pool_k + dst, acc_k.to(tl.float16))
+    tl.store(pool_v + dst, acc_v.to(tl.float16))
 
 
 @triton.jit
@@ -331,18 +376,89 @@ def _rotate_write_kernel(
     slot = tl.load(slots + t).to(tl.int64)
     slot = tl.where(slot >= 0, slot, trash)
     row = tl.load(rows + t).to(tl.int64)
-    acc_k = tl.zeros([CB], tl.float32)
-    acc_v = tl.zeros([CB], tl.float32)
-    for c in tl.static_range(0, D, CH):
-        j = c + tl.arange(0, CH)
-        hm = tl.load(h_ptr + j[:, None] * D + cols[None, :]).to(tl.float32)  # H[c..c+CH, cols]
-        xk = tl.load(k_ptr + t * s_kt + h * s_kh + j).to(tl.float32)
-        xv = tl.load(v_ptr + t * s_vt + h * s_vh + j).to(tl.float32)
-        acc_k += tl.sum(xk[:, None] * hm, axis=0)
-        acc_v += tl.sum(xv[:, None] * hm, axis=0)
-    dst = slot * s_ps + row * s_pg + h * s_ph + cols
-    tl.store(pool_k + dst, acc_k.to(tl.float16))
-    tl.store(pool_v + dst, acc_v.to(tl.float16))
+    _write_columns(k_ptr, v_ptr, s_kt, s_kh, s_vt, s_vh, h_ptr, t, h, cols, slot, row, pool_k,
+                   pool_v, s_ps, s_pg, s_ph, D, CH, CB)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["n_iters", "n_tokens", "n_slots"])
+def _flush_write_kernel(
+    pool_k,
+    pool_v,
+    by_slot,
+    cache_u8,
+    cache_f16,
+    s_ps,
+    s_pg,
+    s_ph,
+    s_cb,
+    s_ch,
+    n_iters,
+    k_ptr,
+    v_ptr,
+    s_kt,
+    s_kh,
+    s_vt,
+    s_vh,
+    h_ptr,
+    slots,
+    rows,
+    trash,
+    n_tokens,
+    n_slots,  # entries of by_slot (the pool's slots): programs [0, n_slots) flush
+    D: tl.constexpr,
+    G: tl.constexpr,
+    KB: tl.constexpr,
+    VB: tl.constexpr,
+    K_CODES: tl.constexpr,
+    K_SCOL: tl.constexpr,
+    K_ZP: tl.constexpr,
+    K_SROW: tl.constexpr,
+    V_CODES: tl.constexpr,
+    V_SCOL: tl.constexpr,
+    V_SROW: tl.constexpr,
+    V_ZP: tl.constexpr,
+    CH: tl.constexpr,
+    CB: tl.constexpr,
+):
+    """A step's flush and pool write in one launch (a launch fewer a step than the store kernel
+    then the write kernel). Program (p, h) with p < n_slots compresses slot p into block by_slot[p]
+    (nothing where that is -1); the others write token (p - n_slots) // (D / CB), CB columns, as the
+    write kernel does. A slot a flush frees may take a token this very step: that token must not
+    land before the flush has read the slot, so its write is left to the flush program of its
+    slot, which makes it after a barrier (program order within one program, and every thread's
+    loads of the tile done)."""
+    p = tl.program_id(0)
+    h = tl.program_id(1)
+    if p < n_slots:
+        blk = tl.load(by_slot + p).to(tl.int64)
+        if blk >= 0:
+            src = p * s_ps + h * s_ph
+            rec = blk * s_cb + h * s_ch
+            _norm_quant_pack(pool_k + src, 1, s_pg, n_iters, cache_u8 + rec, cache_f16 + rec // 2,
+                             K_CODES, K_SCOL // 2, K_ZP // 2, K_SROW // 2, D, G, KB)  # fmt: skip
+            _norm_quant_pack(pool_v + src, s_pg, 1, n_iters, cache_u8 + rec, cache_f16 + rec // 2,
+                             V_CODES, V_SROW // 2, V_ZP // 2, V_SCOL // 2, G, D, VB)  # fmt: skip
+            tl.debug_barrier()
+            for t in range(n_tokens):
+                dest = tl.load(slots + t).to(tl.int64)
+                if tl.where(dest >= 0, dest, trash) == p:
+                    row = tl.load(rows + t).to(tl.int64)
+                    for c in tl.static_range(0, D, CB):
+                        cols = c + tl.arange(0, CB)
+                        _write_columns(k_ptr, v_ptr, s_kt, s_kh, s_vt, s_vh, h_ptr, t, h, cols,
+                                       p, row, pool_k, pool_v, s_ps, s_pg, s_ph, D, CH, CB)  # fmt: skip
+    else:
+        w = p - n_slots
+        t = w // (D // CB)
+        cols = (w % (D // CB)) * CB + tl.arange(0, CB)
+        slot = tl.load(slots + t).to(tl.int64)
+        slot = tl.where(slot >= 0, slot, trash)
+        listed = slot < n_slots
+        flushed = tl.load(by_slot + tl.where(listed, slot, 0)) >= 0
+        if (listed & flushed) == 0:  # else the flush program of its slot writes it
+            row = tl.load(rows + t).to(tl.int64)
+            _write_columns(k_ptr, v_ptr, s_kt, s_kh, s_vt, s_vh, h_ptr, t, h, cols, slot, row,
+                           pool_k, pool_v, s_ps, s_pg, s_ph, D, CH, CB)  # fmt: skip
 
 
 # Output columns a rotate_write program computes.
@@ -361,17 +477,9 @@ def rotate_write(
     """``hadamard.rotate`` of each token's K and V written into its pool slot and row, in one launch
     (the torch form is two GEMMs and several small kernels; cuBLAS's fp32 GEMM for a batch of one
     took 51 µs a call on the H200: gpu/kvarn/probe_step.py). Slot -1 goes to the pools' last slot.
-    A layer that writes every step binds once instead (``LayerStore.write``)."""
+    A layer's step writes with its flush in one launch instead (``LayerStore.flush_write``)."""
     if pool_k.stride() != pool_v.stride():
         raise ValueError("rotate_write: the pools must be alike")
-    fixed = (pool_k, pool_v, pool_k.stride(0), pool_k.stride(1), pool_k.stride(2),
-             pool_k.shape[0] - 1)  # fmt: skip
-    _write(h16, key, value, write_slots, write_rows, fixed, None)
-
-
-def _write(h16, key, value, write_slots, write_rows, fixed: tuple, bound: int | None) -> None:
-    """The write kernel's launch; ``fixed``: its arguments 9-14 (pools, their strides, the trash
-    slot); ``bound``: the layer's binding (None: everything specialized per call)."""
     t, hkv, d = key.shape
     if t == 0:
         return
@@ -381,7 +489,6 @@ def _write(h16, key, value, write_slots, write_rows, fixed: tuple, bound: int | 
         "rotate_write", (d,), lambda: dict(D=d, CH=64, CB=ROTATE_COLUMNS, num_warps=4)
     )
     args = (key, value, key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-            h16.contiguous(), write_slots, write_rows, *fixed)  # fmt: skip
-    vary = None if bound is None else _WRITE_VARY
-    launch(_rotate_write_kernel, (t, hkv, d // ROTATE_COLUMNS), args, kw, kwkey=kwkey, bound=bound,
-           vary=vary)  # fmt: skip
+            h16.contiguous(), write_slots, write_rows, pool_k, pool_v, pool_k.stride(0),
+            pool_k.stride(1), pool_k.stride(2), pool_k.shape[0] - 1)  # fmt: skip
+    launch(_rotate_write_kernel, (t, hkv, d // ROTATE_COLUMNS), args, kw, kwkey=kwkey)
