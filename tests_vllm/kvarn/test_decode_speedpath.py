@@ -209,13 +209,16 @@ def test_l2_prefetch_only_where_the_instruction_exists(monkeypatch: pytest.Monke
 
 
 def test_the_bound_launch_names_every_argument_that_changes_per_step() -> None:
-    """_DECODE_VARY (what the fast launch specializes per call) covers q, the table, the lengths
-    and the outputs, and the rest is exactly _Launch.fixed plus the rotation and the scale: a wrong
-    index would let a step reuse a kernel specialized for another alignment."""
+    """_DECODE_VARY (what the fast launch specializes per call) covers q, the table and the
+    lengths; the rest is exactly _Launch.fixed plus the rotation and the scale (the layer's) and
+    the partials with the split count (the launch shape's binding): a wrong index would let a step
+    reuse a kernel specialized for another alignment. (The GPU tests' check mode compares Triton's
+    own key on every launch.)"""
     vary = set(triton_decode._DECODE_VARY)
     fixed = set(range(3, 12)) | {17, 18}
-    assert vary.isdisjoint(fixed)
-    assert vary | fixed == set(range(26))  # 19 arguments and 7 output ones
+    shape = set(range(19, 26))
+    assert vary.isdisjoint(fixed | shape) and fixed.isdisjoint(shape)
+    assert vary | fixed | shape == set(range(26))  # 19 arguments and 7 output ones
 
 
 def test_a_layer_binds_one_launch_whatever_view_of_its_cache_comes() -> None:
@@ -234,6 +237,14 @@ def test_a_layer_binds_one_launch_whatever_view_of_its_cache_comes() -> None:
                                                workspace=ws))  # fmt: skip
     assert len(ws.launches) == 1
     assert all(torch.equal(o, outs[0]) for o in outs)
+    # a plan per length the caller passes, but a binding per launch shape: lengths that pick the
+    # same launch add plans (bounded) and no binding (the fast launch's cache keeps one per binding)
+    (bound,) = ws.launches.values()
+    for n in (400, 401, 402):
+        triton_decode.kvarn_decode(*args, cfg, comp_end=sc.comp_end, max_seq_len=n, workspace=ws)
+        if n == 400:
+            shapes = len(bound.bindings)
+    assert len(bound.plans) >= 3 and len(bound.bindings) == shapes
     other = ks.build("kvarn_k4v2_g128", 128, 2, [300, 5], device=dev, iters=1)
     triton_decode.kvarn_decode(*ks.attention_args(other, q), cfg, comp_end=other.comp_end,
                                num_splits=2, workspace=ws)  # fmt: skip

@@ -268,7 +268,7 @@ def test_fast_launch_of_the_store_and_the_write(checked_launch, d: int) -> None:
         for got in fused[1:]:
             assert all(torch.equal(a, b) for a, b in zip(got, fused[0], strict=True))
         assert torch.equal(fused[0][0], want[0])
-        for a, b in zip(fused[0][1:], want[1:], strict=True):
-            assert (a.float() - b.float()).abs().max().item() <= 2e-3
+        for a, b in zip(fused[0][1:], want[1:], strict=True):  # within an fp16 ulp
+            assert torch.allclose(a.float(), b.float(), rtol=2**-10, atol=1e-3)
     for kernel in ("_kvarn_store_kernel", "_rotate_write_kernel", "_flush_write_kernel"):
         assert any(k[0] == id(getattr(triton_store, kernel)) for k in launch._CACHE), kernel

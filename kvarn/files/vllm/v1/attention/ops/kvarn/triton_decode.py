@@ -1921,7 +1921,7 @@ class _Launch:
         self.hkv = cache.shape[1]
         self.compiled: set[tuple] = set()  # (rot, dtype, q shape, warps) compiled ahead
         # (hq, warps, rot, cuda, split) or ("combine", heads, d) -> (kwargs, their key)
-        self.consts: dict[tuple, tuple[dict, tuple]] = {}
+        self.consts: dict[tuple, tuple[dict, int]] = {}
         # kvarn_decode's launch plans: (batch, hq, dtype, length or None, its overrides) -> plan
         self.plans: dict[tuple, tuple] = {}
         # a binding per launch shape (hq, D, warps, splits, combine, rotation): within one, the
@@ -2083,7 +2083,7 @@ class _Launch:
                    bound=bound, vary=_COMBINE_VARY)  # fmt: skip
         return res
 
-    def _combine_consts(self, heads: int, d: int) -> tuple[dict, tuple]:
+    def _combine_consts(self, heads: int, d: int) -> tuple[dict, int]:
         """The combine's constexprs and their key, built once per kind and layer."""
         got = self.consts.get(("combine", heads, d))
         if got is None:

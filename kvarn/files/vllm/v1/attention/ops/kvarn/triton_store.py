@@ -19,10 +19,10 @@ from .launch import binding, kwargs_key, launch
 from .layout import RecordLayout
 
 # (kernel, its constexpr key) -> (kwargs, their key): built once, not per step (host time)
-_KWARGS: dict[tuple, tuple[dict, tuple]] = {}
+_KWARGS: dict[tuple, tuple[dict, int]] = {}
 
 
-def _kwargs(kernel: str, key: tuple, build) -> tuple[dict, tuple]:
+def _kwargs(kernel: str, key: tuple, build) -> tuple[dict, int]:
     got = _KWARGS.get((kernel, *key))
     if got is None:
         kw = build()
@@ -263,6 +263,9 @@ class LayerStore:
         self.store_fixed = (cache, cache.view(torch.float16), *pool_strides, cache.stride(0),
                             cache.stride(1))  # fmt: skip
         self.pools = (pool_k, pool_v)
+        self.trash = pool_k.shape[0] - 1
+        self.warps = 8 if d * g <= 128 * 128 else 16
+        self.consts: dict[tuple, tuple[dict, int]] = {}  # (kernel, warps) -> kwargs, their key
 
     def store(
         self, slots: torch.Tensor, blocks: torch.Tensor, iters: int, num_warps: int | None = None
@@ -271,11 +274,10 @@ class LayerStore:
         n = slots.shape[0]
         if n == 0:
             return
-        if num_warps is None:
-            num_warps = 8 if self.d * self.layout.group <= 128 * 128 else 16
+        warps = num_warps or self.warps
         layout = self.layout
         kw, kwkey = _kwargs(
-            "store", (layout, num_warps), lambda: dict(num_warps=num_warps, **layout.constexprs())
+            "store", (layout, warps), lambda: dict(num_warps=warps, **layout.constexprs())
         )
         args = (*self.pools, slots, blocks, *self.store_fixed, iters)
         vary = None if self.binding is None else _STORE_VARY
@@ -303,18 +305,19 @@ class LayerStore:
             raise ValueError(f"flush_write: key and value must be [T, {self.hkv}, {self.d}]")
         if key.stride(-1) != 1 or value.stride(-1) != 1:
             raise ValueError("flush_write: head_dim must be contiguous")
-        if num_warps is None:
-            num_warps = 8 if self.d * self.layout.group <= 128 * 128 else 16
-        layout = self.layout
-        kw, kwkey = _kwargs(
-            "flush_write",
-            (layout, num_warps),
-            lambda: dict(num_warps=num_warps, CH=64, CB=ROTATE_COLUMNS, **layout.constexprs()),
-        )
+        got = self.consts.get(("flush_write", num_warps))
+        if got is None:
+            warps = num_warps or self.warps
+            got = self.consts["flush_write", num_warps] = _kwargs(
+                "flush_write",
+                (self.layout, warps),
+                lambda: dict(num_warps=warps, CH=64, CB=ROTATE_COLUMNS, **self.layout.constexprs()),
+            )
+        kw, kwkey = got
         pool_k, pool_v = self.pools
         args = (pool_k, pool_v, by_slot, *self.store_fixed, iters, key, value, key.stride(0),
                 key.stride(1), value.stride(0), value.stride(1), h16.contiguous(), write_slots,
-                write_rows, pool_k.shape[0] - 1, t, n)  # fmt: skip
+                write_rows, self.trash, t, n)  # fmt: skip
         vary = None if self.binding is None else _FLUSH_WRITE_VARY
         grid = (n + t * (d // ROTATE_COLUMNS), hkv)
         launch(_flush_write_kernel, grid, args, kw, kwkey=kwkey, bound=self.binding, vary=vary)
