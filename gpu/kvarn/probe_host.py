@@ -147,12 +147,21 @@ def past_ab(where: str, b: int, ctx: int, d: int) -> list[str]:
     calls["their two compiled launchers"] = lambda: [
         c.launch(*g, stream, *c.head, *la, *t) for c, g, la, t in hits
     ]
+    # which launcher each of the two takes: Triton's C function directly, or CompiledKernel.run
+    # (a Python call that allocates the kernel's scratch memory first)
+    kinds = []
+    for (a, _), ent in zip(seen, fast._CACHE.values(), strict=True):
+        run = ent[0].launch
+        scratch = getattr(run, "global_scratch_size", None)
+        via = "C launcher" if scratch is None else f"CompiledKernel.run (scratch {scratch} B)"
+        kinds.append(f"{a[0].fn.__name__}: {via}")
     rounds: dict[str, list[float]] = {n: [] for n in calls}
     names = list(calls)
     for r in range(7):
         for n in names[r % len(names) :] + names[: r % len(names)]:
             rounds[n].append(host_us(calls[n]))
     lines = [f"b={b} ctx={ctx} D={d}: host us per call, median of 7 interleaved rounds (min-max)"]
+    lines.append("launchers: " + "; ".join(kinds))
     for n, v in rounds.items():
         v.sort()
         lines.append(f"{n}: {v[3]:.1f} ({v[0]:.1f}-{v[-1]:.1f})")
