@@ -80,7 +80,8 @@ def sdpa_calls(b: int, ctx: int, d: int, hq: int, hkv: int):
 
 
 def kvarn_step(case: bd.KVarNCase, cfg: config.KVarNConfig, max_model_len: int = 131072, ops=None):
-    """One layer's decode step on the case (step.decode_step): what the backend runs per layer.
+    """One layer's decode step on the case (step.decode_step): what the backend runs per layer,
+    writing into an output buffer as the backend's does.
     ``ops``: the KVarN package to run (default the tree's; probe_host.py --past passes a past one)."""
     import importlib
 
@@ -98,12 +99,13 @@ def kvarn_step(case: bd.KVarNCase, cfg: config.KVarNConfig, max_model_len: int =
     value = torch.randn_like(key)
     launch = step.fixed_launch(b, case.hkv, d, max_model_len, g, cfg, case.q.device)
     ws = DecodeWorkspace()
+    out = torch.empty_like(case.q)  # the backend hands the step its output buffer (out=)
 
     def run():
         return step.decode_step(
             case.q, key, value, case.cache, case.pool_k, case.pool_v, case.h16, flush_by_slot,
             write_slots, write_rows, case.slot, case.table, case.seq_lens, case.comp_end,
-            case.lay, cfg, d**-0.5, launch, max_model_len=max_model_len, workspace=ws,
+            case.lay, cfg, d**-0.5, launch, max_model_len=max_model_len, workspace=ws, out=out,
         )  # fmt: skip
 
     return run

@@ -100,8 +100,10 @@ def launch(
     """``kernel[grid](*args, **kwargs)``, through the launcher directly once compiled.
 
     ``bound`` (a number from ``binding()``, such as a layer's launch holds) says the arguments not
-    listed in ``vary`` are the same objects and values at every launch with it: only those in
-    ``vary`` are specialized per call. ``kwkey`` is ``kwargs_key(kwargs)``, when the caller keeps
+    listed in ``vary`` specialize the same at every launch with it (a tensor: the same dtype and
+    16-byte alignment; an integer: the same == 1, divisibility by 16 and 32-bit range, or one the
+    kernel does not specialize): only those in ``vary`` are specialized per call. All are still
+    passed, and read, at every launch. ``kwkey`` is ``kwargs_key(kwargs)``, when the caller keeps
     it."""
     first = args[0]
     if (
