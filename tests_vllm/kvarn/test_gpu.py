@@ -272,3 +272,9 @@ def test_fast_launch_of_the_store_and_the_write(checked_launch, d: int) -> None:
             assert torch.allclose(a.float(), b.float(), rtol=2**-10, atol=1e-3)
     for kernel in ("_kvarn_store_kernel", "_rotate_write_kernel", "_flush_write_kernel"):
         assert any(k[0] == id(getattr(triton_store, kernel)) for k in launch._CACHE), kernel
+    # a pointer passed for a tensor (restore) is only for a binding's fixed arguments
+    args = (key, value, *key.stride()[:2], *value.stride()[:2], h16, w_slots, w_rows,
+            pk.data_ptr(), pv, *pk.stride()[:3], slots_n - 1)  # fmt: skip
+    kw = dict(D=d, CH=64, CB=triton_store.ROTATE_COLUMNS, num_warps=4)
+    with pytest.raises(ValueError, match="restore needs a binding"):
+        launch.launch(triton_store._rotate_write_kernel, (1, hkv, 1), args, kw, restore=((9, pk),))

@@ -96,6 +96,7 @@ def launch(
     bound: int | None = None,
     vary: tuple[int, ...] | None = None,
     kwkey: int | None = None,
+    restore: tuple[tuple[int, torch.Tensor], ...] = (),
 ) -> None:
     """``kernel[grid](*args, **kwargs)``, through the launcher directly once compiled.
 
@@ -104,7 +105,12 @@ def launch(
     16-byte alignment; an integer: the same == 1, divisibility by 16 and 32-bit range, or one the
     kernel does not specialize): only those in ``vary`` are specialized per call. All are still
     passed, and read, at every launch. ``kwkey`` is ``kwargs_key(kwargs)``, when the caller keeps
-    it."""
+    it. ``restore`` (bound launches only): (position, tensor) pairs of arguments the caller passes
+    as the tensor's ``data_ptr()``, for tensors it holds for the binding's life (a layer's cache,
+    pools, rotation): the launcher then reads an integer instead of calling ``data_ptr`` and asking
+    the driver about the pointer (0.16 µs a tensor, run 47); a launch that compiles or checks
+    Triton's key gets the tensors back. Never position 0, which the fast path checks is a CUDA
+    tensor."""
     first = args[0]
     if (
         MODE == "off"
@@ -114,33 +120,39 @@ def launch(
         or not isinstance(kernel, JITFunction)  # the interpreter's kernels are not
         or _hooked()
     ):
-        kernel[grid](*args, **kwargs)
+        kernel[grid](*_restored(args, restore), **kwargs)
         return
     # The specialization, inline: a function call per argument was most of a launch's host time
     # (24 arguments: 17.7 µs against 6.3 µs for the launcher alone; probe_host.py --floor, run 47).
     # A tensor adds its dtype and whether it is 16-byte aligned, an int one small int of its three
     # properties; every other class its _spec. A dtype is never an int nor a tuple, so the flat
-    # list still says which argument was a tensor.
+    # list still says which argument was a tensor. A tensor goes to the launcher as the pointer
+    # read here (see ``restore``), once it is known to be on the GPU.
     specs: list = []
     push = specs.append
+    call = list(args)
     for i in range(len(args)) if vary is None else vary:
         a = args[i]
         c = a.__class__
         if c is int:
             push((a == 1) | (((a & 15) == 0) << 1) | ((a in _I32) << 2))
-        elif c is _Tensor:
+        elif c is _Tensor and a.is_cuda:
+            ptr = call[i] = a.data_ptr()
             push(a.dtype)
-            push((a.data_ptr() & 15) == 0)
+            push((ptr & 15) == 0)
         else:
             try:
                 push(_spec(a))
             except TypeError:
-                kernel[grid](*args, **kwargs)
+                kernel[grid](*_restored(args, restore), **kwargs)
                 return
     key = (id(kernel), bound, tuple(specs), kwargs_key(kwargs) if kwkey is None else kwkey)
     hit = _CACHE.get(key)
     if hit is None:
-        compiled = kernel[grid](*args, **kwargs)
+        if restore and bound is None:
+            raise ValueError("launch: restore needs a binding (its pointers are fixed arguments)")
+        full = _restored(args, restore)
+        compiled = kernel[grid](*full, **kwargs)
         if hasattr(compiled, "result"):
             compiled = compiled.result()
         names = tuple(kernel.arg_names)
@@ -148,21 +160,32 @@ def launch(
         # The parameters after the positional ones (constexprs, all in kwargs or defaulted): fixed
         # for this key, since the key holds kwargs by value.
         tail = tuple(kwargs[n] if n in kwargs else defaults[n] for n in names[len(args) :])
-        tkey = _triton_key(kernel, args, kwargs) if MODE == "check" else None
+        tkey = _triton_key(kernel, full, kwargs) if MODE == "check" else None
         _CACHE[key] = (_Compiled(compiled), tkey, len(args), tail)
         return
     compiled, tkey, nargs, tail = hit
     if nargs != len(args):
         raise TypeError(f"{kernel.fn.__name__}: {len(args)} positional arguments, was {nargs}")
     if MODE == "check":
-        now = _triton_key(kernel, args, kwargs)
+        now = _triton_key(kernel, _restored(args, restore), kwargs)
         if tkey is None:  # filled while the mode was "on": Triton's key is taken now
             _CACHE[key] = (compiled, now, nargs, tail)
         elif now != tkey:
             raise AssertionError(f"fast launch key of {kernel.fn.__name__} stands for two kernels")
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
-    compiled.launch(grid[0], g1, g2, _raw_stream(_current_device()), *compiled.head, *args, *tail)
+    compiled.launch(grid[0], g1, g2, _raw_stream(_current_device()), *compiled.head, *call, *tail)
+
+
+def _restored(args: tuple, restore: tuple) -> tuple:
+    """``args`` with the tensors of ``restore`` back in their places (Triton's own launch and key
+    take tensors)."""
+    if not restore:
+        return args
+    full = list(args)
+    for i, tensor in restore:
+        full[i] = tensor
+    return tuple(full)
 
 
 _Tensor = torch.Tensor

@@ -1914,9 +1914,15 @@ class _Launch:
         self.layout, self.h16, self.config, self.ws = layout, h16.contiguous(), config, ws
         self.deq, self.prefetch, self.q_scale, self.l2pf = deq, prefetch, scale * LOG2E, l2pf
         self.h32 = self.h16.float()  # the single stage's un-rotation
-        # arguments 3-11 of the decode kernel: the same at every step of this layer
-        self.fixed = (cache, cache.view(torch.float16), cache.stride(0), cache.stride(1), pool_k,
-                      pool_v, pool_k.stride(0), pool_k.stride(1), pool_k.stride(2))  # fmt: skip
+        # arguments 3-11 of the decode kernel: the same at every step of this layer, its tensors
+        # passed as their pointers (launch's restore: held here, so the memory stays theirs)
+        c16 = cache.view(torch.float16)
+        self.fixed = (cache.data_ptr(), c16.data_ptr(), cache.stride(0), cache.stride(1),
+                      pool_k.data_ptr(), pool_v.data_ptr(), pool_k.stride(0), pool_k.stride(1),
+                      pool_k.stride(2))  # fmt: skip
+        self.h16_ptr = self.h16.data_ptr()
+        self.restore = ((3, cache), (4, c16), (7, pool_k), (8, pool_v), (17, self.h16))
+        self.combine_restore = ((9, self.h16),)
         self.device = cache.device
         self.hkv = cache.shape[1]
         self.compiled: set[tuple] = set()  # (rot, dtype, q shape, warps) compiled ahead
@@ -2043,7 +2049,7 @@ class _Launch:
             block_table.stride(0),
             seq_lens,
             comp_end,
-            self.h16,
+            self.h16_ptr,
             self.q_scale,
         )
         hkv = self.hkv
@@ -2057,6 +2063,7 @@ class _Launch:
                 bound=bound,
                 vary=_DECODE_VARY,
                 kwkey=kwkey,
+                restore=self.restore,
             )
             return _into(out, (o32 @ self.h32).to(q.dtype))
         partials = self.ws.partials(b * num_splits, hq, d, self.device)
@@ -2068,19 +2075,20 @@ class _Launch:
             bound=bound,
             vary=_DECODE_VARY,
             kwkey=kwkey,
+            restore=self.restore,
         )
         res = out if out is not None else torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
-        cargs = (*partials, res, res.stride(0), res.stride(1), self.h16)
+        cargs = (*partials, res, res.stride(0), res.stride(1), self.h16_ptr)
         # bound: the partials are the workspace's (fp32, allocated whole, strides set by hq and
         # D), H the layer's, hq and the split count the binding's; a step changes the output only
         if heads == 1:
             grid = (b, hq, d // COMBINE_ROWS_PER_PROGRAM)
             launch(_kvarn_combine_head_rot_kernel, grid, (*cargs, num_splits), ckw, kwkey=ckwkey,
-                   bound=bound, vary=_COMBINE_VARY)  # fmt: skip
+                   bound=bound, vary=_COMBINE_VARY, restore=self.combine_restore)  # fmt: skip
         else:
             grid = (b, triton.cdiv(hq, 16))
             launch(_kvarn_combine_rot_kernel, grid, (*cargs, hq, num_splits), ckw, kwkey=ckwkey,
-                   bound=bound, vary=_COMBINE_VARY)  # fmt: skip
+                   bound=bound, vary=_COMBINE_VARY, restore=self.combine_restore)  # fmt: skip
         return res
 
     def _combine_consts(self, heads: int, d: int) -> tuple[dict, int]:

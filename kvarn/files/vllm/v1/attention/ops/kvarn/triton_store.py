@@ -264,6 +264,14 @@ class LayerStore:
                             cache.stride(1))  # fmt: skip
         self.pools = (pool_k, pool_v)
         self.trash = pool_k.shape[0] - 1
+        # a bound flush-write passes the tensors it holds as pointers (launch's restore; not
+        # position 0, the pool of K, which the fast path checks is on the GPU)
+        c16 = self.store_fixed[1]
+        if self.binding is None:
+            self.fw_head, self.fw_restore = (pool_v, cache, c16), ()
+        else:
+            self.fw_head = (pool_v.data_ptr(), cache.data_ptr(), c16.data_ptr())
+            self.fw_restore = ((1, pool_v), (3, cache), (4, c16))
         self.warps = 8 if d * g <= 128 * 128 else 16
         self.consts: dict[tuple, tuple[dict, int]] = {}  # (kernel, warps) -> kwargs, their key
 
@@ -314,13 +322,14 @@ class LayerStore:
                 lambda: dict(num_warps=warps, CH=64, CB=ROTATE_COLUMNS, **self.layout.constexprs()),
             )
         kw, kwkey = got
-        pool_k, pool_v = self.pools
-        args = (pool_k, pool_v, by_slot, *self.store_fixed, iters, key, value, key.stride(0),
-                key.stride(1), value.stride(0), value.stride(1), h16.contiguous(), write_slots,
-                write_rows, self.trash, t, n)  # fmt: skip
+        pv, c8, c16 = self.fw_head
+        args = (self.pools[0], pv, by_slot, c8, c16, *self.store_fixed[2:], iters, key, value,
+                key.stride(0), key.stride(1), value.stride(0), value.stride(1), h16.contiguous(),
+                write_slots, write_rows, self.trash, t, n)  # fmt: skip
         vary = None if self.binding is None else _FLUSH_WRITE_VARY
         grid = (n + t * (d // ROTATE_COLUMNS), hkv)
-        launch(_flush_write_kernel, grid, args, kw, kwkey=kwkey, bound=self.binding, vary=vary)
+        launch(_flush_write_kernel, grid, args, kw, kwkey=kwkey, bound=self.binding, vary=vary,
+               restore=self.fw_restore)  # fmt: skip
 
 
 # What a bound launch specializes per call: the step's own tensors and numbers (the slot and block
