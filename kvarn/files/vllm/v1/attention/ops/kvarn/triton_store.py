@@ -230,9 +230,9 @@ class LayerStore:
     """One layer's flush (``store``: ``store_blocks``) and a step's flush with its pool write
     (``flush_write``: one launch) with what stays fixed across its steps checked and built once:
     the shapes, the cache's fp16 view, the strides, the kernels' constants, and (``bind``) a
-    ``launch.binding`` so that only the step's own tensors are specialized per launch. Through the
-    compiled launcher directly once compiled (``launch.py``): Triton's own binding of the flush and
-    write launches was over a third of an eager step's host time (run 45).
+    ``launch.binding`` so that only the step's own tensors are specialized per flush-write.
+    Through the compiled launcher directly once compiled (``launch.py``): Triton's own binding of
+    the flush and write launches was over a third of an eager step's host time (run 45).
     ``DecodeWorkspace.store`` keeps one per layer."""
 
     def __init__(
@@ -288,9 +288,8 @@ class LayerStore:
             "store", (layout, warps), lambda: dict(num_warps=warps, **layout.constexprs())
         )
         args = (*self.pools, slots, blocks, *self.store_fixed, iters)
-        vary = None if self.binding is None else _STORE_VARY
-        launch(_kvarn_store_kernel, (n, self.hkv), args, kw, kwkey=kwkey, bound=self.binding,
-               vary=vary)  # fmt: skip
+        # not bound: a step flushes through flush_write; this serves store_blocks' other callers
+        launch(_kvarn_store_kernel, (n, self.hkv), args, kw, kwkey=kwkey)
 
     def flush_write(
         self,
@@ -332,10 +331,9 @@ class LayerStore:
                restore=self.fw_restore)  # fmt: skip
 
 
-# What a bound launch specializes per call: the step's own tensors and numbers (the slot and block
-# lists and the iteration count; the K/V, their strides, H, the slots and rows), not the layer's.
-# The flush-write kernel does not specialize its counts (iterations, tokens, slots): left out.
-_STORE_VARY = (2, 3, 11)
+# What a bound flush-write specializes per call: the step's own tensors and strides (the flush
+# list; the K/V, their strides, H, the slots and rows), not the layer's, nor the counts the kernel
+# does not specialize (iterations, tokens, slots).
 _FLUSH_WRITE_VARY = (2, 11, 12, 13, 14, 15, 16, 17, 18, 19)
 
 
