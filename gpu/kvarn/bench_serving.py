@@ -23,6 +23,8 @@ read), fp16 writes each request's token into its cache then calls SDPA.
     python3 gpu/kvarn/bench_serving.py --out DIR [--batches 1,8,32,128] [--contexts 8192,32768,131072] [--step]
 
 Writes DIR/serving.json and DIR/serving.md (DIR/serving-step.* with ``--step``).
+``--eager-ab ROUNDS``: only the two steps back to back, alternating, with the ratio per round
+(DIR/serving-eager-ab.json): the eager comparison on a host whose speed drifts.
 """
 
 from __future__ import annotations
@@ -132,6 +134,40 @@ def sdpa_step(b: int, ctx: int, d: int, hq: int, hkv: int):
     return fold_step, gqa_step, cos, (k, v, q_fold)
 
 
+def eager_ab(cfg: config.KVarNConfig, batches: list[int], contexts: list[int], rounds: int):
+    """The eager step back to back, KVarN's and fp16 SDPA-GQA's side by side: both built at once
+    and timed in alternating order over ``rounds`` rounds (this host's speed drifts by 1.5x
+    between minutes, so a ratio of two timings taken apart says little). Per row: the medians of
+    each and the median (min-max) of the per-round ratios."""
+    rows = []
+    for d, hq, hkv in bd.SHAPES:
+        for b in batches:
+            for ctx in contexts:
+                case = bd.KVarNCase(b, ctx, d, hq, hkv)
+                kv = kvarn_step(case, cfg)
+                _, gqa, _, keep = sdpa_step(b, ctx, d, hq, hkv)
+                kv(), gqa()
+                times: dict[str, list[float]] = {"kvarn": [], "gqa": []}
+                hosts: dict[str, list[float]] = {"kvarn": [], "gqa": []}
+                for r in range(rounds):
+                    for name in ("kvarn", "gqa") if r % 2 == 0 else ("gqa", "kvarn"):
+                        b2b, host = back_to_back(kv if name == "kvarn" else gqa)
+                        times[name].append(b2b * 1e6)
+                        hosts[name].append(host * 1e6)
+                ratios = sorted(g / k for g, k in zip(times["gqa"], times["kvarn"], strict=True))
+                med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+                row = {"D": d, "Hq": hq, "Hkv": hkv, "batch": b, "ctx": ctx, "rounds": rounds,
+                       "kvarn_b2b_us": med(times["kvarn"]), "sdpa_gqa_b2b_us": med(times["gqa"]),
+                       "kvarn_host_us": med(hosts["kvarn"]), "sdpa_gqa_host_us": med(hosts["gqa"]),
+                       "ratio_median": med(ratios), "ratio_min": ratios[0],
+                       "ratio_max": ratios[-1]}  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                del case, kv, gqa, keep
+                torch.cuda.empty_cache()
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -139,6 +175,13 @@ def main() -> None:
     ap.add_argument("--contexts", default="8192,32768,131072")
     ap.add_argument("--launch", default=None, help="kvarn_ops.launch.MODE: on, off or check")
     ap.add_argument("--step", action="store_true", help="time a layer's whole decode step")
+    ap.add_argument(
+        "--eager-ab",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="only the eager step back to back, KVarN and SDPA-GQA alternating over ROUNDS rounds",
+    )
     args = ap.parse_args()
     if args.launch:
         from kvarn_ops import launch
@@ -156,6 +199,13 @@ def main() -> None:
         "what": "a layer's decode step" if args.step else "the attention call",
     }
     print(json.dumps(meta), flush=True)
+    if args.eager_ab:
+        batches = list(map(int, args.batches.split(",")))
+        contexts = list(map(int, args.contexts.split(",")))
+        rows = eager_ab(cfg, batches, contexts, args.eager_ab)
+        with open(os.path.join(args.out, "serving-eager-ab.json"), "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        return
     rows = []
     for d, hq, hkv in bd.SHAPES:
         for b in map(int, args.batches.split(",")):
