@@ -196,7 +196,13 @@ def main() -> None:
         "triton": triton.__version__,
         "preset": bd.PRESET,
         "launch": args.launch or "default",
-        "what": "a layer's decode step" if args.step else "the attention call",
+        "what": (
+            "a layer's decode step, eager back to back, alternating"
+            if args.eager_ab
+            else "a layer's decode step"
+            if args.step
+            else "the attention call"
+        ),
     }
     print(json.dumps(meta), flush=True)
     if args.eager_ab:
