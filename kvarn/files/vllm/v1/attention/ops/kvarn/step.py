@@ -3,7 +3,7 @@
 A step of single-token queries (every request decodes one token) does three things per layer, in
 this order: compress the pool blocks the plan flushes (``SlotPlan.flush_by_slot``: a fixed-size
 list by slot, -1 where nothing flushes), write the step's K/V rotated into the pool (the two in one
-launch on CUDA: ``flush_write``), then run the fused decode over the two tiers. Every size here is fixed by the batch and the engine's limits, and
+launch on CUDA for a few requests: ``flush_write``), then run the fused decode over the two tiers. Every size here is fixed by the batch and the engine's limits, and
 no value is read back to the host, so the same calls run eagerly and inside a CUDA graph (the
 backend's uniform-decode path, and the 200-step graph test in tests_vllm/kvarn/test_step.py).
 ``verify_step`` does the same for a step in which every request has the same few query tokens
@@ -125,18 +125,35 @@ def flush_write(
     *,
     kernels: bool | None = None,
     workspace=None,
+    fused: bool | None = None,
 ) -> None:
     """``flush`` then ``write``, as a step needs them (a slot the flush frees may take one of this
-    step's tokens). On CUDA one launch (``LayerStore.flush_write``), bound once per layer when a
+    step's tokens). On CUDA, where the write's programs fit in one wave of the GPU's SMs (a step of
+    a few requests, host-bound: a launch fewer is what counts there), one launch
+    (``LayerStore.flush_write``); else the store kernel then the write kernel (a larger batch: the
+    write's many small programs run faster in their own 4-warp kernel than at the flush's 8-16
+    warps, which hold an SM each: run 58 in a graph, batch 128, D 256, 8K: 426 -> 595 µs a step
+    fused). ``fused`` overrides that choice (tests). The layer's store is bound once when a
     ``workspace`` (``triton_decode.DecodeWorkspace``) is given."""
     if cache.is_cuda if kernels is None else kernels:
+        from .triton_store import ROTATE_COLUMNS, LayerStore, rotate_write
+
+        if fused is None:
+            from .triton_decode import _num_sms
+
+            t, hkv, d = key.shape
+            fused = t * hkv * (d // ROTATE_COLUMNS) <= _num_sms(key.device)
         if workspace is not None:
             bound = workspace.store(cache, pool_k, pool_v, layout)
         else:
-            from .triton_store import LayerStore
-
             bound = LayerStore(cache, pool_k, pool_v, layout, bind=False)
-        bound.flush_write(flush_by_slot, iters, h16, key, value, write_slots, write_rows)
+        if fused:
+            bound.flush_write(flush_by_slot, iters, h16, key, value, write_slots, write_rows)
+        else:
+            bound.store(
+                slot_ids(flush_by_slot.shape[0], flush_by_slot.device), flush_by_slot, iters
+            )
+            rotate_write(pool_k, pool_v, h16, key, value, write_slots, write_rows)
         return
     flush(cache, pool_k, pool_v, flush_by_slot, layout, iters, kernels=False)
     write(pool_k, pool_v, h16, key, value, write_slots, write_rows, kernels=False)
@@ -171,9 +188,10 @@ def decode_step(
     the slot map after this step's plan, the requests' block table [B, W], sequence lengths [B]
     (this token included; 0 = padding) and ``comp_end`` [B]. Returns the attention output [B, Hq, D]
     in the query's dtype, or writes it into ``out`` (its dtype) and returns that; padding rows are
-    zeros. ``launch`` is ``fixed_launch``'s (splits, warps). On CUDA the step is three launches:
-    the flush with the write (``flush_write``), the decode and its combine, which writes the
-    result (two with one split: the product with H is then a GEMM and the result a copy).
+    zeros. ``launch`` is ``fixed_launch``'s (splits, warps). On CUDA the step is three launches
+    for a few requests, four for more (``flush_write``: the flush and the write), the decode and
+    its combine, which writes the result (one fewer with one split: the product with H is then a
+    GEMM and the result a copy).
     ``kernels``: the Triton kernels (default on CUDA) or the torch reference; tests pass True on
     the CPU to run the kernels in Triton's interpreter."""
     kernels = cache.is_cuda if kernels is None else kernels
