@@ -169,40 +169,26 @@ def _kvarn_store_kernel(
     blk = tl.load(blocks + t).to(tl.int64)
     if (slot < 0) | (blk < 0):
         return  # an empty entry of a fixed-size list (a step's flushes, listed by slot)
+    _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps, s_pg, s_ph, s_cb, s_ch,
+                n_iters, D, G, KB, VB, K_CODES, K_SCOL, K_ZP, K_SROW, V_CODES, V_SCOL, V_SROW,
+                V_ZP)  # fmt: skip
+
+
+@triton.jit
+def _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps, s_pg, s_ph, s_cb, s_ch,
+                n_iters, D: tl.constexpr, G: tl.constexpr, KB: tl.constexpr, VB: tl.constexpr,
+                K_CODES: tl.constexpr, K_SCOL: tl.constexpr, K_ZP: tl.constexpr,
+                K_SROW: tl.constexpr, V_CODES: tl.constexpr, V_SCOL: tl.constexpr,
+                V_SROW: tl.constexpr, V_ZP: tl.constexpr):  # fmt: skip
+    """Pool slot ``slot``, KV head ``h``, compressed into block ``blk``'s record: K, then V."""
     rec = blk * s_cb + h * s_ch  # byte offset of the record
     src = slot * s_ps + h * s_ph
     # K tile [D, G]: row d, column g -> pool[slot, g, h, d]
-    _norm_quant_pack(
-        pool_k + src,
-        1,
-        s_pg,
-        n_iters,
-        cache_u8 + rec,
-        cache_f16 + rec // 2,
-        K_CODES,
-        K_SCOL // 2,
-        K_ZP // 2,
-        K_SROW // 2,
-        D,
-        G,
-        KB,
-    )
+    _norm_quant_pack(pool_k + src, 1, s_pg, n_iters, cache_u8 + rec, cache_f16 + rec // 2,
+                     K_CODES, K_SCOL // 2, K_ZP // 2, K_SROW // 2, D, G, KB)  # fmt: skip
     # V tile [G, D]: row g, column d -> pool[slot, g, h, d]
-    _norm_quant_pack(
-        pool_v + src,
-        s_pg,
-        1,
-        n_iters,
-        cache_u8 + rec,
-        cache_f16 + rec // 2,
-        V_CODES,
-        V_SROW // 2,
-        V_ZP // 2,
-        V_SCOL // 2,
-        G,
-        D,
-        VB,
-    )
+    _norm_quant_pack(pool_v + src, s_pg, 1, n_iters, cache_u8 + rec, cache_f16 + rec // 2,
+                     V_CODES, V_SROW // 2, V_ZP // 2, V_SCOL // 2, G, D, VB)  # fmt: skip
 
 
 def store_blocks(
@@ -441,13 +427,11 @@ def _flush_write_kernel(
     h = tl.program_id(1)
     if p < n_slots:
         blk = tl.load(by_slot + p).to(tl.int64)
+        slot = p.to(tl.int64)  # slot x its stride passes 2^31 elements in a large pool
         if blk >= 0:
-            src = p * s_ps + h * s_ph
-            rec = blk * s_cb + h * s_ch
-            _norm_quant_pack(pool_k + src, 1, s_pg, n_iters, cache_u8 + rec, cache_f16 + rec // 2,
-                             K_CODES, K_SCOL // 2, K_ZP // 2, K_SROW // 2, D, G, KB)  # fmt: skip
-            _norm_quant_pack(pool_v + src, s_pg, 1, n_iters, cache_u8 + rec, cache_f16 + rec // 2,
-                             V_CODES, V_SROW // 2, V_ZP // 2, V_SCOL // 2, G, D, VB)  # fmt: skip
+            _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps, s_pg, s_ph, s_cb,
+                        s_ch, n_iters, D, G, KB, VB, K_CODES, K_SCOL, K_ZP, K_SROW, V_CODES,
+                        V_SCOL, V_SROW, V_ZP)  # fmt: skip
             tl.debug_barrier()
             for t in range(n_tokens):
                 dest = tl.load(slots + t).to(tl.int64)
@@ -456,7 +440,7 @@ def _flush_write_kernel(
                     for c in tl.static_range(0, D, CB):
                         cols = c + tl.arange(0, CB)
                         _write_columns(k_ptr, v_ptr, s_kt, s_kh, s_vt, s_vh, h_ptr, t, h, cols,
-                                       p, row, pool_k, pool_v, s_ps, s_pg, s_ph, D, CH, CB)  # fmt: skip
+                                       slot, row, pool_k, pool_v, s_ps, s_pg, s_ph, D, CH, CB)  # fmt: skip
     else:
         w = p - n_slots
         t = w // (D // CB)
