@@ -110,6 +110,24 @@ def write(
     pool_v[slots, write_rows] = rotate(value, h16)
 
 
+_ONE_WAVE: dict[tuple, bool] = {}
+
+
+def _one_wave(shape: torch.Size, device: torch.device) -> bool:
+    """Whether a write of ``shape`` [T, Hkv, D] has no more programs than the GPU has SMs (decided
+    once per shape and device, without the imports: a step's host time is what the one launch is
+    for)."""
+    key = (shape, device)
+    got = _ONE_WAVE.get(key)
+    if got is None:
+        from .triton_decode import _num_sms
+        from .triton_store import ROTATE_COLUMNS
+
+        t, hkv, d = shape
+        got = _ONE_WAVE[key] = t * hkv * (d // ROTATE_COLUMNS) <= _num_sms(device)
+    return got
+
+
 def flush_write(
     cache: torch.Tensor,
     pool_k: torch.Tensor,
@@ -136,24 +154,21 @@ def flush_write(
     fused). ``fused`` overrides that choice (tests). The layer's store is bound once when a
     ``workspace`` (``triton_decode.DecodeWorkspace``) is given."""
     if cache.is_cuda if kernels is None else kernels:
-        from .triton_store import ROTATE_COLUMNS, LayerStore, rotate_write
-
         if fused is None:
-            from .triton_decode import _num_sms
-
-            t, hkv, d = key.shape
-            fused = t * hkv * (d // ROTATE_COLUMNS) <= _num_sms(key.device)
+            fused = _one_wave(key.shape, key.device)
         if workspace is not None:
             bound = workspace.store(cache, pool_k, pool_v, layout)
         else:
+            from .triton_store import LayerStore
+
             bound = LayerStore(cache, pool_k, pool_v, layout, bind=False)
         if fused:
             bound.flush_write(flush_by_slot, iters, h16, key, value, write_slots, write_rows)
-        else:
-            bound.store(
-                slot_ids(flush_by_slot.shape[0], flush_by_slot.device), flush_by_slot, iters
-            )
-            rotate_write(pool_k, pool_v, h16, key, value, write_slots, write_rows)
+            return
+        from .triton_store import rotate_write
+
+        bound.store(slot_ids(flush_by_slot.shape[0], flush_by_slot.device), flush_by_slot, iters)
+        rotate_write(pool_k, pool_v, h16, key, value, write_slots, write_rows)
         return
     flush(cache, pool_k, pool_v, flush_by_slot, layout, iters, kernels=False)
     write(pool_k, pool_v, h16, key, value, write_slots, write_rows, kernels=False)
