@@ -3,9 +3,10 @@
 A step of single-token queries (every request decodes one token) does three things per layer, in
 this order: compress the pool blocks the plan flushes (``SlotPlan.flush_by_slot``: a fixed-size
 list by slot, -1 where nothing flushes), write the step's K/V rotated into the pool (the two in one
-launch on CUDA for a few requests: ``flush_write``), then run the fused decode over the two tiers. Every size here is fixed by the batch and the engine's limits, and
-no value is read back to the host, so the same calls run eagerly and inside a CUDA graph (the
-backend's uniform-decode path, and the 200-step graph test in tests_vllm/kvarn/test_step.py).
+launch on CUDA for a few requests: ``flush_write``), then run the fused decode over the two tiers.
+Every size here is fixed by the batch and the engine's limits, and no value is read back to the
+host, so the same calls run eagerly and inside a CUDA graph (the backend's uniform-decode path,
+and the 200-step graph test in tests_vllm/kvarn/test_step.py).
 ``verify_step`` does the same for a step in which every request has the same few query tokens
 (speculative verification), through the one-pass kernel of ``triton_prefix``.
 
