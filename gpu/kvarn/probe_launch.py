@@ -71,19 +71,20 @@ def _combine(case: bd.KVarNCase, hq: int, max_splits: int, splits: int, heads: i
     b, d = case.b, case.d
     part, lse = ws.get(b * splits, hq, d, case.q.device)
     res = torch.empty(b, hq, d, dtype=case.q.dtype, device=case.q.device)
-    cargs = (part, *part.stride()[:2], lse, *lse.stride(), res, *res.stride()[:2])
-    h16 = case.h16.contiguous()
+    cargs = (part, *part.stride()[:2], lse, *lse.stride(), res, *res.stride()[:2], case.seq_lens,
+             case.comp_end)  # fmt: skip
+    h16, g = case.h16.contiguous(), case.lay.group
 
     def run():
         if heads == 1:
             jb = td.COMBINE_ROWS_PER_PROGRAM
             td._kvarn_combine_head_rot_kernel[(b, hq, d // jb)](
-                *cargs, h16, splits, D=d, SPAD=max_splits, SC=min(max_splits, 8192 // d), JB=jb,
-                num_warps=4,
+                *cargs, h16, splits, D=d, G=g, SPAD=max_splits, SC=min(max_splits, 8192 // d),
+                JB=jb, num_warps=4,
             )  # fmt: skip
         else:
             td._kvarn_combine_rot_kernel[(b, -(-hq // 16))](
-                *cargs, h16, hq, splits, D=d, SPAD=max_splits, HB=16, num_warps=4
+                *cargs, h16, hq, splits, D=d, G=g, SPAD=max_splits, HB=16, num_warps=4
             )
 
     return run

@@ -154,8 +154,8 @@ def test_more_splits_than_blocks_and_the_reference_fallback() -> None:
 
 
 def test_both_combines_agree_over_many_splits() -> None:
-    """The per-head combine (small batches) reads its splits SC at a time: 20 splits of which most
-    are empty cross two chunks; it and the 16-head combine give the same merge."""
+    """A launch of 20 splits over requests that fill 2 and 4 of them (``_shares``): the per-head
+    combine (small batches) and the 16-head combine give the same merge."""
     sc = ks.build("kvarn_k4v2_g64", 128, 2, [70, 6 * 64 + 9, 0], device=DEVICE, iters=1)
     q = ks.queries(sc, 4)
     ref = ks.ref_decode(sc, q)
@@ -166,6 +166,39 @@ def test_both_combines_agree_over_many_splits() -> None:
     assert ks.cosine(per_head, ref).min().item() >= 0.999
     rel = ((per_head.float() - grouped.float()).norm() / grouped.float().norm()).item()
     assert rel <= 1e-3
+
+
+def _live_splits(seq_len: int, comp_end: int, splits: int, g: int) -> int:
+    """``_shares``' live split count, from its rule: the sink and each tail block POOL_COST
+    units, each compressed block one, at least MIN_SPLIT_UNITS units a split."""
+    nblk = -(-seq_len // g)
+    c_end = min(comp_end, nblk)
+    units = (4 if nblk else 0) + max(c_end - 1, 0) + 4 * max(nblk - max(c_end, 1), 0)
+    return min(splits, max(1, -(-units // 4)))
+
+
+@pytest.mark.parametrize("heads", [1, 16])
+def test_a_launch_for_a_longer_context_runs_the_live_splits_only(heads: int) -> None:
+    """A step launched for the longest context (``step.fixed_launch``) runs a short request on as
+    many splits as its length fills; the splits past those write nothing, and the combines read
+    nothing of them: partials poisoned with NaN beforehand stay NaN and out of the result."""
+    sc = ks.build("kvarn_k4v2_g64", 128, 2, [70, 6 * 64 + 9, 20 * 64 + 3, 0], device=DEVICE,
+                  iters=1, store="triton")  # fmt: skip
+    q = ks.queries(sc, 4)
+    splits, hq = 20, q.shape[1]
+    ws = triton_decode.DecodeWorkspace()
+    part, lse = ws.get(len(sc.seq_lens) * splits, hq, 128, DEVICE)
+    part.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    out = _decode(sc, q, splits, config.KVarNConfig(max_splits=32), combine_heads=heads,
+                  workspace=ws)  # fmt: skip
+    assert torch.isfinite(out).all() and not out[-1].any()
+    assert ks.cosine(out, ks.ref_decode(sc, q)).min().item() >= 0.999
+    live = [_live_splits(n, c, splits, 64) for n, c in zip(sc.seq_lens.tolist(),
+                                                           sc.comp_end.tolist())]  # fmt: skip
+    assert live == [2, 4, 7, 1]  # 8, 13, 27 and 0 units (the last a padded row)
+    written = ~lse.view(-1, splits, hq)[: len(live)].isnan().all(dim=2)
+    assert written.tolist() == [[s < n for s in range(splits)] for n in live]
 
 
 @pytest.mark.parametrize(("splits", "heads"), [(3, 1), (3, 16), (1, None)])
@@ -325,8 +358,8 @@ PER_STEP = {
         "block_slot",
     },
     "_kvarn_combine_kernel": {"num_splits"},
-    "_kvarn_combine_rot_kernel": {"num_splits"},
-    "_kvarn_combine_head_rot_kernel": {"num_splits"},
+    "_kvarn_combine_rot_kernel": {"num_splits", "seq_lens", "comp_end"},
+    "_kvarn_combine_head_rot_kernel": {"num_splits", "seq_lens", "comp_end"},
     "_kvarn_store_kernel": {"n_iters", "slots", "blocks"},
 }
 NOT_SPECIALIZED = {

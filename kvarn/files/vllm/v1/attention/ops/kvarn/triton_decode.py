@@ -52,6 +52,11 @@ from .layout import RecordLayout
 LOG2E = 1.4426950408889634
 # What a pool block (fp16, 4G·D bytes for K and V) costs against a record when splits are balanced.
 POOL_COST = tl.constexpr(4)
+# The fewest units (records) a split of a request takes before another split does, as choose_splits
+# keeps at least 4 blocks a split: a launch fixed for 128K (a captured step) gave a request of 8K
+# 128 splits of half a block at D=256, each rotating q through all of H (run 61: 26 us against
+# 20 for the 16 splits an 8K launch takes, and the combine over 128 splits 9.8 us against 4.2).
+MIN_SPLIT_UNITS = tl.constexpr(4)
 # Warps per program of the word path (DEQ 3/4, the default) per head size on CUDA. Each tl.dot is
 # spread over all warps of a program, and the word path's dots are small (N = 8 query heads, M =
 # 32 tokens or 16-32 channel words), so more warps only replicate work: one warp does a D=128 block
@@ -971,6 +976,29 @@ def _rotate_q(q_row, s_qh, h_ptr, q_scale, heads, hmask, D: tl.constexpr):
     return acc * q_scale
 
 
+@triton.jit
+def _shares(seq_len, comp_end, num_splits, G: tl.constexpr):
+    """How a request's blocks are shared among the splits of a launch: (blocks, comp_end clamped,
+    compressed blocks, tail blocks, the sink's units, units per split, live splits). Split s of the
+    live ones takes a contiguous share of [1, comp_end); the first also reads the sink and the last
+    the tail. Each pool block is ~4.6x a record's bytes in fp16, so the shares are cut on a line of
+    POOL_COST units (sink), one unit per compressed block, POOL_COST units per tail block, and
+    neither end split is the longest (all on the last split made it the critical path of a small
+    batch: two pool blocks, ~10 records). Only the first ``live`` splits take a share, each at
+    least MIN_SPLIT_UNITS: a launch fixed for the longest context (a captured step) runs a short
+    request on as few splits as a launch sized for it would, and the combine reads those only (the
+    decode and the combines call this with the same values, so they agree)."""
+    nblk = tl.cdiv(seq_len, G)
+    c_end = tl.minimum(comp_end, nblk)
+    n_comp = tl.maximum(c_end - 1, 0)
+    n_tail_all = tl.maximum(nblk - tl.maximum(c_end, 1), 0)
+    sink_units = tl.where(nblk > 0, POOL_COST, 0)
+    units = sink_units + n_comp + POOL_COST * n_tail_all
+    live = tl.minimum(num_splits, tl.maximum(tl.cdiv(units, MIN_SPLIT_UNITS), 1))
+    per_split = tl.cdiv(units, live)
+    return nblk, c_end, n_comp, n_tail_all, sink_units, per_split, live
+
+
 @triton.jit(do_not_specialize=["num_splits", "s_bt"])
 def _kvarn_decode_kernel(
     q_ptr,
@@ -1020,12 +1048,10 @@ def _kvarn_decode_kernel(
     REC: tl.constexpr,
 ):
     """Blocks [1, comp_end) of a request are compressed (the caller guarantees it); block 0 (the
-    sink) and [comp_end, nblk) are read as the slot map says, normally from the pool. Split s takes
-    a contiguous share of [1, comp_end); the first split also takes the sink and the last the
-    tail, and the shares are cut as if each pool block were POOL_COST records, so the end splits'
-    shares are that much smaller and the pool blocks do not lengthen the longest split. The compressed loop
-    has no branch and, with PREFETCH, loads block i+1's record (and block i+2's id) while computing
-    block i."""
+    sink) and [comp_end, nblk) are read as the slot map says, normally from the pool. The splits
+    share the blocks as ``_shares`` says; a split past the live ones returns at once, writing
+    nothing. The compressed loop has no branch and, with PREFETCH, loads block i+1's record (and
+    block i+2's id) while computing block i."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -1033,21 +1059,16 @@ def _kvarn_decode_kernel(
     G2: tl.constexpr = G // 2
 
     seq_len = tl.load(seq_lens + b)
-    nblk = tl.cdiv(seq_len, G)
-    c_end = tl.minimum(tl.load(comp_end + b), nblk)
-    n_comp = tl.maximum(c_end - 1, 0)
-    # The first split also reads the sink and the last one the tail, each pool block ~4.6x a
-    # record's bytes in fp16: the shares are cut on a line of POOL_COST units (sink), one unit per
-    # compressed block, POOL_COST units per tail block, so neither end split is the longest. (All
-    # on the last split made it the critical path of a small batch: two pool blocks, ~10 records.)
-    n_tail_all = tl.maximum(nblk - tl.maximum(c_end, 1), 0)
-    sink_units = tl.where(nblk > 0, POOL_COST, 0)
-    per_split = tl.cdiv(sink_units + n_comp + POOL_COST * n_tail_all, num_splits)
+    nblk, c_end, n_comp, n_tail_all, sink_units, per_split, live = _shares(
+        seq_len, tl.load(comp_end + b), num_splits, G
+    )
+    if split >= live:  # a launch sized for a longer context: nothing here, none of it combined
+        return
     u0 = split * per_split - sink_units
     start = 1 + tl.minimum(tl.maximum(u0, 0), n_comp)
     end = 1 + tl.minimum(tl.maximum(u0 + per_split, 0), n_comp)
     has_sink = tl.where((split == 0) & (nblk > 0), 1, 0)
-    n_tail = tl.where(split == num_splits - 1, n_tail_all, 0)
+    n_tail = tl.where(split == live - 1, n_tail_all, 0)
 
     r = tl.arange(0, QH)
     rmask = r < QPK
@@ -1470,10 +1491,13 @@ def _kvarn_combine_rot_kernel(
     out_ptr,
     s_ob,
     s_oh,
+    seq_lens,
+    comp_end,
     h_ptr,
     n_heads,
     num_splits,
     D: tl.constexpr,
+    G: tl.constexpr,
     SPAD: tl.constexpr,
     HB: tl.constexpr,
 ):
@@ -1485,9 +1509,10 @@ def _kvarn_combine_rot_kernel(
     hm = hh < n_heads
     s = tl.arange(0, SPAD)
     r0 = (b * num_splits).to(tl.int64)  # the request's first partial row
+    live = _shares(tl.load(seq_lens + b), tl.load(comp_end + b), num_splits, G)[-1]
     lse = tl.load(
         lse_ptr + (r0 + s[None, :]) * s_lb + hh[:, None] * s_lh,
-        mask=hm[:, None] & (s[None, :] < num_splits),
+        mask=hm[:, None] & (s[None, :] < live),
         other=float("-inf"),
     )
     m = tl.max(lse, axis=1)
@@ -1496,7 +1521,7 @@ def _kvarn_combine_rot_kernel(
     tot = tl.sum(w, axis=1)
     dd = tl.arange(0, D)
     acc = tl.zeros([HB, D], tl.float32)
-    for sp in range(0, num_splits):
+    for sp in range(0, live):
         # this split's weight, reloaded (an L1 hit): picking it out of w costs a reduction over
         # SPAD per split
         ls = tl.load(lse_ptr + (r0 + sp) * s_lb + hh * s_lh, mask=hm, other=float("-inf"))
@@ -1530,9 +1555,12 @@ def _kvarn_combine_head_rot_kernel(
     out_ptr,
     s_ob,
     s_oh,
+    seq_lens,
+    comp_end,
     h_ptr,
     num_splits,
     D: tl.constexpr,
+    G: tl.constexpr,
     SPAD: tl.constexpr,
     SC: tl.constexpr,
     JB: tl.constexpr,
@@ -1548,15 +1576,16 @@ def _kvarn_combine_head_rot_kernel(
     jb = tl.program_id(2) * JB
     s = tl.arange(0, SPAD)
     r0 = (b * num_splits).to(tl.int64)  # the request's first partial row
-    lse = tl.load(lse_ptr + (r0 + s) * s_lb + h * s_lh, mask=s < num_splits, other=float("-inf"))
+    live = _shares(tl.load(seq_lens + b), tl.load(comp_end + b), num_splits, G)[-1]
+    lse = tl.load(lse_ptr + (r0 + s) * s_lb + h * s_lh, mask=s < live, other=float("-inf"))
     m = tl.max(lse, axis=0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     tot = tl.sum(tl.exp2(lse - m_safe), axis=0)  # 0 for empty splits
     dd = tl.arange(0, D)
     sc = tl.arange(0, SC)
     acc = tl.zeros([D], tl.float32)
-    for s0 in range(0, num_splits, SC):
-        sm = s0 + sc < num_splits
+    for s0 in range(0, live, SC):
+        sm = s0 + sc < live
         ls = tl.load(lse_ptr + (r0 + s0 + sc) * s_lb + h * s_lh, mask=sm, other=float("-inf"))
         o = tl.load(
             part_ptr + (r0 + s0 + sc)[:, None] * s_pb + h * s_ph + dd[None, :],
@@ -1922,7 +1951,7 @@ class _Launch:
                       pool_k.stride(2))  # fmt: skip
         self.h16_ptr = self.h16.data_ptr()
         self.restore = ((3, cache), (4, c16), (7, pool_k), (8, pool_v), (17, self.h16))
-        self.combine_restore = ((9, self.h16),)
+        self.combine_restore = ((11, self.h16),)
         self.device = cache.device
         self.hkv = cache.shape[1]
         self.compiled: set[tuple] = set()  # (rot, dtype, q shape, warps) compiled ahead
@@ -2078,7 +2107,7 @@ class _Launch:
             restore=self.restore,
         )
         res = out if out is not None else torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
-        cargs = (*partials, res, res.stride(0), res.stride(1), self.h16_ptr)
+        cargs = (*partials, res, res.stride(0), res.stride(1), seq_lens, comp_end, self.h16_ptr)
         # bound: the partials are the workspace's (fp32, allocated whole, strides set by hq and
         # D), H the layer's, hq and the split count the binding's; a step changes the output only
         if heads == 1:
@@ -2096,13 +2125,14 @@ class _Launch:
         got = self.consts.get(("combine", heads, d))
         if got is None:
             spad = triton.next_power_of_2(self.config.max_splits)
+            g = self.layout.group
             if heads == 1:
                 kw = dict(
-                    D=d, SPAD=spad, SC=min(spad, 8192 // d), JB=COMBINE_ROWS_PER_PROGRAM,
+                    D=d, G=g, SPAD=spad, SC=min(spad, 8192 // d), JB=COMBINE_ROWS_PER_PROGRAM,
                     num_warps=4,
                 )  # fmt: skip
             else:
-                kw = dict(D=d, SPAD=spad, HB=16, num_warps=4)
+                kw = dict(D=d, G=g, SPAD=spad, HB=16, num_warps=4)
             got = self.consts[("combine", heads, d)] = (kw, kwargs_key(kw))
         return got
 
@@ -2112,8 +2142,8 @@ class _Launch:
 # rotation, scale) or the binding's (19-25: the partials, fp32 from torch.empty with strides set by
 # hq and D, or a single stage's fp32 output of the same strides, and the split count).
 _DECODE_VARY = (0, 1, 2, 12, 13, 14, 15, 16)
-# The combine's: its output and the output's strides (the caller's buffer).
-_COMBINE_VARY = (6, 7, 8)
+# The combine's: its output and the output's strides (the caller's buffer), the lengths.
+_COMBINE_VARY = (6, 7, 8, 9, 10)
 
 
 def _into(out: torch.Tensor | None, res: torch.Tensor) -> torch.Tensor:
