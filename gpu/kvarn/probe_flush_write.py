@@ -22,6 +22,25 @@ import torch
 from kvarn_ops import step, triton_store
 
 
+def _parts(store, case, by_slot, h16, key, value, w_slots, w_rows) -> dict:
+    ids = step.slot_ids(by_slot.shape[0], by_slot.device)
+
+    def fused():
+        store.flush_write(by_slot, 1, h16, key, value, w_slots, w_rows)
+
+    def store_only():
+        store.store(ids, by_slot, 1)
+
+    def write_only():
+        triton_store.rotate_write(case.pool_k, case.pool_v, h16, key, value, w_slots, w_rows)
+
+    def both():
+        store_only()
+        write_only()
+
+    return {"fused": fused, "store+write": both, "store": store_only, "write": write_only}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
@@ -41,25 +60,9 @@ def main() -> None:
             h16 = case.h16.contiguous()
             for n in map(int, args.slots.split(",")):
                 by_slot = torch.full((n,), -1, dtype=torch.int32, device="cuda")
-                ids = step.slot_ids(n, by_slot.device)
-
-                def fused():
-                    store.flush_write(by_slot, 1, h16, key, value, w_slots, w_rows)
-
-                def store_only():
-                    store.store(ids, by_slot, 1)
-
-                def write_only():
-                    triton_store.rotate_write(case.pool_k, case.pool_v, h16, key, value, w_slots,
-                                              w_rows)  # fmt: skip
-
-                def both():
-                    store_only()
-                    write_only()
-
+                parts = _parts(store, case, by_slot, h16, key, value, w_slots, w_rows)
                 row = {"D": d, "Hkv": hkv, "batch": b, "slots": n}
-                for name, fn in (("fused", fused), ("store+write", both), ("store", store_only),
-                                 ("write", write_only)):  # fmt: skip
+                for name, fn in parts.items():
                     row[f"{name}_us"] = bd.bench(fn) * 1e6
                 rows.append(row)
                 print(json.dumps(row), flush=True)

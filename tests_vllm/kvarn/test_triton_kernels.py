@@ -194,8 +194,8 @@ def test_a_launch_for_a_longer_context_runs_the_live_splits_only(heads: int) -> 
                   workspace=ws)  # fmt: skip
     assert torch.isfinite(out).all() and not out[-1].any()
     assert ks.cosine(out, ks.ref_decode(sc, q)).min().item() >= 0.999
-    live = [_live_splits(n, c, splits, 64) for n, c in zip(sc.seq_lens.tolist(),
-                                                           sc.comp_end.tolist())]  # fmt: skip
+    lens = zip(sc.seq_lens.tolist(), sc.comp_end.tolist(), strict=True)
+    live = [_live_splits(n, c, splits, 64) for n, c in lens]
     assert live == [2, 4, 7, 1]  # 8, 13, 27 and 0 units (the last a padded row)
     written = ~lse.view(-1, splits, hq)[: len(live)].isnan().all(dim=2)
     assert written.tolist() == [[s < n for s in range(splits)] for n in live]
