@@ -281,6 +281,51 @@ def test_flush_write_is_the_flush_then_the_write() -> None:
             assert (c1 == 0xAB).all()
 
 
+def test_flush_programs_take_their_entries_in_turn() -> None:
+    """A flush program takes entries g, g + groups, ... of the list (``flush_groups``): three set
+    entries of one program (1, 5, 9 of 23 at 4 groups in the interpreter) and one of another, two
+    of the flushed slots given a token this step, flushed and written as the torch reference
+    does, by the one launch and by the two; and no program has more than FLUSH_ENTRIES entries."""
+    for n in (0, 1, 5, 67, 835, 5000):
+        for hkv, sms in ((2, 4), (4, 132), (8, 132)):
+            groups = triton_store.flush_groups(n, hkv, sms)
+            assert groups <= n and (n == 0 or -(-n // groups) <= triton_store.FLUSH_ENTRIES)
+    assert triton_store.flush_groups(835, 4, 132) == 66  # was 835 programs a KV head
+    lay = layout.record_layout("kvarn_k4v2_g64", 128)
+    gen = torch.Generator().manual_seed(13)
+    n_slots, hkv, d = 23, 2, 128
+    if not CUDA:
+        assert triton_store.flush_groups(n_slots, hkv, 4) == 4
+    pk = torch.randn(n_slots + 1, lay.group, hkv, d, generator=gen).half().to(DEVICE)
+    pv = torch.randn(n_slots + 1, lay.group, hkv, d, generator=gen).half().to(DEVICE)
+    h16 = hadamard.hadamard(d, torch.float16, DEVICE)
+    key = torch.randn(3, hkv, d, generator=gen).half().to(DEVICE)
+    value = torch.randn(3, hkv, d, generator=gen).half().to(DEVICE)
+    w_slots = torch.tensor([5, 3, 9], dtype=torch.int64, device=DEVICE)
+    w_rows = torch.tensor([0, 4, 0], dtype=torch.int64, device=DEVICE)
+    by_slot = torch.full((n_slots,), -1, dtype=torch.int32, device=DEVICE)
+    by_slot[[1, 5, 9, 2]] = torch.tensor([7, 0, 3, 10], dtype=torch.int32, device=DEVICE)
+    runs = []
+    for fused in (True, False, None):
+        cache = torch.full((12, hkv, lay.size), 0xAB, dtype=torch.uint8, device=DEVICE)
+        k2, v2 = pk.clone(), pv.clone()
+        step.flush_write(cache, k2, v2, by_slot, h16, key, value, w_slots, w_rows, lay, 2,
+                         kernels=fused is not None, fused=fused)  # fmt: skip
+        runs.append((cache, k2, v2))
+    (c1, k1, v1), (c2, k2, v2), (cr, kr, vr) = runs
+    assert torch.equal(c1, c2)
+    flushed = [7, 0, 3, 10]
+    rest = [b for b in range(12) if b not in flushed]
+    assert (c1[rest] == 0xAB).all() and not (c1[flushed] == 0xAB).all()
+    kt, vt = quant.dequantize_blocks(c1[flushed].reshape(-1, lay.size), lay)
+    kw, vw = quant.dequantize_blocks(cr[flushed].reshape(-1, lay.size), lay)
+    assert ((kt - kw).norm() / kw.norm()).item() <= 1e-2
+    assert ((vt - vw).norm() / vw.norm()).item() <= 1e-2
+    for a, b, ref in ((k1, k2, kr), (v1, v2, vr)):
+        assert torch.allclose(a.float(), b.float(), rtol=2**-10, atol=1e-3)
+        assert torch.allclose(a.float(), ref.float(), rtol=2**-10, atol=2e-3)
+
+
 def test_plan_lists_the_same_flushes_by_slot() -> None:
     """flush_by_slot holds exactly the (slot, block) pairs of the per-request lists."""
     layer = Layer("kvarn_k4v2_g64", 128, 2, 2, [150, 1, 300, None], steps=4)

@@ -360,14 +360,14 @@ PER_STEP = {
     "_kvarn_combine_kernel": {"num_splits"},
     "_kvarn_combine_rot_kernel": {"num_splits", "seq_lens", "comp_end"},
     "_kvarn_combine_head_rot_kernel": {"num_splits", "seq_lens", "comp_end"},
-    "_kvarn_store_kernel": {"n_iters", "slots", "blocks"},
+    "_kvarn_store_kernel": {"n_iters", "slots", "blocks", "n_entries"},
 }
 NOT_SPECIALIZED = {
     "_kvarn_decode_kernel": {"num_splits", "s_bt"},
     "_kvarn_combine_kernel": {"num_splits"},
     "_kvarn_combine_rot_kernel": {"num_splits"},
     "_kvarn_combine_head_rot_kernel": {"num_splits"},
-    "_kvarn_store_kernel": {"n_iters"},
+    "_kvarn_store_kernel": {"n_iters", "n_entries"},
 }
 # The only constexprs: sizes fixed for a model (G, D, bits, heads per KV head, record offsets),
 # the kernel variant (DEQ, PREFETCH, ROT_Q: fixed per deployment), plus IS_SPLIT (single stage or
@@ -381,6 +381,7 @@ ALLOWED_CONSTEXPR = {
     "KB",
     "VB",
     "SPAD",
+    "EPP",  # flush-list entries a program reads at once: fixed
     "IS_SPLIT",
     "HB",
     "SC",

@@ -1,6 +1,7 @@
 """The store (flush) kernel: normalize, quantize, pack and write records for a batch of pool tiles.
 
-One program per (tile, KV head) handles K then V. A tile is held as a 3-D tensor [R, C/P, P] with
+A program per (group of list entries, KV head) handles K then V of each tile its entries name (a
+flush list is mostly empty: ``flush_groups``). A tile is held as a 3-D tensor [R, C/P, P] with
 P = 8/bits codes per byte, so packing is a shifted sum over the last axis (lowest index in the lowest
 bits) and needs no reshape. Rows are axis 0; columns are the flattened axes (1, 2): for K, R = D and
 C = G; for V, R = G and C = D.
@@ -136,7 +137,30 @@ def _norm_quant_pack(
     tl.store(rec_f16 + COLVEC_OFF + cidx, tl.exp(best_lc).to(tl.float16))
 
 
-@triton.jit(do_not_specialize=["n_iters"])
+# Most list entries a flush program takes (``flush_groups``).
+FLUSH_ENTRIES = 16
+
+
+def flush_groups(n: int, hkv: int, sms: int) -> int:
+    """Programs per KV head that flush a list of ``n`` entries: entry e goes to program
+    e mod groups. A step's list has an entry per pool slot (an engine of 256 sequences: ~830)
+    and is nearly always empty, and a program per entry cost its place in a wave even when it
+    returned at once (H200, run 62: an empty list of 835 entries 15-23 µs a step in a graph,
+    of 67 entries 5.5-6.2). So at most FLUSH_ENTRIES entries a program, which reads them in one
+    load and returns when none is set; and, where that leaves fewer programs than two per SM,
+    one per entry up to that many, so the flushes of a long prefill still spread over the GPU
+    (strided, so a run of neighbouring slots does too)."""
+    return max(-(-n // FLUSH_ENTRIES), min(n, -(-2 * sms // hkv)))
+
+
+@triton.jit
+def _first_set(blocks, g, n_groups, n, EPP: tl.constexpr):
+    """Whether any of entries g, g + n_groups, ... (below n; at most EPP) is set (>= 0)."""
+    e = g + n_groups * tl.arange(0, EPP)
+    return tl.max(tl.load(blocks + e, mask=e < n, other=-1), axis=0) >= 0
+
+
+@triton.jit(do_not_specialize=["n_iters", "n_entries"])
 def _kvarn_store_kernel(
     pool_k,
     pool_v,
@@ -150,6 +174,7 @@ def _kvarn_store_kernel(
     s_cb,
     s_ch,  # cache strides (bytes): block, head
     n_iters,
+    n_entries,
     D: tl.constexpr,
     G: tl.constexpr,
     KB: tl.constexpr,
@@ -162,16 +187,23 @@ def _kvarn_store_kernel(
     V_SCOL: tl.constexpr,
     V_SROW: tl.constexpr,
     V_ZP: tl.constexpr,
+    EPP: tl.constexpr,
 ):
-    t = tl.program_id(0)
+    """Program (g, h) flushes entries g, g + groups, ... of the list; an entry with a negative
+    slot or block is empty (a step's fixed-size list, by slot)."""
+    g = tl.program_id(0)
     h = tl.program_id(1)
-    slot = tl.load(slots + t).to(tl.int64)
-    blk = tl.load(blocks + t).to(tl.int64)
-    if (slot < 0) | (blk < 0):
-        return  # an empty entry of a fixed-size list (a step's flushes, listed by slot)
-    _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps, s_pg, s_ph, s_cb, s_ch,
-                n_iters, D, G, KB, VB, K_CODES, K_SCOL, K_ZP, K_SROW, V_CODES, V_SCOL, V_SROW,
-                V_ZP)  # fmt: skip
+    n_groups = tl.num_programs(0)
+    if _first_set(blocks, g, n_groups, n_entries, EPP):
+        for k in range(0, EPP):
+            e = g + n_groups * k
+            if e < n_entries:
+                slot = tl.load(slots + e).to(tl.int64)
+                blk = tl.load(blocks + e).to(tl.int64)
+                if (slot >= 0) & (blk >= 0):
+                    _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps, s_pg,
+                                s_ph, s_cb, s_ch, n_iters, D, G, KB, VB, K_CODES, K_SCOL, K_ZP,
+                                K_SROW, V_CODES, V_SCOL, V_SROW, V_ZP)  # fmt: skip
 
 
 @triton.jit
@@ -259,6 +291,9 @@ class LayerStore:
             self.fw_head = (pool_v.data_ptr(), cache.data_ptr(), c16.data_ptr())
             self.fw_restore = ((1, pool_v), (3, cache), (4, c16))
         self.warps = 8 if d * g <= 128 * 128 else 16
+        from .triton_decode import _num_sms
+
+        self.sms = _num_sms(cache.device)
         self.consts: dict[tuple, tuple[dict, int]] = {}  # (kernel, warps) -> kwargs, their key
 
     def store(
@@ -271,11 +306,14 @@ class LayerStore:
         warps = num_warps or self.warps
         layout = self.layout
         kw, kwkey = _kwargs(
-            "store", (layout, warps), lambda: dict(num_warps=warps, **layout.constexprs())
+            "store",
+            (layout, warps),
+            lambda: dict(num_warps=warps, EPP=FLUSH_ENTRIES, **layout.constexprs()),
         )
-        args = (*self.pools, slots, blocks, *self.store_fixed, iters)
+        args = (*self.pools, slots, blocks, *self.store_fixed, iters, n)
+        grid = (flush_groups(n, self.hkv, self.sms), self.hkv)
         # not bound: a step flushes through flush_write; this serves store_blocks' other callers
-        launch(_kvarn_store_kernel, (n, self.hkv), args, kw, kwkey=kwkey)
+        launch(_kvarn_store_kernel, grid, args, kw, kwkey=kwkey)
 
     def flush_write(
         self,
@@ -304,7 +342,13 @@ class LayerStore:
             got = self.consts["flush_write", num_warps] = _kwargs(
                 "flush_write",
                 (self.layout, warps),
-                lambda: dict(num_warps=warps, CH=64, CB=ROTATE_COLUMNS, **self.layout.constexprs()),
+                lambda: dict(
+                    num_warps=warps,
+                    CH=64,
+                    CB=ROTATE_COLUMNS,
+                    EPP=FLUSH_ENTRIES,
+                    **self.layout.constexprs(),
+                ),
             )
         kw, kwkey = got
         pv, c8, c16 = self.fw_head
@@ -312,7 +356,7 @@ class LayerStore:
                 key.stride(0), key.stride(1), value.stride(0), value.stride(1), h16.contiguous(),
                 write_slots, write_rows, self.trash, t, n)  # fmt: skip
         vary = None if self.binding is None else _FLUSH_WRITE_VARY
-        grid = (n + t * (d // ROTATE_COLUMNS), hkv)
+        grid = (t * (d // ROTATE_COLUMNS) + flush_groups(n, hkv, self.sms), hkv)
         launch(_flush_write_kernel, grid, args, kw, kwkey=kwkey, bound=self.binding, vary=vary,
                restore=self.fw_restore)  # fmt: skip
 
@@ -400,7 +444,7 @@ def _flush_write_kernel(
     rows,
     trash,
     n_tokens,
-    n_slots,  # entries of by_slot (the pool's slots): programs [0, n_slots) flush
+    n_slots,  # entries of by_slot (the pool's slots)
     D: tl.constexpr,
     G: tl.constexpr,
     KB: tl.constexpr,
@@ -415,40 +459,49 @@ def _flush_write_kernel(
     V_ZP: tl.constexpr,
     CH: tl.constexpr,
     CB: tl.constexpr,
+    EPP: tl.constexpr,
 ):
     """A step's flush and pool write in one launch (a launch fewer a step than the store kernel
-    then the write kernel). Program (p, h) with p < n_slots compresses slot p into block by_slot[p]
-    (nothing where that is -1); the others write token (p - n_slots) // (D / CB), CB columns, as the
-    write kernel does. A slot a flush frees may take a token this very step: that token must not
+    then the write kernel). Program (p, h) with p < n_tokens x D / CB writes token p // (D / CB),
+    CB columns, as the write kernel does (first: they never wait behind the flush's programs); the
+    others flush slots g, g + groups, ... (g = p - those), each into block by_slot[slot] (nothing
+    where that is -1). A slot a flush frees may take a token this very step: that token must not
     land before the flush has read the slot, so its write is left to the flush program of its
     slot, which makes it after a barrier (program order within one program, and every thread's
     loads of the tile done)."""
     p = tl.program_id(0)
     h = tl.program_id(1)
-    if p < n_slots:
-        blk = tl.load(by_slot + p).to(tl.int64)
-        slot = p.to(tl.int64)  # slot x its stride passes 2^31 elements in a large pool
-        if blk >= 0:
-            _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps, s_pg, s_ph, s_cb,
-                        s_ch, n_iters, D, G, KB, VB, K_CODES, K_SCOL, K_ZP, K_SROW, V_CODES,
-                        V_SCOL, V_SROW, V_ZP)  # fmt: skip
-            tl.debug_barrier()
-            for t in range(n_tokens):
-                dest = tl.load(slots + t).to(tl.int64)
-                if tl.where(dest >= 0, dest, trash) == p:
-                    row = tl.load(rows + t).to(tl.int64)
-                    for c in tl.static_range(0, D, CB):
-                        cols = c + tl.arange(0, CB)
-                        _write_columns(k_ptr, v_ptr, s_kt, s_kh, s_vt, s_vh, h_ptr, t, h, cols,
-                                       slot, row, pool_k, pool_v, s_ps, s_pg, s_ph, D, CH, CB)  # fmt: skip
+    n_write = n_tokens * (D // CB)
+    if p >= n_write:
+        g = p - n_write
+        n_groups = tl.num_programs(0) - n_write
+        if _first_set(by_slot, g, n_groups, n_slots, EPP):
+            for k in range(0, EPP):
+                slot = (g + n_groups * k).to(tl.int64)  # x its stride passes 2^31 elements
+                if slot < n_slots:
+                    blk = tl.load(by_slot + slot).to(tl.int64)
+                    if blk >= 0:
+                        _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps,
+                                    s_pg, s_ph, s_cb, s_ch, n_iters, D, G, KB, VB, K_CODES,
+                                    K_SCOL, K_ZP, K_SROW, V_CODES, V_SCOL, V_SROW, V_ZP)  # fmt: skip
+                        tl.debug_barrier()
+                        for t in range(n_tokens):
+                            dest = tl.load(slots + t).to(tl.int64)
+                            if tl.where(dest >= 0, dest, trash) == slot:
+                                row = tl.load(rows + t).to(tl.int64)
+                                for c in tl.static_range(0, D, CB):
+                                    cols = c + tl.arange(0, CB)
+                                    _write_columns(k_ptr, v_ptr, s_kt, s_kh, s_vt, s_vh, h_ptr,
+                                                   t, h, cols, slot, row, pool_k, pool_v, s_ps,
+                                                   s_pg, s_ph, D, CH, CB)  # fmt: skip
     else:
-        w = p - n_slots
+        w = p
         t = w // (D // CB)
         cols = (w % (D // CB)) * CB + tl.arange(0, CB)
         slot = tl.load(slots + t).to(tl.int64)
         slot = tl.where(slot >= 0, slot, trash)
         listed = slot < n_slots
-        flushed = tl.load(by_slot + tl.where(listed, slot, 0)) >= 0
+        flushed = tl.load(by_slot + tl.where(listed, slot, 0), mask=listed, other=-1) >= 0
         if (listed & flushed) == 0:  # else the flush program of its slot writes it
             row = tl.load(rows + t).to(tl.int64)
             _write_columns(k_ptr, v_ptr, s_kt, s_kh, s_vt, s_vh, h_ptr, t, h, cols, slot, row,
