@@ -135,7 +135,8 @@ class Layer:
         )
 
 
-def _step(layer: Layer, state: tuple, inputs: dict, launch, ws, kernels: bool | None = None):
+def _step(layer: Layer, state: tuple, inputs: dict, launch, ws, kernels: bool | None = None,
+          out: torch.Tensor | None = None):  # fmt: skip
     cache, pool_k, pool_v = state
     return step.decode_step(
         inputs["query"],
@@ -159,6 +160,7 @@ def _step(layer: Layer, state: tuple, inputs: dict, launch, ws, kernels: bool | 
         max_model_len=layer.width * layer.g,
         workspace=ws,
         kernels=kernels,
+        out=out,
     )
 
 
@@ -375,19 +377,34 @@ def _without_sync(run) -> torch.Tensor:
 def test_step_with_the_kernels_in_the_interpreter() -> None:
     """8 steps through the kernels (interpreter): a flush of a prefilled block in the first step, a
     one-token prompt (nothing committed), a block crossing, a padding row; each step's output
-    against the reference over the same cache, and padding rows exactly 0."""
+    against the reference over the same cache, and padding rows exactly 0. A twin with a
+    workspace takes the prepared launches from its second step on (``step._prepare``): the same
+    bits as the plain step every step, the same cache and pools at the end, and a wrong ``out``
+    refused on that path too, before anything is written."""
+    from kvarn_ops.triton_decode import DecodeWorkspace
+
     layer = Layer("kvarn_k4v2_g64", 128, 2, 2, [60, 1, 130, None], steps=8)
     layer.prefill()
     state = (layer.cache, layer.pool_k, layer.pool_v)
+    twin = (layer.cache.clone(), layer.pool_k.clone(), layer.pool_v.clone())
     launch = step.fixed_launch(4, 2, 128, layer.width * layer.g, layer.g, CFG, layer.cache.device)
+    ws = DecodeWorkspace()
     flushed = 0
-    for _ in range(8):
+    for i in range(8):
         inputs = layer.next_inputs()
         flushed += int(inputs["flushed"])
         out = _step(layer, state, inputs, launch, None, kernels=True)
+        if i == 1:
+            assert len(ws.steps) == 1  # the next call is a prepared one
+            kept = [t.clone() for t in twin]
+            with pytest.raises(ValueError, match="out"):
+                _step(layer, twin, inputs, launch, ws, kernels=True, out=out[:2])
+            assert all(torch.equal(a, b) for a, b in zip(kept, twin, strict=True))
+        assert torch.equal(_step(layer, twin, inputs, launch, ws, kernels=True), out)
         ref = _reference(layer, state, inputs)
         assert not out[3].any(), "the padding row is not 0"
         assert ks.cosine(out[:3], ref[:3]).min().item() >= 0.999
+    assert all(torch.equal(a, b) for a, b in zip(state, twin, strict=True))
     assert flushed >= 1, "the stream flushed nothing"
     assert layer.lens[:3] == [67, 8, 137]
 

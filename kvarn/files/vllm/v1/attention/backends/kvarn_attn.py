@@ -474,6 +474,8 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             int(model_config.max_model_len) if model_config is not None else 1 << 20
         )
         self._launches: dict[int, tuple[int, int]] = {}  # batch -> (splits, warps), decode steps
+        # (the runner's KV cache tensor of this layer, its folded records view): forward()
+        self._records: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
 
     # -- device state ---------------------------------------------------------------------------
     def _ensure_pool(self, device: torch.device) -> None:
@@ -531,7 +533,13 @@ class KVarNAttentionImpl(AttentionImpl[KVarNMetadata]):
             # profile_run, or a dummy run before the KV cache exists
             return output.fill_(0)
         assert self.pool_k is not None and self.pool_v is not None and self.h16 is not None
-        records = fold_records(kv_cache, self.layout.size)
+        # The runner passes the same per-layer tensor every step: its folded view is kept, so the
+        # step's layer objects stay the same objects (step.decode_step's prepared launches, the
+        # decode's bound launch, are known by identity) and no view is made per step.
+        held, records = self._records
+        if held is not kv_cache:
+            records = fold_records(kv_cache, self.layout.size)
+            self._records = (kv_cache, records)
         plan = attn_metadata.plan
         n = attn_metadata.num_actual_tokens
         if attn_metadata.uniform_decode:

@@ -1688,6 +1688,8 @@ class DecodeWorkspace:
         # objects as last time are the same layer without building the key above (_recall)
         self.seen: dict[int, tuple] = {}
         self.stores: dict[int, tuple] = {}  # id(cache) -> ((cache, pools, layout), LayerStore)
+        # id(cache) -> (a decode step's layer objects, its prepared launches: step.decode_step)
+        self.steps: dict[int, tuple] = {}
 
     def store(self, cache: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, layout):
         """The layer's ``triton_store.LayerStore`` (its flush and pool write, bound once), known
@@ -1813,13 +1815,50 @@ def kvarn_decode(
             q, cache, pool_k, pool_v, block_slot, block_table, seq_lens, layout, h16, scale
         )
         return _into(out, ref.to(q.dtype))
-    if out is not None and (out.shape != (b, hq, d) or out.stride(2) != 1):
-        raise ValueError(f"out: [{b}, {hq}, {d}] with a contiguous last dimension, not {out.shape}")
+    check_out(out, q)
     if b == 0:
         return torch.empty(0, hq, d, dtype=q.dtype, device=q.device) if out is None else out
     if comp_end is None:
         comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, layout.group)
     ws = workspace or DecodeWorkspace()
+    step, plan = prepare(q, cache, pool_k, pool_v, seq_lens, layout, h16, scale, config, ws,
+                         max_seq_len, num_splits, num_warps, combine_heads, deq, prefetch,
+                         rotate_in_kernel, l2_prefetch, (block_slot, block_table, comp_end))  # fmt: skip
+    return step.run(q, block_slot, block_table, seq_lens, comp_end, plan, out)
+
+
+def check_out(out: torch.Tensor | None, q: torch.Tensor) -> None:
+    """``out`` takes q's shape with a contiguous last dimension (the combine writes it there)."""
+    if out is not None and (out.shape != q.shape or out.stride(2) != 1):
+        b, hq, d = q.shape
+        raise ValueError(f"out: [{b}, {hq}, {d}] with a contiguous last dimension, not {out.shape}")
+
+
+def prepare(
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    pool_k: torch.Tensor,
+    pool_v: torch.Tensor,
+    seq_lens: torch.Tensor,
+    layout: RecordLayout,
+    h16: torch.Tensor,
+    scale: float,
+    config: KVarNConfig,
+    ws: DecodeWorkspace,
+    max_seq_len: int | None,
+    num_splits: int | None,
+    num_warps: int | None,
+    combine_heads: int | None,
+    deq: int,
+    prefetch: bool,
+    rotate_in_kernel: bool | None,
+    l2_prefetch: int | None,
+    compile_with: tuple,
+) -> tuple[_Launch, tuple]:
+    """The layer's bound launch and the plan of this call (``kvarn_decode``'s arguments): what
+    ``_Launch.run`` then launches over a step's tensors. ``compile_with`` (block_slot,
+    block_table, comp_end): what the first call of a policy's launch compiles its variants over."""
+    b, hq, d = q.shape
     step = _bound(ws, cache, pool_k, pool_v, h16, layout, config, deq, prefetch, scale, l2_prefetch)
     policy = num_warps is None or num_splits is None
     if policy and max_seq_len is None:
@@ -1854,13 +1893,14 @@ def kvarn_decode(
         # a launch fixed by the caller (a step's fixed_launch, tests, benchmarks) is not the
         # policy's: nothing to compile ahead
         if auto and policy:
+            block_slot, block_table, comp_end = compile_with
             step.compile_variants(
                 q, block_slot, block_table, seq_lens, comp_end, (base, 2 * base), rot
             )
         if len(step.plans) >= MAX_BOUND_LAUNCHES:
             step.plans.clear()
         plan = step.plans[pkey] = step.plan(hq, d, warps, splits, heads, rot, q.is_cuda)
-    return step.run(q, block_slot, block_table, seq_lens, comp_end, plan, out)
+    return step, plan
 
 
 def _check_heads(hq: int, cache: torch.Tensor) -> int:
@@ -2068,10 +2108,11 @@ class _Launch:
             q2 = q.reshape(b * hq, d).float()
             q_in = torch.addmm(q2, q2, self.h32, beta=0.0, alpha=self.q_scale)
             q_in = q_in.view(b, hq, d)
+        qs = q_in.stride()
         args = (
             q_in,
-            q_in.stride(0),
-            q_in.stride(1),
+            qs[0],
+            qs[1],
             *self.fixed,
             block_slot,
             block_table,
@@ -2107,7 +2148,8 @@ class _Launch:
             restore=self.restore,
         )
         res = out if out is not None else torch.empty(b, hq, d, dtype=q.dtype, device=q.device)
-        cargs = (*partials, res, res.stride(0), res.stride(1), seq_lens, comp_end, self.h16_ptr)
+        rs = res.stride()
+        cargs = (*partials, res, rs[0], rs[1], seq_lens, comp_end, self.h16_ptr)
         # bound: the partials are the workspace's (fp32, allocated whole, strides set by hq and
         # D), H the layer's, hq and the split count the binding's; a step changes the output only
         if heads == 1:

@@ -334,7 +334,8 @@ class LayerStore:
             return
         if key.shape != value.shape or hkv != self.hkv or d != self.d:
             raise ValueError(f"flush_write: key and value must be [T, {self.hkv}, {self.d}]")
-        if key.stride(-1) != 1 or value.stride(-1) != 1:
+        ks, vs = key.stride(), value.stride()
+        if ks[2] != 1 or vs[2] != 1:
             raise ValueError("flush_write: head_dim must be contiguous")
         got = self.consts.get(("flush_write", num_warps))
         if got is None:
@@ -353,8 +354,8 @@ class LayerStore:
         kw, kwkey = got
         pv, c8, c16 = self.fw_head
         args = (self.pools[0], pv, by_slot, c8, c16, *self.store_fixed[2:], iters, key, value,
-                key.stride(0), key.stride(1), value.stride(0), value.stride(1), h16.contiguous(),
-                write_slots, write_rows, self.trash, t, n)  # fmt: skip
+                ks[0], ks[1], vs[0], vs[1], h16.contiguous(), write_slots, write_rows, self.trash,
+                t, n)  # fmt: skip
         vary = None if self.binding is None else _FLUSH_WRITE_VARY
         grid = (t * (d // ROTATE_COLUMNS) + flush_groups(n, hkv, self.sms), hkv)
         launch(_flush_write_kernel, grid, args, kw, kwkey=kwkey, bound=self.binding, vary=vary,
@@ -525,17 +526,18 @@ def rotate_write(
     (the torch form is two GEMMs and several small kernels; cuBLAS's fp32 GEMM for a batch of one
     took 51 µs a call on the H200: gpu/kvarn/probe_step.py). Slot -1 goes to the pools' last slot.
     A layer's step writes with its flush in one launch instead (``LayerStore.flush_write``)."""
-    if pool_k.stride() != pool_v.stride():
+    ps = pool_k.stride()
+    if ps != pool_v.stride():
         raise ValueError("rotate_write: the pools must be alike")
     t, hkv, d = key.shape
     if t == 0:
         return
-    if key.stride(-1) != 1 or value.stride(-1) != 1:
+    ks, vs = key.stride(), value.stride()
+    if ks[2] != 1 or vs[2] != 1:
         raise ValueError("rotate_write: head_dim must be contiguous")
     kw, kwkey = _kwargs(
         "rotate_write", (d,), lambda: dict(D=d, CH=64, CB=ROTATE_COLUMNS, num_warps=4)
     )
-    args = (key, value, key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-            h16.contiguous(), write_slots, write_rows, pool_k, pool_v, pool_k.stride(0),
-            pool_k.stride(1), pool_k.stride(2), pool_k.shape[0] - 1)  # fmt: skip
+    args = (key, value, ks[0], ks[1], vs[0], vs[1], h16.contiguous(), write_slots, write_rows,
+            pool_k, pool_v, ps[0], ps[1], ps[2], pool_k.shape[0] - 1)  # fmt: skip
     launch(_rotate_write_kernel, (t, hkv, d // ROTATE_COLUMNS), args, kw, kwkey=kwkey)
