@@ -211,10 +211,12 @@ def decode_step(
     its combine, which writes the result (one fewer with one split: the product with H is then a
     GEMM and the result a copy).
     ``kernels``: the Triton kernels (default on CUDA) or the torch reference; tests pass True on
-    the CPU to run the kernels in Triton's interpreter."""
+    the CPU to run the kernels in Triton's interpreter. With a ``workspace`` the kernels' launches
+    are prepared by the first step of a layer and batch size and taken directly by the next
+    (``_prepare``): eager, a step's host time is most of it at batch 1."""
     kernels = cache.is_cuda if kernels is None else kernels
     if kernels and workspace is not None:
-        ready = workspace.steps.get(id(cache))
+        ready = workspace.steps.get((id(cache), query.shape[0]))
         if ready is not None and ready[1] == (query.shape, query.dtype, key.shape, scale, launch):
             objs, _, store, fused, bound, plan, check_out, rotate_write = ready
             if all(map(operator.is_, objs, (cache, pool_k, pool_v, h16, layout, config))):
@@ -229,16 +231,18 @@ def decode_step(
                                 flush_by_slot, iters)  # fmt: skip
                     rotate_write(pool_k, pool_v, h16, key, value, write_slots, write_rows)
                 return bound.run(query, block_slot, block_table, seq_lens, comp_end, plan, out)
+    if kernels:
+        from .triton_decode import check_out, kvarn_decode
+
+        check_out(out, query)  # before anything is written
     flush_write(cache, pool_k, pool_v, flush_by_slot, h16, key, value, write_slots, write_rows,
                 layout, config.sinkhorn_iters, kernels=kernels, workspace=workspace)  # fmt: skip
     if kernels:
-        from .triton_decode import kvarn_decode
-
         if workspace is not None and config.fused_decode and query.shape[0]:
             # what kvarn_decode would do, kept for the next step (a padding row reads nothing,
             # and the kernel gives it exactly 0)
             bound, plan = _prepare(query, key, cache, pool_k, pool_v, h16, seq_lens, layout,
-                                   config, scale, launch, workspace, out,
+                                   config, scale, launch, workspace,
                                    (block_slot, block_table, comp_end))  # fmt: skip
             return bound.run(query, block_slot, block_table, seq_lens, comp_end, plan, out)
         splits, warps = launch
@@ -273,17 +277,17 @@ def decode_step(
 
 
 def _prepare(query, key, cache, pool_k, pool_v, h16, seq_lens, layout, config, scale, launch,
-             workspace, out, compile_with) -> tuple:  # fmt: skip
-    """Keeps what ``decode_step`` launches for this layer and batch in ``workspace.steps``: its
-    ``LayerStore``, whether the flush and the write go in one launch, the bound decode launch and
-    its plan (the calls ``kvarn_decode`` makes; returned), so that the next step with the same layer objects
-    (known by identity, as ``triton_decode._recall`` knows them) and the same shapes launches them
-    directly: no per-step planning, the lookups made once (issue #24, eager host time). The
-    entry holds the functions the step calls too (a step imports nothing)."""
+             workspace, compile_with) -> tuple:  # fmt: skip
+    """Keeps what ``decode_step`` launches for this layer and batch size in ``workspace.steps``:
+    its ``LayerStore``, whether the flush and the write go in one launch, the bound decode launch
+    and its plan (the calls ``kvarn_decode`` makes; the last two returned), so that the next step
+    with the same layer objects (known by identity, as ``triton_decode._recall`` knows them) and
+    the same shapes launches them directly: no per-step planning, the lookups made once (issue
+    #24, eager host time). The entry holds the functions the step calls too (a step imports
+    nothing)."""
     from .triton_decode import check_out, prepare
     from .triton_store import rotate_write
 
-    check_out(out, query)
     splits, warps = launch
     # kvarn_decode's defaults: the combine by policy, the word path, q rotated in the kernel
     bound, plan = prepare(query, cache, pool_k, pool_v, seq_lens, layout, h16, scale, config,
@@ -297,7 +301,8 @@ def _prepare(query, key, cache, pool_k, pool_v, h16, seq_lens, layout, config, s
     if len(steps) >= 4096:
         steps.clear()  # a caller whose layers are new every step: no leak
     # the entry holds its objects, so their ids are not another object's while it is there
-    steps[id(cache)] = (objs, shapes, store, fused, bound, plan, check_out, rotate_write)
+    steps[id(cache), query.shape[0]] = (objs, shapes, store, fused, bound, plan, check_out,
+                                        rotate_write)  # fmt: skip
     return bound, plan
 
 

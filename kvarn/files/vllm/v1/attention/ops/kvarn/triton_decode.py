@@ -1688,8 +1688,8 @@ class DecodeWorkspace:
         # objects as last time are the same layer without building the key above (_recall)
         self.seen: dict[int, tuple] = {}
         self.stores: dict[int, tuple] = {}  # id(cache) -> ((cache, pools, layout), LayerStore)
-        # id(cache) -> (a decode step's layer objects, its prepared launches: step.decode_step)
-        self.steps: dict[int, tuple] = {}
+        # (id(cache), batch) -> (a decode step's layer objects, its prepared launches: step.py)
+        self.steps: dict[tuple[int, int], tuple] = {}
 
     def store(self, cache: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, layout):
         """The layer's ``triton_store.LayerStore`` (its flush and pool write, bound once), known
