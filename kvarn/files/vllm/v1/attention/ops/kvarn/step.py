@@ -289,10 +289,9 @@ def _prepare(query, key, cache, pool_k, pool_v, h16, seq_lens, layout, config, s
     from .triton_store import rotate_write
 
     splits, warps = launch
-    # kvarn_decode's defaults: the combine by policy, the word path, q rotated in the kernel
     bound, plan = prepare(query, cache, pool_k, pool_v, seq_lens, layout, h16, scale, config,
-                          workspace, None, splits, warps, None, 3, False, None, None,
-                          compile_with)  # fmt: skip
+                          workspace, num_splits=splits, num_warps=warps,
+                          compile_with=compile_with)  # fmt: skip
     store = workspace.store(cache, pool_k, pool_v, layout)
     fused = _one_wave(key.shape, key.device)
     objs = (cache, pool_k, pool_v, h16, layout, config)

@@ -1821,9 +1821,13 @@ def kvarn_decode(
     if comp_end is None:
         comp_end = compressed_end_from_slots(block_slot, block_table, seq_lens, layout.group)
     ws = workspace or DecodeWorkspace()
-    step, plan = prepare(q, cache, pool_k, pool_v, seq_lens, layout, h16, scale, config, ws,
-                         max_seq_len, num_splits, num_warps, combine_heads, deq, prefetch,
-                         rotate_in_kernel, l2_prefetch, (block_slot, block_table, comp_end))  # fmt: skip
+    step, plan = prepare(
+        q, cache, pool_k, pool_v, seq_lens, layout, h16, scale, config, ws,
+        max_seq_len=max_seq_len, num_splits=num_splits, num_warps=num_warps,
+        combine_heads=combine_heads, deq=deq, prefetch=prefetch,
+        rotate_in_kernel=rotate_in_kernel, l2_prefetch=l2_prefetch,
+        compile_with=(block_slot, block_table, comp_end),
+    )  # fmt: skip
     return step.run(q, block_slot, block_table, seq_lens, comp_end, plan, out)
 
 
@@ -1845,19 +1849,21 @@ def prepare(
     scale: float,
     config: KVarNConfig,
     ws: DecodeWorkspace,
-    max_seq_len: int | None,
-    num_splits: int | None,
-    num_warps: int | None,
-    combine_heads: int | None,
-    deq: int,
-    prefetch: bool,
-    rotate_in_kernel: bool | None,
-    l2_prefetch: int | None,
+    *,
     compile_with: tuple,
+    max_seq_len: int | None = None,
+    num_splits: int | None = None,
+    num_warps: int | None = None,
+    combine_heads: int | None = None,
+    deq: int = 3,
+    prefetch: bool = False,
+    rotate_in_kernel: bool | None = None,
+    l2_prefetch: int | None = None,
 ) -> tuple[_Launch, tuple]:
-    """The layer's bound launch and the plan of this call (``kvarn_decode``'s arguments): what
-    ``_Launch.run`` then launches over a step's tensors. ``compile_with`` (block_slot,
-    block_table, comp_end): what the first call of a policy's launch compiles its variants over."""
+    """The layer's bound launch and the plan of this call (``kvarn_decode``'s arguments and
+    defaults): what ``_Launch.run`` then launches over a step's tensors. ``compile_with``
+    (block_slot, block_table, comp_end): what the first call of a policy's launch compiles its
+    variants over."""
     b, hq, d = q.shape
     step = _bound(ws, cache, pool_k, pool_v, h16, layout, config, deq, prefetch, scale, l2_prefetch)
     policy = num_warps is None or num_splits is None
