@@ -129,6 +129,7 @@ def main() -> None:
         err.print(f"error: {as_typed(exc.message)}")
         if exc.hint:
             err.print(f"hint: {as_typed(exc.hint)}")
+        _annotate(exc)
         _json_error(int(exc.exit_code), exc.message, exc.hint)
         sys.exit(int(exc.exit_code))
     except KeyboardInterrupt:
@@ -158,6 +159,20 @@ def main() -> None:
             )
         _json_error(int(ExitCode.USAGE), f"{exc.strerror or exc}{where}", None)
         sys.exit(int(ExitCode.USAGE))
+
+
+def _annotate(exc: Exception) -> None:
+    """In a GitHub workflow, an error that names places (a manifest's problems, each with its file
+    and line) is an annotation on each place as well."""
+    problems = getattr(exc, "problems", None)
+    if not problems:
+        return
+    from hyperqwen_patches.commands import annotate
+    from hyperqwen_patches.console import err
+
+    if annotate.wanted():
+        for line in annotate.for_problems(problems):
+            err.print(line, soft_wrap=True)
 
 
 def _json_error(code: int, message: str, hint: str | None) -> None:

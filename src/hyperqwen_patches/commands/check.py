@@ -216,49 +216,6 @@ def verified_lines(report: CheckReport) -> list[str]:
     return lines
 
 
-def annotations_wanted() -> bool:
-    """In GitHub Actions (``GITHUB_ACTIONS=true``) or on request (``HQP_ANNOTATIONS=github``)."""
-    import os
-
-    wanted = os.environ.get("HQP_ANNOTATIONS", "")
-    return wanted == "github" or (wanted == "" and os.environ.get("GITHUB_ACTIONS") == "true")
-
-
-def annotations(report: CheckReport) -> list[str]:
-    """GitHub workflow commands for the findings: ``::error file=F,line=L,title=...::message``, so
-    each shows on the file's line in a pull request. A finding whose subject is a file of the
-    repository (``path`` or ``path:line``) names it; the others annotate the run."""
-    import re
-
-    def escape(text: str, *, prop: bool = False) -> str:
-        text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-        return text.replace(":", "%3A").replace(",", "%2C") if prop else text
-
-    level = {"error": "error", "problem": "error", "warning": "warning", "unverified": "warning"}
-    sources = {r.row: r.source for r in report.rows}  # a row's finding goes on its patch file
-    lines = []
-    for f in report.findings:
-        if f.severity not in level:
-            continue
-        named = re.match(r"^(?:row )?(?P<row>[^\s:]+)", f.subject)
-        path, line = f.subject, None
-        if named and named["row"] in sources:  # "row NAME: ..." or "NAME": the row's file
-            path = sources[named["row"]]
-            at = re.search(r"\bpatch line (\d+)", f.message + "\n" + f.detail)
-            line = at.group(1) if at else None
-        else:
-            match = re.match(r"^(?P<path>[^\s:]+)(?::(?P<line>\d+))?$", f.subject)
-            if match:
-                path, line = match["path"], match["line"]
-        where = ""
-        if (report.repo / path).is_file():
-            where = f"file={escape(path, prop=True)}" + (f",line={line}" if line else "") + ","
-        title = escape(f"check [{f.check}] {f.subject}", prop=True)
-        body = f.message + (f"\n{f.detail.rstrip()}" if f.detail else "")
-        lines.append(f"::{level[f.severity]} {where}title={title}::{escape(body)}")
-    return lines
-
-
 def check_command(
     repo: Annotated[
         Path | None,
@@ -347,10 +304,13 @@ def check_command(
         summary = f"check: exit {int(report.exit_code)}"
     else:
         summary = render_table(report)
-    if annotations_wanted():
+    from hyperqwen_patches.commands import annotate
+
+    if annotate.wanted():
         from hyperqwen_patches.console import err
 
-        for line in annotations(report):
+        row_files = {r.row: r.source for r in report.rows}  # a row's finding goes on its file
+        for line in annotate.for_findings(report.findings, report.repo, row_files):
             err.print(line, soft_wrap=True)
     # The exit code travels as a typed error so that cli.main maps it (the summary becomes its message).
     if report.exit_code == ExitCode.FINDING:
