@@ -100,6 +100,7 @@ def test_a_cpu_wheel_pip_finds_is_taken_and_vllm_is_held_to_it(tmp_path: Path) -
     first, second = installs(calls)
     assert first.endswith("torch==2.13.0+cpu")
     assert "vllm==0.29.0" in second and "torch==2.13.0+cpu" in second.split()
+    assert "triton==3.6.0" in second.split()  # the GPU machine's Triton
     assert "CUDA build" not in done.stderr
     assert "vllm-env: built in" in done.stderr and "on disk" in done.stderr
 
@@ -118,6 +119,8 @@ def test_only_pypi_gives_its_torch_said_in_one_line_with_the_size(tmp_path: Path
     assert tried_cpu.endswith("torch==2.13.0+cpu")
     assert pypi.split()[-1] == "torch==2.13.0"
     assert "torch==2.13.0" in rest.split() and "torch==2.13.0+cpu" not in rest
+    # PyPI's torch pins its own Triton (3.7.1): a pin of ours would make pip's resolution impossible
+    assert "triton" in rest.split() and "triton==3.6.0" not in rest
     said = [line for line in done.stderr.splitlines() if "CUDA build" in line]
     assert len(said) == 1 and "3.7 GB" in said[0], done.stderr
     # pip's own "No matching distribution" is not shown: the one line says it
