@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
+from hyperqwen_patches.errors import HqpError
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import Manifest
 
@@ -70,12 +71,19 @@ class _once(Generic[T]):
         if obj is None:
             return self  # type: ignore[return-value]
         cache = obj.__dict__
-        if self.name in cache:
-            return cache[self.name]  # type: ignore[no-any-return]
-        with obj._lock:  # one re-entrant lock per context: `applied` needs `series` and `pristine`
-            if self.name not in cache:
-                cache[self.name] = self.func(obj)
-            return cache[self.name]  # type: ignore[no-any-return]
+        if self.name not in cache:
+            # One re-entrant lock per context: `applied` needs `series` and `pristine`.
+            with obj._lock:
+                if self.name not in cache and self.name not in obj._failed:
+                    try:
+                        cache[self.name] = self.func(obj)
+                    except HqpError as exc:
+                        # A typed failure (the release cannot be downloaded) is the same for every
+                        # check that asks: asked once, not once per check (7 downloads offline).
+                        obj._failed[self.name] = exc
+                if self.name in obj._failed:
+                    raise obj._failed[self.name]
+        return cache[self.name]  # type: ignore[no-any-return]
 
 
 @record
@@ -94,6 +102,8 @@ class CheckContext:
     evidence: dict[str, Any] = field(default_factory=dict)
     _opened: list[PristineTree] = field(default_factory=list)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    # A property whose computation raised a typed error -> that error, raised again on every read.
+    _failed: dict[str, HqpError] = field(default_factory=dict, repr=False, compare=False)
 
     @_once
     def series(self) -> list[SeriesRow]:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import typer
 
+    from hyperqwen_patches.checks.context import Finding
     from hyperqwen_patches.checks.pipeline import CheckReport
 
 HELP = """Check the series against its invariants, without writing anything anywhere.
@@ -61,57 +62,6 @@ EPILOG = (
 )
 
 
-class TerminalProgress:
-    """Rich progress on stderr, only when stderr is a terminal (``pristine.Progress``)."""
-
-    def __init__(self) -> None:
-        from hyperqwen_patches.console import is_terminal
-
-        self.live = is_terminal()
-
-    @contextlib.contextmanager
-    def waiting(self, label: str) -> Iterator[None]:
-        if not self.live:
-            yield
-            return
-        from hyperqwen_patches.console import err
-
-        with err.status(label):
-            yield
-
-    @contextlib.contextmanager
-    def download(self, label: str) -> Iterator[Callable[[int, int | None], None]]:
-        if not self.live:
-            yield lambda done, total: None
-            return
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TransferSpeedColumn,
-        )
-
-        from hyperqwen_patches.console import err
-
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeElapsedColumn(),
-            console=err.rich,
-            transient=True,
-        ) as bar:
-            task = bar.add_task(label, total=None)
-
-            def update(done: int, total: int | None) -> None:
-                bar.update(task, completed=done, total=total)
-
-            yield update
-
-
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("row", "left"),
     ("files", "right"),
@@ -150,7 +100,7 @@ def render_table(report: CheckReport) -> str:
         out.print("\n".join(lines), soft_wrap=True)
     else:
         out.print(f"series on {report.source}: no rows", soft_wrap=True)
-    for f in report.findings:
+    for checks, f in _grouped(report.findings):
         label = {
             "error": "FAIL",
             "warning": "warn",
@@ -158,7 +108,10 @@ def render_table(report: CheckReport) -> str:
             "note": "note",
             "unverified": "NOT VERIFIED",
         }[f.severity]
-        out.print(f"{label} [{f.check}] {f.subject}: {as_typed(f.message)}", soft_wrap=True)
+        if len(checks) > 1:
+            out.print(f"{label} [{', '.join(checks)}] {as_typed(f.message)}", soft_wrap=True)
+        else:
+            out.print(f"{label} [{f.check}] {f.subject}: {as_typed(f.message)}", soft_wrap=True)
         if f.detail:
             for line in f.detail.rstrip("\n").splitlines():
                 out.print(f"    {line}", soft_wrap=True)
@@ -190,6 +143,24 @@ def render_table(report: CheckReport) -> str:
     return summary
 
 
+def _grouped(findings: Sequence[Finding]) -> list[tuple[list[str], Finding]]:
+    """The findings in order, a problem that stopped several checks alike told once: one cause (the
+    release cannot be downloaded, say) is one message naming every check it stopped, not seven."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    order: list[tuple[list[str], Finding]] = []
+    for f in findings:
+        if f.severity == "problem" and f.subject == f.check:
+            key = (f.severity, f.message, f.detail)
+            if key in groups:
+                groups[key].append(f.check)
+                continue
+            groups[key] = [f.check]
+            order.append((groups[key], f))
+        else:
+            order.append(([f.check], f))
+    return order
+
+
 def verified_lines(report: CheckReport) -> list[str]:
     """What each check came to, and what it was checked against: a reviewer reads here what a
     passing check verified (not only that it passed)."""
@@ -203,7 +174,9 @@ def verified_lines(report: CheckReport) -> list[str]:
     lines.append("against:")
     lines.append(f"  pristine      {report.against.get('pristine', report.source)}")
     fork = report.against.get("fork")
-    if fork is None:
+    if fork is None and report.status("replay-identity") == "could not run":
+        lines.append("  fork          not opened (the checks that read it could not run)")
+    elif fork is None:
         lines.append("  fork          none (no --fork and no patches/fork.bundle)")
     else:
         sha = f" (sha256 {fork['sha256']})" if fork.get("sha256") else ""
@@ -263,6 +236,7 @@ def check_command(
     ] = False,
 ) -> None:
     from hyperqwen_patches.checks.pipeline import run_check
+    from hyperqwen_patches.commands.progress import StderrProgress
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.errors import EnvironmentProblem, ExitCode, FindingError
     from hyperqwen_patches.series.manifest import ManifestError, resolve_repo
@@ -273,7 +247,7 @@ def check_command(
             root,
             source=source,
             max_offset=max_offset,
-            progress=TerminalProgress(),
+            progress=StderrProgress(),
             fork=fork,
             export_point=export_point,
             require_fork=require_fork,

@@ -66,22 +66,26 @@ def import_command(
         bool, typer.Option("--json", help="Print each branch, its tip and row commits as JSON.")
     ] = False,
 ) -> None:
+    from hyperqwen_patches.commands.progress import StderrProgress
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.fork.importing import import_series
     from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
     from hyperqwen_patches.sources.pristine import open_pristine
 
     manifest = load_manifest(resolve_repo(repo))
-    tree = open_pristine(source or manifest.source, package=manifest.package, version=manifest.pin)
+    progress = StderrProgress()
+    label = source or manifest.source
+    tree = open_pristine(label, package=manifest.package, version=manifest.pin, progress=progress)
     try:
-        results = import_series(
-            manifest,
-            into,
-            tree=tree,
-            export_points=tuple(export_point or ()),
-            force=force,
-            create=create,
-        )
+        with progress.step(f"import: {len(manifest.rows)} rows onto the base commit of {label}"):
+            results = import_series(
+                manifest,
+                into,
+                tree=tree,
+                export_points=tuple(export_point or ()),
+                force=force,
+                create=create,
+            )
     finally:
         tree.close()
     if json_output:

@@ -283,10 +283,10 @@ def _abort(fork: Path, as_json: bool) -> None:
 
 
 def _progress() -> object:
-    """The same download progress as ``check`` (rich on a terminal, silent otherwise)."""
-    from hyperqwen_patches.commands.check import TerminalProgress
+    """The same progress as ``check`` (rich on a terminal, a line per step's start and end elsewhere)."""
+    from hyperqwen_patches.commands.progress import StderrProgress
 
-    return TerminalProgress()
+    return StderrProgress()
 
 
 STYLES = {

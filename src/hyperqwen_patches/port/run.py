@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,9 @@ def port(
             progress=progress,
         )
         try:
-            classified = classify_rows(rows, old, new)
+            with _step(progress, f"port: triaging {len(rows)} rows on {new.label}"):
+                classified = classify_rows(rows, old, new)
+                statics = _port_statics(manifest, old, new)
             report = PortReport(
                 package=manifest.package,
                 from_version=manifest.pin,
@@ -67,18 +71,24 @@ def port(
                 from_label=old.label,
                 to_label=new.label,
                 rows=tuple(classified),
-                statics=_port_statics(manifest, old, new),
+                statics=statics,
             )
             result = None
             if rebase is not None:
-                result = rebase_fork(
-                    manifest, report, rows, old, new, rebase, sources=(to_source, from_source)
-                )
+                with _step(progress, f"port --rebase: the rows onto {new.label}"):
+                    result = rebase_fork(
+                        manifest, report, rows, old, new, rebase, sources=(to_source, from_source)
+                    )
         finally:
             new.close()
     finally:
         old.close()
     return report, result
+
+
+def _step(progress: Any, label: str) -> AbstractContextManager[None]:
+    """A long step told through ``progress`` (a start and an end line in a log), if there is one."""
+    return progress.waiting(label) if progress is not None else contextlib.nullcontext()
 
 
 def _port_statics(manifest: Any, old: PristineTree, new: PristineTree) -> Any:
