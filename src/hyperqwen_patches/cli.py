@@ -91,7 +91,8 @@ def main() -> None:
 
     ``--version`` and plain command lines (``commands/argv.py``) never import Typer; the rest go to
     the Typer app in standalone mode, where click turns usage errors into exit 2 and ``typer.Exit(n)``
-    into exit n. Only our own typed errors are mapped here, for both paths alike.
+    into exit n. Only our own typed errors are mapped here, for both paths alike. SIGTERM ends a run
+    as Ctrl-C does (context managers unwind, a ``--json`` caller gets its document), with 143.
     """
     args = sys.argv[1:]
     if args == ["--version"]:
@@ -100,12 +101,13 @@ def main() -> None:
     import os
 
     from hyperqwen_patches.commands.argv import command_name, parse
-    from hyperqwen_patches.errors import ExitCode, HqpError
+    from hyperqwen_patches.errors import ExitCode, HqpError, Terminated
 
     # A shell asking for completions (Typer's _<PROG>_COMPLETE protocol) is answered by Typer,
     # with every command registered.
     completing = any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ)
     try:
+        _terminate_on_sigterm()
         call = None if completing else parse(args)
         if completing:
             build_app()()
@@ -115,60 +117,95 @@ def main() -> None:
                 build_app(only=command_name(args))()
             except SystemExit as exc:
                 # click's usage errors exit 2 after printing usage; a --json caller still gets its
-                # one document.
+                # one document. Typer turns Ctrl-C into a silent exit 130: said here, as below.
                 if exc.code == 2:
                     _json_error(2, "usage error: see the message on stderr", None)
+                elif exc.code == ExitCode.INTERRUPTED:
+                    _fail(ExitCode.INTERRUPTED, "interrupted (SIGINT)", None, prefix="")
                 raise
             return
         if call.verbose:
             _log_verbosely()
         call.run()
     except HqpError as exc:
-        from hyperqwen_patches.console import as_typed, err
-
-        err.print(f"error: {as_typed(exc.message)}")
-        if exc.hint:
-            err.print(f"hint: {as_typed(exc.hint)}")
-        _json_error(int(exc.exit_code), exc.message, exc.hint)
-        sys.exit(int(exc.exit_code))
+        _fail(exc.exit_code, exc.message, exc.hint, exc.json_fields())
     except KeyboardInterrupt:
-        from hyperqwen_patches.console import err
-
-        err.print("interrupted")
-        sys.exit(130)
+        _fail(ExitCode.INTERRUPTED, "interrupted (SIGINT)", None, prefix="")
+    except Terminated:
+        _fail(ExitCode.TERMINATED, "terminated (SIGTERM)", None, prefix="")
     except BrokenPipeError:
         # The reader went away (``| head``): as click does, stop quietly with exit 1.
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
     except OSError as exc:
         # The last net: an operating-system error no typed error named (a cache directory that is a
         # file or read-only, a full disk) is one line and exit 2, never a traceback.
         from hyperqwen_patches.cachedir import cache_dir
-        from hyperqwen_patches.console import err
 
         where = f": {exc.filename}" if exc.filename else ""
-        err.print(f"error: {exc.strerror or exc}{where}")
         root = cache_dir()
+        hint = None
         if exc.filename and str(exc.filename).startswith(str(root)):
-            err.print(
-                f"hint: the cache is {root} ($HQP_CACHE): it must be a writable directory; "
+            hint = (
+                f"the cache is {root} ($HQP_CACHE): it must be a writable directory; "
                 "point HQP_CACHE elsewhere or fix its permissions"
             )
-        _json_error(int(ExitCode.USAGE), f"{exc.strerror or exc}{where}", None)
-        sys.exit(int(ExitCode.USAGE))
+        _fail(ExitCode.USAGE, f"{exc.strerror or exc}{where}", hint)
 
 
-def _json_error(code: int, message: str, hint: str | None) -> None:
+def _terminate_on_sigterm() -> None:
+    """SIGTERM (``timeout``, ``docker stop``, a CI runner cancelling a job) raises ``Terminated`` in
+    the main thread, so the run unwinds like Ctrl-C instead of vanishing with nothing on stdout. A
+    SIGTERM its parent set to be ignored stays ignored (as Python does for SIGINT)."""
+    import signal
+
+    from hyperqwen_patches.errors import Terminated
+
+    def raise_terminated(_signum: int, _frame: object) -> None:
+        raise Terminated
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, raise_terminated)
+
+
+def _fail(
+    code: int,
+    message: str,
+    hint: str | None,
+    fields: dict[str, object] | None = None,
+    *,
+    prefix: str = "error: ",
+) -> None:
+    """Say what went wrong once, and exit with ``code``.
+
+    A ``--json`` caller whose document is already out reads the outcome there (``ok``,
+    ``exit_code``, the findings): stderr gets no second account of it. Otherwise stderr gets the
+    line and its hint, and a ``--json`` caller also the error document.
+    """
+    from hyperqwen_patches.console import as_typed, err, json_emitted
+
+    if not (_json_wanted() and json_emitted()):
+        err.print(f"{prefix}{as_typed(message)}")
+        if hint:
+            err.print(f"hint: {as_typed(hint)}")
+    _json_error(int(code), message, hint, fields)
+    sys.exit(int(code))
+
+
+def _json_wanted() -> bool:
+    args = sys.argv[1:]
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _json_error(
+    code: int, message: str, hint: str | None, fields: dict[str, object] | None = None
+) -> None:
     """A ``--json`` caller that got no document (the error came first) gets one describing it, so a
     script always has JSON to parse; one that got its document is not given a second."""
     from hyperqwen_patches.console import emit_json, json_emitted
 
-    args = sys.argv[1:]
-    wanted = "--json" in (args[: args.index("--")] if "--" in args else args)
-    if wanted and not json_emitted():
-        emit_json({"ok": False, "exit_code": code, "error": message, "hint": hint})
+    if _json_wanted() and not json_emitted():
+        emit_json({**(fields or {}), "ok": False, "exit_code": code, "error": message, "hint": hint})
 
 
 # --- the fast path's option table -------------------------------------------------------------------

@@ -308,40 +308,19 @@ def check_command(
     from hyperqwen_patches.checks.pipeline import run_check
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.errors import EnvironmentProblem, ExitCode, FindingError
-    from hyperqwen_patches.series.manifest import ManifestError, resolve_repo
+    from hyperqwen_patches.series.manifest import resolve_repo
 
-    root = resolve_repo(repo)
-    try:
-        report = run_check(
-            root,
-            source=source,
-            max_offset=max_offset,
-            progress=TerminalProgress(),
-            fork=fork,
-            export_point=export_point,
-            require_fork=require_fork,
-        )
-    except ManifestError as exc:
-        # --json readers get the manifest's problems as records too (the error still goes to stderr).
-        if json_output:
-            emit_json(
-                {
-                    "ok": False,
-                    "exit_code": int(exc.exit_code),
-                    "rows": [],
-                    "findings": [
-                        {
-                            "check": "manifest",
-                            "severity": "problem",
-                            "subject": f"{p.path}:{p.line}" if p.line else p.path,
-                            "message": f"{p.field}: {p.message}" if p.field else p.message,
-                            "detail": "",
-                        }
-                        for p in exc.problems
-                    ],
-                }
-            )
-        raise
+    # An invalid manifest raises ManifestError here: cli.main gives a --json caller the error
+    # document, every problem in it with its file, line and field (error.schema.json).
+    report = run_check(
+        resolve_repo(repo),
+        source=source,
+        max_offset=max_offset,
+        progress=TerminalProgress(),
+        fork=fork,
+        export_point=export_point,
+        require_fork=require_fork,
+    )
     if json_output:
         emit_json(report.to_json())
         summary = f"check: exit {int(report.exit_code)}"
