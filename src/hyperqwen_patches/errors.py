@@ -27,8 +27,8 @@ MEANINGS: dict[int, str] = {
     ExitCode.FINDING: "a finding (a check failed, a hunk did not apply)",
     ExitCode.USAGE: "a usage, input or environment problem",
     ExitCode.GIT: "git failed or a repository is unusable",
-    ExitCode.INTERRUPTED: "interrupted (Ctrl-C): what was being written was put back first",
-    ExitCode.TERMINATED: "terminated (SIGTERM): what was being written was put back first",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+    ExitCode.TERMINATED: "terminated (SIGTERM)",
 }
 
 

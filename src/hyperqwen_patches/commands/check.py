@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -53,11 +55,13 @@ Examples:
   hyperqwen-patches check --source git:../vllm@v0.29.0 --max-offset 20
 """
 
-EPILOG = (
-    "Exit codes: 0 every invariant holds or could not be verified (the summary names those: 'not "
-    "verified' never counts as holding; --require-fork fails on the fork's); 1 a finding (an invariant is "
-    "broken); 2 a usage or environment "
-    "problem (bad option, invalid manifest, the pristine tree cannot be obtained)."
+EPILOG = exit_codes_help(
+    ok="every invariant holds or could not be verified (the summary names those: 'not verified' "
+    "never counts as holding; --require-fork fails on the fork's)",
+    finding="a finding (an invariant is broken)",
+    usage="a usage or environment problem (bad option, invalid manifest, the pristine tree cannot "
+    "be obtained)",
+    git="git failed on the fork or a git: source",
 )
 
 
