@@ -6,7 +6,7 @@ maps typed errors to exit codes in one place, and generates the option table the
 (``commands/argv.py``): a plain command line is served without importing Typer at all.
 
 Exit codes (every command): 0 ok; 1 a finding (a check failed, a hunk did not apply); 2 usage, input or
-environment problem; 3 git failed; 130 interrupted.
+environment problem; 3 git failed; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -22,11 +22,6 @@ if TYPE_CHECKING:
 
     import typer
 
-EPILOG = (
-    "Exit codes: 0 ok; 1 a finding (a check failed, a hunk did not apply); "
-    "2 usage, input or environment problem; 3 git failed; 130 interrupted (what apply was writing "
-    "was put back)."
-)
 HELP = (
     "Carry a patch series on a pinned upstream release (vLLM): apply at fuzz 0, check replay "
     "identity against the fork, export, import, render the ledger, port to a new release."
@@ -34,16 +29,48 @@ HELP = (
 ARGTABLE = "commands/argtable.py"
 
 
-def build_app(only: str | None = None) -> typer.Typer:
-    """The Typer app with every command registered, or only the one named ``only`` (see commands)."""
+def build_app(only: str | None = None, *, prog: str | None = None) -> typer.Typer:
+    """The Typer app with every command registered, or only the one named ``only`` (see commands).
+
+    ``prog`` is the name the user ran us by (``console.program()``): usage lines and the examples
+    in each --help then read as they would be typed (``./hqp check``), as hints do.
+    """
     import typer
+    import typer.core
 
     from hyperqwen_patches.commands import register
+    from hyperqwen_patches.errors import exit_codes_help
 
-    app = typer.Typer(
+    class Command(typer.core.TyperCommand):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if prog is not None:
+                from hyperqwen_patches.console import as_typed
+
+                self.help = as_typed(self.help) if self.help else self.help
+                self.epilog = as_typed(self.epilog) if self.epilog else self.epilog
+
+        def collect_usage_pieces(self, ctx: Any) -> list[str]:
+            # Typer 0.28 writes a required argument as {DIR}; the usage line says DIR, as click
+            # and the docs do.
+            pieces = [self.options_metavar] if self.options_metavar else []
+            for param in self.get_params(ctx):
+                if param.param_type_name != "argument":
+                    pieces += param.get_usage_pieces(ctx)
+                    continue
+                name = param.metavar or (param.name or "").upper()
+                name += "..." if param.nargs != 1 else ""
+                pieces.append(name if param.required else f"[{name}]")
+            return pieces
+
+    class App(typer.Typer):
+        def command(self, *args: Any, cls: Any = None, **kwargs: Any) -> Any:
+            return super().command(*args, cls=cls or Command, **kwargs)
+
+    app = App(
         name="hyperqwen-patches",
         help=HELP,
-        epilog=EPILOG,
+        epilog=exit_codes_help(),
         no_args_is_help=True,
         add_completion=True,
         pretty_exceptions_enable=False,
@@ -62,7 +89,10 @@ def build_app(only: str | None = None) -> typer.Typer:
             False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
         ),
         verbose: bool = typer.Option(
-            False, "--verbose", "-v", help="Log git commands and cache steps to stderr."
+            False,
+            "--verbose",
+            "-v",
+            help="Log git commands and cache steps to stderr (before or after the command).",
         ),
     ) -> None:
         if verbose:
@@ -100,7 +130,7 @@ def main() -> None:
         return
     import os
 
-    from hyperqwen_patches.commands.argv import command_name, parse
+    from hyperqwen_patches.commands.argv import command_name, hoist, parse
     from hyperqwen_patches.errors import ExitCode, HqpError, Terminated
 
     # A shell asking for completions (Typer's _<PROG>_COMPLETE protocol) is answered by Typer,
@@ -108,13 +138,17 @@ def main() -> None:
     completing = any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ)
     try:
         _terminate_on_sigterm()
-        call = None if completing else parse(args)
         if completing:
             build_app()()
             return
+        args = hoist(args)
+        call = parse(args)
         if call is None:
+            from hyperqwen_patches.console import program
+
+            prog = program()
             try:
-                build_app(only=command_name(args))()
+                build_app(only=command_name(args), prog=prog)(args=args, prog_name=prog)
             except SystemExit as exc:
                 # click's usage errors exit 2 after printing usage; a --json caller still gets its
                 # one document. Typer turns Ctrl-C into a silent exit 130: said here, as below.
@@ -205,7 +239,9 @@ def _json_error(
     from hyperqwen_patches.console import emit_json, json_emitted
 
     if _json_wanted() and not json_emitted():
-        emit_json({**(fields or {}), "ok": False, "exit_code": code, "error": message, "hint": hint})
+        emit_json(
+            {**(fields or {}), "ok": False, "exit_code": code, "error": message, "hint": hint}
+        )
 
 
 # --- the fast path's option table -------------------------------------------------------------------
