@@ -27,7 +27,10 @@ Examples:
 """
 
 EPILOG = exit_codes_help(
-    ok="shown (or pruned)", usage="usage, or a cache that is not a writable directory"
+    ok="shown (or pruned)",
+    finding="not used (cache checks nothing)",
+    usage="usage, or a cache that is not a writable directory",
+    git="not used (cache runs no git)",
 )
 
 

@@ -22,7 +22,12 @@ Examples:
   hyperqwen-patches list --json | jq -r '.rows[].name'
 """
 
-EPILOG = exit_codes_help(ok="listed", usage="usage or an invalid manifest")
+EPILOG = exit_codes_help(
+    ok="listed",
+    finding="not used (list checks nothing)",
+    usage="usage or an invalid manifest",
+    git="not used (list runs no git)",
+)
 
 
 def list_command(
