@@ -18,7 +18,7 @@ from hyperqwen_patches import __version__
 # Not typing.TYPE_CHECKING: importing typing costs 14 ms, most of what `--version` may take.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
     import typer
 
@@ -209,7 +209,7 @@ def _fail(
     fields: dict[str, object] | None = None,
     *,
     prefix: str = "error: ",
-) -> None:
+) -> NoReturn:
     """Say what went wrong once, and exit with ``code``.
 
     A ``--json`` caller whose document is already out reads the outcome there (``ok``,

@@ -87,7 +87,7 @@ class Interrupted(HqpError):
 
     def __init__(self, message: str, *, hint: str | None = None, signal: str = "SIGINT") -> None:
         super().__init__(message, hint=hint)
-        # The shell's 128 + the signal's number, for the two signals a run is stopped with.
+        # SIGTERM is the shell's 128 + 15, as outside a write (cli.main); SIGINT and SIGHUP keep 130.
         self.exit_code = ExitCode.TERMINATED if signal == "SIGTERM" else ExitCode.INTERRUPTED
 
 
