@@ -419,13 +419,15 @@ def test_invalid_manifest_is_exit_2_before_any_check(tmp_path: Path) -> None:
     assert proc.returncode == 2
     data = json.loads(proc.stdout)  # --json readers get the problems as records too
     assert (data["ok"], data["exit_code"]) == (False, 2)
-    assert [(f["check"], f["subject"], f["message"]) for f in data["findings"]] == [
+    assert data["error"].startswith("patches/manifest.yaml: 2 problems in the manifest")
+    assert [(p["path"], p["line"], p["field"], p["message"]) for p in data["problems"]] == [
         (
-            "manifest",
-            "patches/manifest.yaml:5",
-            "extra: unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs)",
+            "patches/manifest.yaml",
+            5,
+            "extra",
+            "unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs)",
         ),
-        ("manifest", "patches/manifest.yaml:2", "pin: must be a string, got a number (quote it)"),
+        ("patches/manifest.yaml", 2, "pin", "must be a string, got a number (quote it)"),
     ]
     assert "patches/manifest.yaml: 2 problems in the manifest" in proc.stderr
     assert snapshot(tmp_path) == before

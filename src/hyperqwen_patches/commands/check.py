@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -54,11 +56,13 @@ Examples:
   hyperqwen-patches check --source git:../vllm@v0.29.0 --max-offset 20
 """
 
-EPILOG = (
-    "Exit codes: 0 every invariant holds or could not be verified (the summary names those: 'not "
-    "verified' never counts as holding; --require-fork fails on the fork's); 1 a finding (an invariant is "
-    "broken); 2 a usage or environment "
-    "problem (bad option, invalid manifest, the pristine tree cannot be obtained)."
+EPILOG = exit_codes_help(
+    ok="every invariant holds or could not be verified (the summary names those: 'not verified' "
+    "never counts as holding; --require-fork fails on the fork's)",
+    finding="a finding (an invariant is broken)",
+    usage="a usage or environment problem (bad option, invalid manifest, the pristine tree cannot "
+    "be obtained)",
+    git="git failed on the fork or a git: source",
 )
 
 
@@ -239,40 +243,19 @@ def check_command(
     from hyperqwen_patches.commands.progress import StderrProgress
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.errors import EnvironmentProblem, ExitCode, FindingError
-    from hyperqwen_patches.series.manifest import ManifestError, resolve_repo
+    from hyperqwen_patches.series.manifest import resolve_repo
 
-    root = resolve_repo(repo)
-    try:
-        report = run_check(
-            root,
-            source=source,
-            max_offset=max_offset,
-            progress=StderrProgress(),
-            fork=fork,
-            export_point=export_point,
-            require_fork=require_fork,
-        )
-    except ManifestError as exc:
-        # --json readers get the manifest's problems as records too (the error still goes to stderr).
-        if json_output:
-            emit_json(
-                {
-                    "ok": False,
-                    "exit_code": int(exc.exit_code),
-                    "rows": [],
-                    "findings": [
-                        {
-                            "check": "manifest",
-                            "severity": "problem",
-                            "subject": f"{p.path}:{p.line}" if p.line else p.path,
-                            "message": f"{p.field}: {p.message}" if p.field else p.message,
-                            "detail": "",
-                        }
-                        for p in exc.problems
-                    ],
-                }
-            )
-        raise
+    # An invalid manifest raises ManifestError here: cli.main gives a --json caller the error
+    # document, every problem in it with its file, line and field (error.schema.json).
+    report = run_check(
+        resolve_repo(repo),
+        source=source,
+        max_offset=max_offset,
+        progress=StderrProgress(),
+        fork=fork,
+        export_point=export_point,
+        require_fork=require_fork,
+    )
     if json_output:
         emit_json(report.to_json())
         summary = f"check: exit {int(report.exit_code)}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -27,10 +29,14 @@ Examples:
   hyperqwen-patches import --into ../vllm-fork --export-point qwen38 --force
 
   hyperqwen-patches import --into ../vllm-fork --json | jq -r '.branches[].tip'
-
-Exit codes: 0 imported; 1 a row does not apply; 2 usage or an invalid manifest; 3 git failed (or the
-branch exists elsewhere without --force).
 """
+
+EPILOG = exit_codes_help(
+    ok="imported",
+    finding="a row does not apply",
+    usage="usage or an invalid manifest",
+    git="git failed (or the branch exists elsewhere without --force)",
+)
 
 
 def import_command(
@@ -124,4 +130,4 @@ def _state(result: Any) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("import", help=HELP)(import_command)
+    app.command("import", help=HELP, epilog=EPILOG)(import_command)

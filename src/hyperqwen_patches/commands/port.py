@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -30,23 +32,26 @@ is through; the old branch, the checked-out branch and the fork's index are neve
 Examples:
 
 \b
-  hqp port --to 0.30.0
-  hqp port --to 0.31.0 --markdown port-0.31.md --json > port-0.31.json
-  hqp port --to 0.30.0 --to 0.31.0 --to 0.32.0 --markdown docs/port-matrix.md
-  hqp port --to 0.30.0 --rebase --fork ../fork
-  hqp port --rebase --continue --fork ../fork     (after resolving the paused row)
-
-Exit codes: 0 every row applies or is upstream (with --rebase: the branch is written with every row
-that is not upstream) and the static checks find no error on the target; 1 at least one row
-conflicts (with --rebase: the rebase paused for a person, or a row was skipped), or a static check
-finds an error (a name the target removed, a call that no longer binds: code that applies but would
-fail there); 2 usage or environment problem (a version not on PyPI, the pin itself, conflict markers
-left at --continue); 3 git failed.
+  hyperqwen-patches port --to 0.30.0
+  hyperqwen-patches port --to 0.31.0 --markdown port-0.31.md --json > port-0.31.json
+  hyperqwen-patches port --to 0.30.0 --to 0.31.0 --to 0.32.0 --markdown docs/port-matrix.md
+  hyperqwen-patches port --to 0.30.0 --rebase --fork ../fork
+  hyperqwen-patches port --rebase --continue --fork ../fork     (after resolving the paused row)
 """
+
+EPILOG = exit_codes_help(
+    ok="every row applies or is upstream (with --rebase: the branch is written with every row that "
+    "is not upstream) and the static checks find no error on the target",
+    finding="at least one row conflicts (with --rebase: the rebase paused for a person, or a row "
+    "was skipped), or a static check finds an error (a name the target removed, a call that no "
+    "longer binds: code that applies but would fail there)",
+    usage="usage or environment problem (a version not on PyPI, the pin itself, conflict markers "
+    "left at --continue)",
+)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("port", help=HELP, no_args_is_help=True)(port)
+    app.command("port", help=HELP, epilog=EPILOG, no_args_is_help=True)(port)
 
 
 def port(
@@ -395,7 +400,7 @@ def render_terminal(report: object, *, details: bool) -> None:
 def render_rebase(result: object) -> None:
     from rich.text import Text
 
-    from hyperqwen_patches.console import out, show
+    from hyperqwen_patches.console import as_typed, out, show
     from hyperqwen_patches.port.model import RebaseResult
 
     assert isinstance(result, RebaseResult)
@@ -434,4 +439,4 @@ def render_rebase(result: object) -> None:
                 "modify-delete": "the row deletes it, the release changed it; the release's is there",
             }.get(f.how, f"clean ({f.how})")
             out.print(f"  {show(f.path)}: {what}")
-        out.print(f"then: {paused.resume}   (or --skip, --abort)")
+        out.print(f"then: {as_typed(paused.resume)}   (or --skip, --abort)")

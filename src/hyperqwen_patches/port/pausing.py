@@ -83,12 +83,12 @@ def load(git_dir: Path) -> RebaseState | None:
     except (OSError, ValueError) as exc:
         raise GitError(
             f"{path}: unreadable state of a paused port --rebase ({exc})",
-            hint="`hqp port --rebase --abort` drops it",
+            hint="`hyperqwen-patches port --rebase --abort` drops it",
         ) from exc
     if not isinstance(raw, dict) or raw.pop("format", None) != STATE_FORMAT:
         raise GitError(
             f"{path}: not a state file this version of hyperqwen-patches wrote",
-            hint="`hqp port --rebase --abort` drops it",
+            hint="`hyperqwen-patches port --rebase --abort` drops it",
         )
     try:
         return RebaseState(**raw)

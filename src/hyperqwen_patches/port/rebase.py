@@ -361,7 +361,7 @@ def _rebase(
                     worktree = (request.worktree or pausing.default_worktree(
                         request.fork, git_dir, report.to_version)).resolve()  # fmt: skip
                     # Runnable from anywhere (the person is likely in the worktree).
-                    resume = f"hqp port --rebase --continue --fork {request.fork}" + (
+                    resume = f"hyperqwen-patches port --rebase --continue --fork {request.fork}" + (
                         f" --repo {request.repo}" if request.repo is not None else ""
                     )
                     if worktree != done_with:

@@ -146,6 +146,14 @@ class ManifestError(UsageError):
             "\n".join(lines), hint="the manifest's keys are described in docs/manifest.md"
         )
 
+    def json_fields(self) -> dict[str, object]:
+        return {
+            "problems": [
+                {"path": p.path, "line": p.line, "field": p.field, "message": p.message}
+                for p in self.problems
+            ]
+        }
+
 
 @record(frozen=True)
 class ExportPoint:
