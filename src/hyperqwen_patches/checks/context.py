@@ -51,6 +51,10 @@ class Finding:
 T = TypeVar("T")
 
 
+# The instance-dict key of a context's failed properties (name -> the typed error they raised).
+_FAILED = "_once_failed"
+
+
 class _once(Generic[T]):
     """A cached property computed once even when two threads ask at the same time.
 
@@ -74,15 +78,16 @@ class _once(Generic[T]):
         if self.name not in cache:
             # One re-entrant lock per context: `applied` needs `series` and `pristine`.
             with obj._lock:
-                if self.name not in cache and self.name not in obj._failed:
+                # A typed failure (the release cannot be downloaded) is the same for every check that
+                # asks: computed once and raised again, not tried once per check (7 downloads offline).
+                failed: dict[str, HqpError] = cache.setdefault(_FAILED, {})
+                if self.name not in cache and self.name not in failed:
                     try:
                         cache[self.name] = self.func(obj)
                     except HqpError as exc:
-                        # A typed failure (the release cannot be downloaded) is the same for every
-                        # check that asks: asked once, not once per check (7 downloads offline).
-                        obj._failed[self.name] = exc
-                if self.name in obj._failed:
-                    raise obj._failed[self.name]
+                        failed[self.name] = exc
+                if self.name in failed:
+                    raise failed[self.name]
         return cache[self.name]  # type: ignore[no-any-return]
 
 
@@ -102,8 +107,6 @@ class CheckContext:
     evidence: dict[str, Any] = field(default_factory=dict)
     _opened: list[PristineTree] = field(default_factory=list)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
-    # A property whose computation raised a typed error -> that error, raised again on every read.
-    _failed: dict[str, HqpError] = field(default_factory=dict, repr=False, compare=False)
 
     @_once
     def series(self) -> list[SeriesRow]:
