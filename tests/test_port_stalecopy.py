@@ -172,6 +172,23 @@ class RandomSelector(TokenSelector):
         return picked[..., 0]
 """
     assert run(tree(BASE), tree(BASE_NEW), BASE + dissimilar)[0] == []
+    # Six of the base's lines, and as many of its own: a function of its own that reuses some lines.
+    mostly_own = b"""
+
+class BeamSelector(TokenSelector):
+    def select(self, logits, temperature):
+        if temperature == 0.0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits / temperature, dim=-1)
+        top_probs, top_ids = torch.topk(probs, self.top_k, dim=-1)
+        beams = self.expand_beams(top_ids, top_probs)
+        scores = self.score_beams(beams, logits)
+        best = scores.argmax(dim=-1, keepdim=True)
+        self.record_beams(beams, scores)
+        self.prune_beams(beams, best)
+        return beams.gather(-1, best).squeeze(-1)
+"""
+    assert run(tree(BASE), tree(BASE_NEW), BASE + mostly_own)[0] == []
 
 
 def test_a_copy_in_another_module_of_an_original_upstream_removed_is_reported() -> None:
