@@ -261,27 +261,30 @@ class RowVerifier:
             stats["files"] += 1
             change = changed_lines(before, after)
             broken = self.store.compile_error(path, after)
-            was_broken = before is not None and self.store.compile_error(path, before) is not None
             if broken is not None:
-                if was_broken:
+                if before is not None and self.store.compile_error(path, before) is not None:
                     stats["pre-existing"] += 1
                 else:
                     verdict.errors.append(_compile_error(path, broken, change.added))
                 continue  # nothing to resolve in a file that does not parse
             if change.added:
                 after_marks[path] = (after, change.added)
-            if before is not None and change.removed and not was_broken:
+            if before is not None and change.removed:
                 before_marks[path] = (before, change.removed)
         found = self._ref_errors(row, after_marks, old_after, new_after, stats)
-        earlier = Counter(
-            e.key for e in self._ref_errors(row, before_marks, old_before, new_before, Counter())
-        )
-        for error in found:
-            if earlier[error.key]:
-                earlier[error.key] -= 1
-                stats["pre-existing"] += 1
-            else:
-                verdict.errors.append(error)
+        # The same checks on the lines the row removed, one step earlier, only when there is
+        # something to excuse: most rows have no error, and then this costs nothing.
+        if found:
+            parsed = {p: m for p, m in before_marks.items() if self.store.parsed(p, m[0]).tree}
+            earlier = Counter(
+                e.key for e in self._ref_errors(row, parsed, old_before, new_before, Counter())
+            )
+            for error in found:
+                if earlier[error.key]:
+                    earlier[error.key] -= 1
+                    stats["pre-existing"] += 1
+                else:
+                    verdict.errors.append(error)
         verdict.errors.sort(key=lambda e: (e.path, e.line, e.check, e.message))
         return verdict
 
