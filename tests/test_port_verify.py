@@ -235,6 +235,15 @@ def test_a_file_that_stops_compiling_is_reported_at_the_rows_line() -> None:
     [error] = verdict.errors
     assert (error.check, error.line) == ("compiles", line_of(row, b"return None"))
     assert error.message == "does not compile: 'return' outside function"
+    # What the row's other files take from a file that no longer parses is not reported missing.
+    user = b"vllm/worker/user.py"
+    uses = b"from vllm.worker.runner import Runner\n"
+    unparsable = RUNNER + b"def broken(:\n"
+    verdict = check(OLD, {**OLD, path: row, user: uses}, NEW, {**NEW, path: unparsable, user: uses})
+    assert [(e.check, e.line) for e in verdict.errors] == [
+        ("compiles", line_of(unparsable, b"def broken"))
+    ]
+    assert verdict.stats["in a file that does not compile"] == 1
     # A file that already did not compile on the new branch is not the row's doing.
     broken = RUNNER.replace(b"def step(self, logits):", b"def step(self, logits:")
     verdict = check(

@@ -46,7 +46,7 @@ from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, no_gc
 from hyperqwen_patches.statics.names import BUILTINS, Views, resolve
 from hyperqwen_patches.statics.provenance import Provenance
-from hyperqwen_patches.statics.refs import CallRef, Ref
+from hyperqwen_patches.statics.refs import CallRef, Ref, module_name
 from hyperqwen_patches.statics.signatures import Def, bind, callee
 from hyperqwen_patches.statics.symbols import (
     ClassInfo,
@@ -252,6 +252,7 @@ class RowVerifier:
         stats = verdict.stats
         after_marks: dict[bytes, tuple[bytes, tuple[int, ...]]] = {}
         before_marks: dict[bytes, tuple[bytes, tuple[int, ...]]] = {}
+        broken_modules: set[str] = set()
         for path in sorted(set(paths)):
             if not path.endswith(b".py"):
                 continue
@@ -262,6 +263,7 @@ class RowVerifier:
             change = changed_lines(before, after)
             broken = self.store.compile_error(path, after)
             if broken is not None:
+                broken_modules.add(module_name(path))
                 if before is not None and self.store.compile_error(path, before) is not None:
                     stats["pre-existing"] += 1
                 else:
@@ -271,13 +273,16 @@ class RowVerifier:
                 after_marks[path] = (after, change.added)
             if before is not None and change.removed:
                 before_marks[path] = (before, change.removed)
-        found = self._ref_errors(row, after_marks, old_after, new_after, stats)
+        found = self._ref_errors(row, after_marks, old_after, new_after, stats, broken_modules)
         # The same checks on the lines the row removed, one step earlier, only when there is
         # something to excuse: most rows have no error, and then this costs nothing.
         if found:
             parsed = {p: m for p, m in before_marks.items() if self.store.parsed(p, m[0]).tree}
             earlier = Counter(
-                e.key for e in self._ref_errors(row, parsed, old_before, new_before, Counter())
+                e.key
+                for e in self._ref_errors(
+                    row, parsed, old_before, new_before, Counter(), broken_modules
+                )
             )
             for error in found:
                 if earlier[error.key]:
@@ -297,6 +302,7 @@ class RowVerifier:
         old_read: Reader,
         new_read: Reader,
         stats: Counter[str],
+        broken: set[str],
     ) -> list[RowError]:
         if not marks:
             return []
@@ -311,12 +317,17 @@ class RowVerifier:
         new = _StoreSymbols(new_read, self.package, self.store)
         views = Views(_StoreAnalysis(prov, self.store), old, new, self.old_label, self.new_label)
         refs, calls = views.references()
-        errors = self._names(refs, old, new, stats)
+        errors = self._names(refs, old, new, stats, broken)
         errors += self._calls(calls, old, new, stats)
         return errors
 
     def _names(
-        self, refs: Sequence[Ref], old: Symbols, new: Symbols, stats: Counter[str]
+        self,
+        refs: Sequence[Ref],
+        old: Symbols,
+        new: Symbols,
+        stats: Counter[str],
+        broken: set[str],
     ) -> list[RowError]:
         errors: list[RowError] = []
         seen: set[tuple[bytes, int, str]] = set()
@@ -336,6 +347,10 @@ class RowVerifier:
                 continue
             if isinstance(now, Unknown):
                 stats["unknown on new"] += 1
+                continue
+            if _inside(now.container, broken) or _inside(f"{now.container}.{now.name}", broken):
+                # A module that does not parse has no names at all; its compile error says why.
+                stats["in a file that does not compile"] += 1
                 continue
             stats["missing"] += 1
             hint = _near_names(new, now)
@@ -416,6 +431,10 @@ def _compile_error(path: bytes, error: tuple[int, str, str], added: Sequence[int
     near = max((a for a in added if a <= line), default=line)
     where = f"line {line}: {text}" if text else f"line {line}"
     return RowError("compiles", path, near, f"does not compile: {message}", where)
+
+
+def _inside(dotted: str, modules: set[str]) -> bool:
+    return any(dotted == m or dotted.startswith(m + ".") for m in modules)
 
 
 def _where(found: Found) -> str:
