@@ -30,8 +30,12 @@ class TopKSelector:
         self._cached_candidate_ids = None
 
     def select(self, logits, temperature=1.0):
+        if temperature == 0.0:
+            return logits.argmax(dim=-1)
         scaled = logits / temperature
-        return scaled.topk(self.selector_top_k)
+        probs = scaled.softmax(dim=-1)
+        top = probs.topk(self.selector_top_k, dim=-1)
+        return top.indices
 
 
 def scale(x, factor):
@@ -53,8 +57,13 @@ class TopKSelector:
         self.candidate_sampler = CandidateSampler(config.top_k)
 
     def select(self, logits, temperature=1.0, *, generator):
+        if temperature == 0.0:
+            return logits.argmax(dim=-1)
         scaled = logits / temperature
-        return scaled.topk(self.top_k, generator=generator)
+        scaled = self.candidate_sampler.mask(scaled)
+        probs = scaled.softmax(dim=-1)
+        top = probs.topk(self.top_k, dim=-1, generator=generator)
+        return top.indices
 
 
 def scale(x, factor):
@@ -302,3 +311,49 @@ def test_verify_row_on_its_own_and_the_line_diff() -> None:
     assert (change.added, change.removed) == ((2, 4), (2,))
     assert changed_lines(None, b"x\n").added == (1,)
     assert changed_lines(b"x\n", None).removed == (1,)
+
+
+def test_the_issue_37_override_that_diff3_merges_cleanly_is_caught_by_both_checks() -> None:
+    """The whole story on the trees above: ``git merge-file`` carries the override onto the new
+    release without a conflict; the static checks of the written row name both renamed attributes,
+    and the stale-copy report names the base method upstream changed under the copy."""
+    from hyperqwen_patches.port.stalecopy import CopyIndex, stale_copies
+    from hyperqwen_patches.port.threeway import merge_row
+
+    copying = b"""
+
+class ChunkedTopKSelector(TopKSelector):
+    def select(self, logits, temperature=1.0):
+        if temperature == 0.0:
+            return logits.argmax(dim=-1)
+        logits = logits[self._cached_candidate_ids]
+        scaled = logits / temperature
+        probs = scaled.softmax(dim=-1)
+        top = probs.topk(self.selector_top_k, dim=-1)
+        return top.indices
+"""
+    path = b"vllm/sample/selector.py"
+    old_after = with_file(OLD, path, OLD_SELECTOR + copying)
+    merge = merge_row([path], OLD.get, old_after.get, NEW.get, ("new", "base", "row"))
+    assert merge.clean and merge.merged_paths == (path,)  # git says nothing is wrong
+    [written] = merge.files
+    assert written.content is not None
+    new_after = with_file(NEW, path, written.content)
+    verdict = check(OLD, old_after, NEW, new_after)
+    assert [e.message.split(":")[0] for e in verdict.errors] == [
+        "self._cached_candidate_ids",
+        "self.selector_top_k",
+    ]
+    added = changed_lines(NEW[path], written.content).added
+    [stale] = stale_copies({path: (written.content, added)}, CopyIndex(OLD.get, OLD), NEW.get)
+    assert (stale.qualname, stale.original_qualname) == (
+        "ChunkedTopKSelector.select",
+        "TopKSelector.select",
+    )
+    # Line numbers are the written file's, where the person will read them.
+    assert [(s.line, s.kind) for s in stale.stale_lines] == [
+        (line_of(written.content, b"class Chunked") + 1, "changed"),  # no generator parameter
+        (line_of(written.content, b"scaled = logits / temperature\n        probs"), "missing"),
+        (line_of(written.content, b"top = probs.topk(self.selector_top_k"), "changed"),
+    ]
+    assert stale.stale_lines[1].upstream == (b"scaled = self.candidate_sampler.mask(scaled)",)
