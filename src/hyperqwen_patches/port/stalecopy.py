@@ -38,6 +38,9 @@ from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import no_gc
 
 Reader = Callable[[bytes], bytes | None]
+# (content, path) -> its module, None when it does not parse: ``verify.ParseStore.tree`` shares the
+# parse of a written file with the row's static checks.
+Parser = Callable[[bytes, bytes], ast.Module | None]
 
 # Tuned on vLLM 0.29.0-0.31.0 (docs/port.md, "Copied bodies"): every override there that copies
 # its base's body passes, and no two unrelated functions of the release do.
@@ -141,12 +144,18 @@ class StaleCopy:
         }
 
 
-def functions(data: bytes, path: bytes) -> list[Function]:
-    """Every function and method of a file (nested ones too); [] when it does not parse."""
+def parse(data: bytes, path: bytes) -> ast.Module | None:
     try:
         with no_gc():
-            tree = ast.parse(data)
+            return ast.parse(data)
     except (SyntaxError, ValueError):
+        return None
+
+
+def functions(data: bytes, path: bytes, parser: Parser = parse) -> list[Function]:
+    """Every function and method of a file (nested ones too); [] when it does not parse."""
+    tree = parser(data, path)
+    if tree is None:
         return []
     lines = split_lines(data)
     out: list[Function] = []
@@ -261,16 +270,27 @@ def _match(copy: Function, original: Function) -> _Match | None:
     return _Match(original, matched, matched / len(a), blocks)
 
 
-def added_functions(data: bytes, path: bytes, added: Collection[int]) -> list[Function]:
+def added_functions(
+    data: bytes, path: bytes, added: Collection[int], parser: Parser = parse
+) -> list[Function]:
     """The functions a row wrote into ``data`` (``added``: the row's line numbers), outermost only."""
     chosen: list[Function] = []
-    for fn in functions(data, path):
+    if len(added) < ADDED_SHARE * MIN_LINES and not _adds_a_def(data, added):
+        return chosen  # no function of copy size can be the row's: the file is not parsed
+    for fn in functions(data, path, parser):
         if any(c.first <= fn.first and fn.last <= c.last for c in chosen):
             continue  # inside a function already taken: the outer one is the copy
         mine = sum(1 for n, _ in fn.lines if n in added)
         if fn.first in added or (fn.lines and mine >= ADDED_SHARE * len(fn.lines)):
             chosen.append(fn)
     return chosen
+
+
+def _adds_a_def(data: bytes, added: Collection[int]) -> bool:
+    lines = split_lines(data)
+    return any(
+        lines[n - 1].lstrip().startswith((b"def ", b"async def ")) for n in added if n <= len(lines)
+    )
 
 
 def find_copy(copy: Function, index: CopyIndex) -> _Match | None:
@@ -314,12 +334,14 @@ def stale_copies(
     added: Mapping[bytes, tuple[bytes, Collection[int]]],
     index: CopyIndex,
     new: Reader,
+    parser: Parser = parse,
 ) -> list[StaleCopy]:
     """The row's copies of old-release functions that the new release (``new``) changed.
 
     ``added`` maps each file the row touches to its content with the row and the row's line
     numbers in it: on the old release, or as written on the new branch (then the lines reported
-    are the branch's, where a person will read them).
+    are the branch's, where a person will read them). ``parser`` parses the row's files (a rebase
+    passes its ``ParseStore.tree``, so a file the static checks parsed is not parsed again).
     """
     found: list[StaleCopy] = []
     new_functions: dict[bytes, dict[str, Function]] = {}
@@ -327,7 +349,7 @@ def stale_copies(
         if not path.endswith(b".py"):
             continue
         data, lines = added[path]
-        for copy in added_functions(data, path, set(lines)):
+        for copy in added_functions(data, path, set(lines), parser):
             if len(copy.lines) < MIN_LINES:
                 continue
             match = find_copy(copy, index)

@@ -163,6 +163,10 @@ class ParseStore:
         del versions[self._versions :]
         return entry
 
+    def tree(self, data: bytes, path: bytes) -> ast.Module | None:
+        """The file parsed (None when it does not parse), as ``stalecopy.Parser`` takes it."""
+        return self.parsed(path, data).tree
+
     def compile_error(self, path: bytes, data: bytes) -> tuple[int, str, str] | None:
         """What ``compile()`` says of the file: the parser's error, else the compiler's, else None."""
         entry = self.parsed(path, data)
