@@ -8,6 +8,8 @@ shaped like that one: the row's override, the base it copies, and unrelated modu
 
 from __future__ import annotations
 
+import ast
+
 from hyperqwen_patches.port.linediff import changed_lines
 from hyperqwen_patches.port.stalecopy import CopyIndex, StaleCopy, stale_copies
 
@@ -212,3 +214,26 @@ def test_a_function_the_row_only_edits_is_not_a_copy_of_itself() -> None:
     static checks deal with it, not this report."""
     edited = BASE.replace(b"self.top_k, dim=-1", b"self.top_k + 1, dim=-1")
     assert run(tree(BASE), tree(BASE_NEW), edited)[0] == []
+
+
+def test_a_file_whose_added_lines_cannot_hold_a_copy_is_not_parsed() -> None:
+    """Most rows add a few lines inside existing functions: no function of copy size can be theirs,
+    so their files are not parsed for this report (the rebase's static checks parse them anyway,
+    and share that parse through ``parser``)."""
+    asked: list[bytes] = []
+
+    def parser(data: bytes, path: bytes) -> ast.Module | None:
+        asked.append(path)
+        return ast.parse(data)
+
+    edited = BASE.replace(
+        b"        self.top_k = top_k\n", b"        self.top_k = top_k\n        self.seen = 0\n"
+    )
+    added = changed_lines(BASE, edited).added
+    index = CopyIndex(tree(BASE).get, tree(BASE))
+    assert stale_copies({PATH: (edited, added)}, index, tree(BASE_NEW).get, parser) == []
+    assert asked == []
+    row_file = BASE + OVERRIDE
+    added = changed_lines(BASE, row_file).added
+    assert len(stale_copies({PATH: (row_file, added)}, index, tree(BASE_NEW).get, parser)) == 1
+    assert asked == [PATH]
