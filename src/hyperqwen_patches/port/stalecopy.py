@@ -42,8 +42,9 @@ Reader = Callable[[bytes], bytes | None]
 # parse of a written file with the row's static checks.
 Parser = Callable[[bytes, bytes], ast.Module | None]
 
-# Tuned on vLLM 0.29.0-0.31.0 (docs/port.md, "Copied bodies"): every override there that copies
-# its base's body passes, and no two unrelated functions of the release do.
+# Measured on the real wheels (docs/static-checks.md, "Copied bodies that went stale"): 3,108
+# functions of 300 files of 0.31.0 searched in 0.30.0 found 656 copies in other files, and the 65 of
+# them read were all real copies (vendored kernels, model boilerplate), none an accident.
 MIN_LINES = 5  # matched lines, at least: shorter functions are alike by accident
 COPY_SHARE = 0.8  # of the copy's lines that are the original's
 ORIGINAL_SHARE = 0.5  # of the original's lines that are in the copy (a copy of a part still counts)
