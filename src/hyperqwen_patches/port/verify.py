@@ -267,12 +267,13 @@ class RowVerifier:
             change = changed_lines(before, after)
             broken = self.store.compile_error(path, after)
             if broken is not None:
-                broken_modules.add(module_name(path))
+                if self.store.parsed(path, after).tree is None:
+                    broken_modules.add(module_name(path))
                 if before is not None and self.store.compile_error(path, before) is not None:
                     stats["pre-existing"] += 1
                 else:
                     verdict.errors.append(_compile_error(path, broken, change.added))
-                continue  # nothing to resolve in a file that does not parse
+                continue  # the compile error first: names in a file that cannot run mean little
             if change.added:
                 after_marks[path] = (after, change.added)
             if before is not None and change.removed:
