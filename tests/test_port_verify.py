@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hyperqwen_patches.port.linediff import changed_lines
-from hyperqwen_patches.port.verify import ParseStore, RowVerdict, RowVerifier, verify_row
+from hyperqwen_patches.port.verify import (
+    ParseStore,
+    RebaseChecks,
+    RowVerdict,
+    RowVerifier,
+    verify_row,
+)
 
 Tree = dict[bytes, bytes]
 
@@ -357,3 +363,13 @@ class ChunkedTopKSelector(TopKSelector):
         (line_of(written.content, b"top = probs.topk(self.selector_top_k"), "changed"),
     ]
     assert stale.stale_lines[1].upstream == (b"scaled = self.candidate_sampler.mask(scaled)",)
+    # The rebase's one call per row gives the same findings, each on one line for the pause.
+    checks = RebaseChecks("vllm", OLD.get, OLD, NEW.get, "0.30.0 + rows", "0.31.0 + rows")
+    written_row = checks.check("chunked", [path], OLD.get, old_after.get, NEW.get, new_after.get)
+    assert not written_row.ok
+    assert [line.split(": ", 1)[0] for line in written_row.lines()] == [
+        f"vllm/sample/selector.py:{verdict.errors[0].line}",
+        f"vllm/sample/selector.py:{verdict.errors[1].line}",
+        f"vllm/sample/selector.py:{stale.line}",
+    ]
+    assert written_row.to_json()["stale_copies"][0]["original"]["qualname"] == "TopKSelector.select"

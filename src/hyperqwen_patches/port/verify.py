@@ -42,6 +42,7 @@ from typing import Any, Literal
 from hyperqwen_patches.console import show
 from hyperqwen_patches.engine.patchset import split_lines
 from hyperqwen_patches.port.linediff import changed_lines
+from hyperqwen_patches.port.stalecopy import CopyIndex, StaleCopy, stale_copies
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, no_gc
 from hyperqwen_patches.statics.names import BUILTINS, Views, resolve
@@ -514,3 +515,68 @@ def _mro(symbols: Symbols, cls: ClassInfo, depth: int = 0) -> list[ClassInfo]:
             assert isinstance(found.obj, ClassInfo)
             out += _mro(symbols, found.obj, depth + 1)
     return out
+
+
+@record
+class WrittenRow:
+    """What the checks of one written row found: its static errors and its stale copies."""
+
+    row: str
+    verdict: RowVerdict
+    stale: list[StaleCopy]
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok and not self.stale
+
+    def lines(self) -> list[str]:
+        """One line per finding, ``path:line: message``, for a person (the pause's message)."""
+        out = [f"{show(e.path)}:{e.line}: {e.message}" for e in self.verdict.errors]
+        out += [f"{show(s.path)}:{s.line}: {s.message}" for s in self.stale]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.verdict.to_json(),
+            "stale_copies": [s.to_json() for s in self.stale],
+        }
+
+
+class RebaseChecks:
+    """What a rebase keeps to check the rows it writes: one parse store, one index of the old
+    release's functions (built only when a row adds a function), both for the whole rebase."""
+
+    def __init__(
+        self,
+        package: str,
+        old_release: Reader,
+        old_paths: Iterable[bytes],
+        new_release: Reader,
+        old_label: str = "the old release",
+        new_label: str = "the new branch",
+    ) -> None:
+        prefix = package.encode() + b"/"
+        self.verifier = RowVerifier(package, old_label, new_label)
+        self.copies = CopyIndex(old_release, [p for p in old_paths if p.startswith(prefix)])
+        self.new_release = new_release
+
+    def check(
+        self,
+        row: str,
+        paths: Iterable[bytes],
+        old_before: Reader,
+        old_after: Reader,
+        new_before: Reader,
+        new_after: Reader,
+    ) -> WrittenRow:
+        """Both checks of ``row`` as written (the four trees as :meth:`RowVerifier.verify` takes
+        them); the stale copies are reported on the written file's lines."""
+        paths = sorted(set(paths))
+        verdict = self.verifier.verify(row, paths, old_before, old_after, new_before, new_after)
+        added: dict[bytes, tuple[bytes, tuple[int, ...]]] = {}
+        for path in paths:
+            after = new_after(path)
+            if after is not None and path.endswith(b".py"):
+                added[path] = (after, changed_lines(new_before(path), after).added)
+        stale = stale_copies(added, self.copies, self.new_release, self.verifier.store.tree)
+        return WrittenRow(row, verdict, stale)
