@@ -62,9 +62,9 @@ from hyperqwen_patches.statics.symbols import (
 Reader = Callable[[bytes], bytes | None]
 Check = Literal["compiles", "names", "signatures"]
 
-# Versions of one path kept parsed: the four trees of a row (old and new, before and after) and
-# the next row's, which starts from this row's "after". Older versions are never asked for again.
-VERSIONS_PER_PATH = 6
+# Versions of one path kept parsed: the four trees of a row (old and new, before and after); the
+# next row starts from this row's two "after"s. Older versions are never asked for again.
+VERSIONS_PER_PATH = 4
 
 
 @record(frozen=True)
