@@ -373,3 +373,18 @@ class ChunkedTopKSelector(TopKSelector):
         f"vllm/sample/selector.py:{stale.line}",
     ]
     assert written_row.to_json()["stale_copies"][0]["original"]["qualname"] == "TopKSelector.select"
+
+
+def test_the_new_name_is_suggested_as_the_row_would_spell_it() -> None:
+    """Through a typed attribute (``self.selector = TopKSelector(...)``), not ``self`` itself."""
+    path = b"vllm/worker/runner.py"
+    row = RUNNER.replace(
+        b"        return out\n",
+        b"        k = self.selector.selector_top_k\n        return out, k\n",
+    )
+    [error] = check(OLD, with_file(OLD, path, row), NEW, with_file(NEW, path, row)).errors
+    assert error.message == (
+        "self.selector.selector_top_k: vllm.sample.selector.TopKSelector has no selector_top_k "
+        "on 0.31.0 + rows"
+    )
+    assert error.detail.endswith("0.31.0 + rows has self.selector.top_k")

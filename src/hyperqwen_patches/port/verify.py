@@ -359,7 +359,7 @@ class RowVerifier:
                 stats["in a file that does not compile"] += 1
                 continue
             stats["missing"] += 1
-            hint = _near_names(new, now)
+            hint = [_spelled(ref.text, now.name, n) for n in _near_names(new, now)]
             errors.append(
                 RowError(
                     "names",
@@ -493,7 +493,16 @@ def _near_names(symbols: Symbols, missing: Missing) -> list[str]:
             assert isinstance(held.obj, ClassInfo)
             inner = {*held.obj.members, *held.obj.instance}
             out += [f"{attr}.{n}" for n in sorted(inner) if n.lstrip("_") == wanted]
-    return [f"self.{n}" if missing.container != owner.obj.module.name else n for n in out[:3]]
+    return out[:3]
+
+
+def _spelled(text: str, name: str, new: str) -> str:
+    """``text`` (``self.selector_top_k``) with the component ``name`` replaced by ``new``."""
+    parts = text.split(".")
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == name:
+            return ".".join([*parts[:i], new, *parts[i + 1 :]])
+    return new
 
 
 def _alike(wanted: str, name: str) -> bool:
