@@ -29,6 +29,9 @@ one the branch already had; the row that carried it on is not blamed for it (it 
 
 Pure: readers in, records out; no git, no disk. :class:`RowVerifier` keeps one :class:`ParseStore`
 for a whole rebase, so a module is parsed once per content, whichever row or tree reaches it.
+:class:`RebaseChecks` is what a rebase holds: the verifier and ``stalecopy``'s index of the old
+release, with one call per written row for both checks (docs/static-checks.md, "Checks of a written
+row").
 """
 
 from __future__ import annotations
