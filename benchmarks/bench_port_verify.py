@@ -3,7 +3,7 @@ the real vLLM 0.29.0 to 0.30.0, with the parse store kept for the whole rebase a
 a fresh one per row.
 
 The series is generated (seeded) on 30 of 0.29.0's larger modules that 0.30.0 still has: each row
-inserts a line at the top of a function's body that names two of the module's functions or classes
+inserts a line at the top of a function's body that prints two of the module's functions or classes
 and, in a method, an attribute the class sets on ``self``; every tenth row instead appends a
 subclass overriding one of the module's methods with a copy of its body plus one line (what
 ``stalecopy`` looks for; 0.30.0 changed some of those methods). Each row is written as the rebase
@@ -72,7 +72,7 @@ def make_rows(old: PristineTree, new: PristineTree, seed: int = 37) -> list[tupl
         if i % 10 == 0 and methods:
             cls, fn = rng.choice(methods)
             start = fn.body[0].lineno - 1
-            trace = f"{' ' * fn.body[0].col_offset}_hqp_trace({i})  # row {i}\n"
+            trace = f"{' ' * fn.body[0].col_offset}print({i})  # row {i}\n"
             copy = [*lines[fn.lineno - 1 : start], trace, *lines[start : fn.end_lineno]]
             lines += ["\n", "\n", f"class HqpCopy{i}({cls.name}):\n", *copy]
         else:
@@ -89,7 +89,7 @@ def make_rows(old: PristineTree, new: PristineTree, seed: int = 37) -> list[tupl
                 text = "".join(lines[owner.lineno - 1 : owner.end_lineno])
                 attrs = sorted(set(re.findall(r"self\.(\w+) =", text)))
                 used += [f"self.{a}" for a in rng.sample(attrs, min(1, len(attrs)))]
-            line = f"{' ' * first.col_offset}_hqp_trace({i}, {', '.join(used)})  # row {i}\n"
+            line = f"{' ' * first.col_offset}print({i}, {', '.join(used)})  # row {i}\n"
             lines.insert(first.lineno - 1, line)
         after = "".join(lines).encode()
         name = f"row-{i:02d}"

@@ -256,6 +256,21 @@ class RowVerifier:
         new_after: Reader,
     ) -> RowVerdict:
         """The errors ``row`` adds to the new branch, in the ``paths`` it touches."""
+        # The cyclic collector would walk every tree the store keeps, again and again, for the
+        # many small objects a row's checks make (none of them garbage until the row is done):
+        # 40% of the time on a 50-row rebase.
+        with no_gc():
+            return self._verify(row, paths, old_before, old_after, new_before, new_after)
+
+    def _verify(
+        self,
+        row: str,
+        paths: Iterable[bytes],
+        old_before: Reader,
+        old_after: Reader,
+        new_before: Reader,
+        new_after: Reader,
+    ) -> RowVerdict:
         verdict = RowVerdict(row, [])
         stats = verdict.stats
         after_marks: dict[bytes, tuple[bytes, tuple[int, ...]]] = {}
@@ -324,7 +339,10 @@ class RowVerifier:
             prov.owners[path] = owners
         old = _StoreSymbols(old_read, self.package, self.store)
         new = _StoreSymbols(new_read, self.package, self.store)
-        views = Views(_StoreAnalysis(prov, self.store), old, new, self.old_label, self.new_label)
+        # Views types annotated parameters on its "old" table: the branch's, so that a row without
+        # errors never reaches the old side (a class the old side lacks is then looked up there as
+        # a name it lacks, and skipped).
+        views = Views(_StoreAnalysis(prov, self.store), new, new, self.old_label, self.new_label)
         refs, calls = views.references()
         errors = self._names(refs, old, new, stats, broken)
         errors += self._calls(calls, old, new, stats)
@@ -345,21 +363,25 @@ class RowVerifier:
                 continue
             seen.add((ref.path, ref.line, ref.dotted))
             stats["references"] += 1
-            was = resolve(old, ref)
-            if not isinstance(was, Found):
-                builtin = not ref.dotted_path and not ref.self_depth and ref.attrs[0] in BUILTINS
-                stats["builtin" if builtin else _skip_reason(was, "old")] += 1
-                continue
+            # The branch first: a name it resolves needs no look at the old side, so in a row
+            # without errors the old side's version of the touched files is never parsed.
             now = resolve(new, ref)
             if isinstance(now, Found):
                 stats["resolved"] += 1
                 continue
             if isinstance(now, Unknown):
-                stats["unknown on new"] += 1
+                stats[_skip_reason(now, "new")] += 1
+                continue
+            if not ref.dotted_path and not ref.self_depth and ref.attrs[0] in BUILTINS:
+                stats["builtin"] += 1
                 continue
             if _inside(now.container, broken) or _inside(f"{now.container}.{now.name}", broken):
                 # A module that does not parse has no names at all; its compile error says why.
                 stats["in a file that does not compile"] += 1
+                continue
+            was = resolve(old, ref)
+            if not isinstance(was, Found):
+                stats[_skip_reason(was, "old")] += 1
                 continue
             stats["missing"] += 1
             hint = [_spelled(ref.text, now.name, n) for n in _near_names(new, now)]
