@@ -35,7 +35,7 @@ from typing import Any, Literal
 from hyperqwen_patches.console import show
 from hyperqwen_patches.engine.patchset import split_lines
 from hyperqwen_patches.records import field, record
-from hyperqwen_patches.statics.analysis import no_gc
+from hyperqwen_patches.statics.analysis import no_gc, quiet
 
 Reader = Callable[[bytes], bytes | None]
 # (content, path) -> its module, None when it does not parse: ``verify.ParseStore.tree`` shares the
@@ -147,7 +147,7 @@ class StaleCopy:
 
 def parse(data: bytes, path: bytes) -> ast.Module | None:
     try:
-        with no_gc():
+        with no_gc(), quiet():
             return ast.parse(data)
     except (SyntaxError, ValueError):
         return None

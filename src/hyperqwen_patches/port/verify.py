@@ -47,7 +47,7 @@ from hyperqwen_patches.engine.patchset import split_lines
 from hyperqwen_patches.port.linediff import changed_lines
 from hyperqwen_patches.port.stalecopy import CopyIndex, StaleCopy, stale_copies
 from hyperqwen_patches.records import field, record
-from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, no_gc
+from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, no_gc, quiet
 from hyperqwen_patches.statics.names import BUILTINS, Views, resolve
 from hyperqwen_patches.statics.provenance import Provenance
 from hyperqwen_patches.statics.refs import CallRef, Ref, module_name
@@ -156,7 +156,7 @@ class ParseStore:
         tree: ast.Module | None = None
         error: tuple[int, str, str] | None = None
         try:
-            with no_gc():
+            with no_gc(), quiet():
                 tree = ast.parse(data, filename=show(path))
         except SyntaxError as exc:
             error = (exc.lineno or 1, exc.msg, (exc.text or "").rstrip("\n"))
@@ -180,7 +180,8 @@ class ParseStore:
             try:
                 # From the tree: the parse is not repeated; the symbol table pass still runs, which
                 # is what catches ``return`` outside a function and a bad ``nonlocal``.
-                compile(entry.tree, show(path), "exec", dont_inherit=True)
+                with quiet():
+                    compile(entry.tree, show(path), "exec", dont_inherit=True)
             except SyntaxError as exc:
                 entry.error = (exc.lineno or 1, exc.msg, (exc.text or "").rstrip("\n"))
         return entry.error
