@@ -48,7 +48,7 @@ from hyperqwen_patches.port.linediff import changed_lines
 from hyperqwen_patches.port.stalecopy import CopyIndex, StaleCopy, stale_copies
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, no_gc, quiet
-from hyperqwen_patches.statics.names import BUILTINS, Views, resolve
+from hyperqwen_patches.statics.names import BUILTINS, Views, accepted, resolve
 from hyperqwen_patches.statics.provenance import Provenance
 from hyperqwen_patches.statics.refs import CallRef, Ref, module_name
 from hyperqwen_patches.statics.signatures import Def, bind, callee
@@ -241,11 +241,15 @@ class RowVerifier:
         old_label: str = "the old release",
         new_label: str = "the new branch",
         store: ParseStore | None = None,
+        accept: Iterable[str] = (),
     ) -> None:
         self.package = package
         self.old_label = old_label
         self.new_label = new_label
         self.store = store or ParseStore()
+        # The manifest's accepted_names: a name a maintainer has looked at (and everything under
+        # it) is not an error here either, as in ``port``'s static checks.
+        self.accept = tuple(accept)
 
     def verify(
         self,
@@ -384,6 +388,11 @@ class RowVerifier:
             if not isinstance(was, Found):
                 stats[_skip_reason(was, "old")] += 1
                 continue
+            if accepted(self.accept, ref.dotted) or accepted(
+                self.accept, f"{now.container}.{now.name}"
+            ):
+                stats["accepted"] += 1
+                continue
             stats["missing"] += 1
             hint = [_spelled(ref.text, now.name, n) for n in _near_names(new, now)]
             errors.append(
@@ -429,6 +438,9 @@ class RowVerifier:
             was_fn, was_bound, was_where = was
             if bind(was_fn, was_bound, call.positional, call.keywords):
                 stats["call skipped: does not bind on the old side either"] += 1
+                continue
+            if accepted(self.accept, ref.dotted):
+                stats["accepted"] += 1
                 continue
             stats["calls unbound"] += 1
             errors.append(
@@ -589,9 +601,10 @@ class RebaseChecks:
         new_release: Reader,
         old_label: str = "the old release",
         new_label: str = "the new branch",
+        accept: Iterable[str] = (),
     ) -> None:
         prefix = package.encode() + b"/"
-        self.verifier = RowVerifier(package, old_label, new_label)
+        self.verifier = RowVerifier(package, old_label, new_label, accept=accept)
         self.copies = CopyIndex(old_release, [p for p in old_paths if p.startswith(prefix)])
         self.new_release = new_release
 
