@@ -32,6 +32,12 @@ TEST_CACHE.mkdir(parents=True, exist_ok=True)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Session- and module-scoped fixtures run before any test's own isolation: they too must use the
+    # session's cache, never the user's.
+    os.environ["HQP_CACHE"] = str(TEST_CACHE)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not _KEEP_CACHE:
         shutil.rmtree(TEST_CACHE, ignore_errors=True)

@@ -6,17 +6,11 @@ release (it appends a class at the end of the file), as ``git cherry-pick`` woul
 word. The rebase must check the row as written (``port/verify.py``: ``RebaseChecks``) and pause on
 it, naming both attributes and the stale copy, with the row's files in the worktree (no markers);
 ``--continue`` then takes the person's fix.
-
-Expected to fail until ``rebase_fork`` calls ``RebaseChecks.check`` for every row it writes (the
-wiring is the lead's, after the adjacency-aware merge lands in rebase.py/threeway.py); strict, so
-the marker has to go when it does.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from hyperqwen_patches.fork import importing
 from hyperqwen_patches.port.model import RebaseRequest
@@ -41,7 +35,6 @@ class ChunkedTopKSelector(TopKSelector):
 SELECTOR = "vllm/sample/selector.py"
 
 
-@pytest.mark.xfail(reason="rebase_fork does not call RebaseChecks yet (issue #37)", strict=True)
 def test_a_clean_row_that_adds_static_errors_and_a_stale_copy_pauses(tmp_path: Path) -> None:
     common = {
         "vllm/__init__.py": "",
@@ -68,7 +61,7 @@ def test_a_clean_row_that_adds_static_errors_and_a_stale_copy_pauses(tmp_path: P
     sources = {"from_source": f"dir:{old}", "to_source": f"dir:{new}"}
     _, rebased = port(repo, "0.30.0", rebase=RebaseRequest(fork=fork), **sources)
     assert rebased is not None and rebased.paused is not None
-    found = rebased.paused.findings  # type: ignore[attr-defined]
+    found = rebased.paused.findings
     assert [line.split(": ", 2)[1].split(":")[0] for line in found[:2]] == [
         "self._cached_candidate_ids",
         "self.selector_top_k",

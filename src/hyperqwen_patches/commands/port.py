@@ -228,9 +228,13 @@ def port(
         # With --rebase the branch is the outcome: the triage's conflicts are what it met on the way.
         report = reports[0]
         if rebased.paused is not None:
+            todo = (
+                f"fix the {len(rebased.paused.findings)} static error(s) it adds"
+                if rebased.paused.findings
+                else "resolve the conflict markers"
+            )
             raise FindingError(
-                f"row {rebased.paused.row} needs you: resolve the conflict markers in "
-                f"{rebased.paused.worktree}",
+                f"row {rebased.paused.row} needs you: {todo} in {rebased.paused.worktree}",
                 hint=f"then `{rebased.paused.resume}` (or --skip to leave the row out, --abort)",
             )
         if not rebased.ok or report.static_errors:
@@ -439,4 +443,8 @@ def render_rebase(result: object) -> None:
                 "modify-delete": "the row deletes it, the release changed it; the release's is there",
             }.get(f.how, f"clean ({f.how})")
             out.print(f"  {show(f.path)}: {what}")
+        if paused.findings:
+            out.print("  it went in, and is wrong as written; fix these there:")
+            for line in paused.findings:
+                out.print(f"    {line}", soft_wrap=True)
         out.print(f"then: {as_typed(paused.resume)}   (or --skip, --abort)")

@@ -47,6 +47,7 @@ class RebaseState:
     upstream: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     messages_from: str = "fork"
+    findings: list[str] = field(default_factory=list)  # the written-row checks' findings, if any
 
 
 @contextlib.contextmanager
