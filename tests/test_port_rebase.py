@@ -461,6 +461,9 @@ def test_the_command_pauses_continues_and_aborts(ported: dict) -> None:
     jsonschema.Draft202012Validator(schema).validate(doc)
     rebase = doc["reports"][0]["rebase"]
     assert rebase["state"] == "done" and rebase["commits"][-1]["how"] == "resolved"
+    # going on is no second triage: the rows were triaged when the rebase started
+    assert doc["reports"][0]["triaged"] is False and doc["reports"][0]["rows"] == []
+    assert "port: triaging" not in done.stderr and "port --rebase:" in done.stderr
 
     src = ["--from-source", f"dir:{ported['old']}", "--source", f"dir:{ported['new']}"]
     again = hqp("--to", "0.30.0", *src, "--rebase", "--force", "--fork", str(fork))

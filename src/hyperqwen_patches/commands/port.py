@@ -219,7 +219,8 @@ def port(
         for i, report in enumerate(reports):
             if i:
                 out.print()
-            render_terminal(report, details=diffs)
+            if report.triaged:  # a --continue/--skip prints the row's outcome, not the triage again
+                render_terminal(report, details=diffs)
         if rebased is not None:
             render_rebase(rebased)
     if markdown is not None:

@@ -246,6 +246,9 @@ class PortReport:
     rows: tuple[RowPort, ...]
     # Removed names and changed signatures of the added lines (statics.report.port_statics).
     statics: Any = None
+    # False for a rebase's --continue/--skip: the rows were triaged when it started; going on needs
+    # no second triage (rows and statics are empty then).
+    triaged: bool = True
 
     @property
     def counts(self) -> dict[str, int]:
@@ -319,6 +322,7 @@ class PortReport:
             "rows": [r.to_json() for r in self.rows],
             "retirement_candidates": [c.to_json() for c in self.retirement_candidates],
             "statics": self.statics.to_json() if self.statics is not None else None,
+            "triaged": self.triaged,
         }
 
 

@@ -61,9 +61,14 @@ def port(
             progress=progress,
         )
         try:
-            with _step(progress, f"port: triaging {len(rows)} rows on {new.label}"):
-                classified = classify_rows(rows, old, new)
-                statics = _port_statics(manifest, old, new)
+            # A paused rebase going on (--continue, --skip) was triaged when it started: it resumes
+            # at its row, with no second triage.
+            resuming = rebase is not None and rebase.action != "start"
+            classified, statics = [], None
+            if not resuming:
+                with _step(progress, f"port: triaging {len(rows)} rows on {new.label}"):
+                    classified = classify_rows(rows, old, new)
+                    statics = _port_statics(manifest, old, new)
             report = PortReport(
                 package=manifest.package,
                 from_version=manifest.pin,
@@ -72,6 +77,7 @@ def port(
                 to_label=new.label,
                 rows=tuple(classified),
                 statics=statics,
+                triaged=not resuming,
             )
             result = None
             if rebase is not None:
