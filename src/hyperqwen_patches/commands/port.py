@@ -281,15 +281,24 @@ def _abort(fork: Path, as_json: bool) -> None:
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.port.rebase import abort_rebase
 
-    saved = abort_rebase(fork)
+    saved, removed = abort_rebase(fork)
+    gone = ", ".join(str(p) for p in removed) or "no worktree"
+    if saved is None:  # the state was damaged: dropped with the worktrees the rebase had opened
+        if as_json:
+            aborted = {"to": None, "branch": None, "row": None, "worktree": None,
+                       "removed": [str(p) for p in removed]}  # fmt: skip
+            emit_json({"ok": True, "reports": [], "aborted": aborted})
+            return
+        out.print(f"dropped a damaged port --rebase state; removed {gone}; no branch was written")
+        return
     if as_json:
         aborted = {"to": saved.to_version, "branch": saved.branch, "row": saved.row,
-                   "worktree": saved.worktree}  # fmt: skip
+                   "worktree": saved.worktree, "removed": [str(p) for p in removed]}  # fmt: skip
         emit_json({"ok": True, "reports": [], "aborted": aborted})
         return
     out.print(
         f"dropped the paused port --rebase to {saved.to_version} (at row {saved.row}); "
-        f"removed {saved.worktree}; {saved.branch} was not written"
+        f"removed {gone}; {saved.branch} was not written"
     )
 
 

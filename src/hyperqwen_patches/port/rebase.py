@@ -143,19 +143,34 @@ def paused_rebase(fork: Path) -> Any:
     return pausing.load(gitrun.git_dir_of(fork))
 
 
-def abort_rebase(fork: Path) -> Any:
-    """Drop a paused rebase: its worktree and state; no branch was written. Returns the state."""
+def abort_rebase(fork: Path) -> tuple[Any, list[Path]]:
+    """Drop a paused rebase: its state and the worktrees it opened; no branch was written. Returns
+    the state (None when it was damaged) and the worktrees removed.
+
+    Only worktrees git lists for this fork, locked by a rebase, are removed: a state file naming
+    another path (tampered with, or from another fork) deletes nothing. A state that cannot be read
+    is dropped too (it would otherwise wedge every later --continue and --abort)."""
     from hyperqwen_patches import gitrun
+    from hyperqwen_patches.errors import GitError
     from hyperqwen_patches.port import pausing
 
     git_dir = gitrun.git_dir_of(fork)
     with pausing.exclusive(git_dir):
-        saved = pausing.load(git_dir)
-        if saved is None:
-            raise UsageError(f"no port --rebase is paused in {fork}: nothing to abort")
-        pausing.close_worktree(git_dir, Path(saved.worktree))
-        pausing.drop(git_dir)
-    return saved
+        try:
+            saved = pausing.load(git_dir)
+        except GitError:
+            saved = None
+            damaged = True
+        else:
+            damaged = False
+            if saved is None:
+                raise UsageError(f"no port --rebase is paused in {fork}: nothing to abort")
+        removed = pausing.ours(git_dir)
+        for worktree in removed:
+            pausing.close_worktree(git_dir, worktree)
+        if damaged or saved is not None:
+            pausing.drop(git_dir)
+    return saved, removed
 
 
 def _start(

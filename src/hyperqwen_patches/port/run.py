@@ -83,13 +83,28 @@ def port(
             if rebase is not None:
                 with _step(progress, f"port --rebase: the rows onto {new.label}"):
                     result = rebase_fork(
-                        manifest, report, rows, old, new, rebase, sources=(to_source, from_source)
+                        manifest,
+                        report,
+                        rows,
+                        old,
+                        new,
+                        rebase,
+                        sources=_kept(to_source, from_source),
                     )
         finally:
             new.close()
     finally:
         old.close()
     return report, result
+
+
+def _kept(*sources: str | None) -> tuple[str | None, str | None]:
+    """The sources as a paused rebase keeps them: paths absolute, so ``--continue`` from any
+    directory reads the trees the rebase started with."""
+    from hyperqwen_patches.sources.spec import absolute_source
+
+    kept = [None if s is None else absolute_source(s, Path.cwd()) for s in sources]
+    return kept[0], kept[1]
 
 
 def _step(progress: Any, label: str) -> AbstractContextManager[None]:
