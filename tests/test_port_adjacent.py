@@ -383,3 +383,35 @@ def test_each_adjacency_is_reported_at_its_line(seed: int) -> None:
         for site in result.adjacent:
             assert 1 <= site.line <= len(lines) and site.count >= 1
             assert site.line + site.count - 1 <= len(lines)
+
+
+# --- in threeway.merge_row: git first, the adjacency merge only where git pauses ---------------------
+
+
+def test_merge_row_combines_touching_changes_and_keeps_real_conflicts() -> None:
+    from hyperqwen_patches.port.threeway import fits_outside_conflicts, merge_row
+
+    upstream = LOOP.replace(
+        "    outputs", "    if batch.is_empty():\n        return None\n    outputs"
+    )
+    row = LOOP.replace("    outputs", "    logger.info('step')\n    outputs")
+    clash_row = LOOP.replace("self.model(batch)", "self.model(batch, kv=self.kv)")
+    clash_up = LOOP.replace("self.model(batch)", "self.model(batch, cache=None)")
+    before = {b"a.py": LOOP.encode(), b"b.py": LOOP.encode(), b"c.py": None}
+    after = {b"a.py": row.encode(), b"b.py": clash_row.encode(), b"c.py": b"x = 1\n"}
+    current = {b"a.py": upstream.encode(), b"b.py": clash_up.encode(), b"c.py": b"y = 2\n"}
+    merged = merge_row([b"a.py", b"b.py", b"c.py"], before.get, after.get, current.get, LABELS)
+    hows = {f.path: (f.how, f.review) for f in merged.files}
+    assert hows[b"a.py"][0] == "adjacent" and hows[b"a.py"][1][0][0] == 2
+    assert hows[b"b.py"] == ("conflict", ())
+    assert hows[b"c.py"] == ("conflict", ())  # both created it: nothing to be adjacent in
+    assert merged.adjacent == ((b"a.py", 2, hows[b"a.py"][1][0][1]),)
+    assert merged.merged_paths == (b"a.py",) and not merged.clean
+
+    marked, _ = git_merge(LOOP.encode(), upstream.encode(), row.encode())
+    combined = merge(LOOP.encode(), upstream.encode(), row.encode()).content
+    assert combined is not None and fits_outside_conflicts(combined, marked, LABELS)
+    # A result that drops or reorders what git merged cleanly is not taken.
+    assert not fits_outside_conflicts(combined.replace(b"def step", b"def stop"), marked, LABELS)
+    assert not fits_outside_conflicts(combined + b"extra\n", marked, LABELS)
+    assert not fits_outside_conflicts(combined, combined, LABELS)  # no conflict block at all

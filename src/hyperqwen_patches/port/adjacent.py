@@ -104,7 +104,7 @@ def split_lines(data: bytes) -> list[bytes]:
 
 
 def _split_on_lf(data: bytes) -> list[bytes]:
-    # bytes.splitlines also splits on a lone "\r" (and \x0b, \x0c...); git splits on "\n" only.
+    # bytes.splitlines also splits on a lone "\r"; git splits on "\n" only.
     parts = data.split(b"\n")
     lines = [p + b"\n" for p in parts[:-1]]
     if parts[-1]:
