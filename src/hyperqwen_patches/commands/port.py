@@ -416,7 +416,7 @@ def render_rebase(result: object) -> None:
     from rich.text import Text
 
     from hyperqwen_patches.console import as_typed, out, show
-    from hyperqwen_patches.port.model import RebaseResult
+    from hyperqwen_patches.port.model import ADJACENT_NOTE, RebaseResult
 
     assert isinstance(result, RebaseResult)
     out.print()
@@ -440,6 +440,8 @@ def render_rebase(result: object) -> None:
             both = merged.get(row, ())
             extra = " (both sides changed " + ", ".join(show(p) for p in both) + ")" if both else ""
         out.print(f"  {sha[:12]} {row}  [{how}{extra}]")
+    for row, path, line, what in result.adjacent:
+        out.print(f"  {row}: {show(path)}:{line}: {ADJACENT_NOTE} ({what})")
     if result.upstream:
         out.print(f"left out, already upstream: {', '.join(result.upstream)}")
     if result.skipped:
@@ -450,6 +452,9 @@ def render_rebase(result: object) -> None:
         for f in paused.files:
             what = {
                 "conflict": f"{f.conflicts} conflict(s), markers left",
+                "adjacent": "merged next to an upstream change at "
+                + ", ".join(f"line {n}" for n, _ in f.review)
+                + ": review",
                 "removed-upstream": "the release removed it; the row's version is there",
                 "modify-delete": "the row deletes it, the release changed it; the release's is there",
             }.get(f.how, f"clean ({f.how})")

@@ -376,6 +376,8 @@ class RebaseRequest:
     repo: Path | None = None  # the series repository, named in the command that goes on
 
 
+ADJACENT_NOTE = "merged next to an upstream change: review"
+
 # How a row reached the new branch: its hunks applied at fuzz 0 ("applied"), without the hunks the
 # release carries ("partly-upstream"), by a clean three-way merge ("merged"), or by a person
 # ("resolved").
@@ -423,6 +425,9 @@ class RebaseResult:
     state: Literal["done", "paused", "aborted"] = "done"
     # rows combined by git merge-file, with the files where both sides' changes met
     merged: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
+    # (row, file, line on the branch, which changes met): where merge-file paused because the
+    # row's and upstream's changes touch, and port/adjacent.py combined them; a person reads these
+    adjacent: tuple[tuple[str, bytes, int, str], ...] = ()
     skipped: tuple[str, ...] = ()  # rows a person left out with --skip
     paused: Paused | None = None
 
@@ -445,6 +450,10 @@ class RebaseResult:
             "previous": self.previous,
             "commits": [{"row": r, "commit": c, "how": h} for r, c, h in self.commits],
             "merged": [{"row": r, "files": [show(p) for p in ps]} for r, ps in self.merged],
+            "adjacent": [
+                {"row": r, "file": show(p), "line": n, "what": w, "note": ADJACENT_NOTE}
+                for r, p, n, w in self.adjacent
+            ],
             "conflicts": list(self.conflicts),
             "skipped": list(self.skipped),
             "upstream": list(self.upstream),

@@ -38,11 +38,12 @@ class RebaseState:
     parent: str  # the last commit built: the worktree's starting HEAD
     row: str  # the row waiting for a person
     worktree: str
-    files: list[dict[str, Any]]  # {"path", "how", "conflicts"} of the row's files as written
+    files: list[dict[str, Any]]  # FileMerge.to_json() of the row's files as written
     to_source: str | None = None
     from_source: str | None = None
     commits: list[list[str]] = field(default_factory=list)  # [row, sha, how]
     merged: list[list[Any]] = field(default_factory=list)  # [row, [path, ...]]
+    adjacent: list[list[Any]] = field(default_factory=list)  # [row, path, line, what]
     upstream: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     messages_from: str = "fork"
@@ -228,7 +229,8 @@ def take_resolution(
                 hint="commit or discard them, then --continue again",
             )
         return head_sha, "committed"
-    conflicted = [f["path"] for f in state.files if f["how"] not in ("row", "same", "merged")]
+    clean = ("row", "same", "merged", "adjacent")
+    conflicted = [f["path"] for f in state.files if f["how"] not in clean]
     left = leftover_markers(worktree, conflicted)
     if left:
         raise UsageError(

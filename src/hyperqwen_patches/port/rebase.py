@@ -266,6 +266,7 @@ def _rebase(
     from_patch_files = not messages
     commits: list[tuple[str, str, CommitHow]] = []
     merged: list[tuple[str, tuple[bytes, ...]]] = []
+    adjacent: list[tuple[str, bytes, int, str]] = []  # (row, file, line, what): read these
     upstream: list[str] = []
     skipped: list[str] = []
     names = [r.name for r in rows]
@@ -305,6 +306,8 @@ def _rebase(
             commits = [(r, c, h) for r, c, h in saved.commits]  # type: ignore[misc]
             merged = [(r, tuple(p.encode("utf-8", "surrogateescape") for p in ps))
                       for r, ps in saved.merged]  # fmt: skip
+            adjacent = [(r, p.encode("utf-8", "surrogateescape"), n, w)
+                        for r, p, n, w in saved.adjacent]  # fmt: skip
             upstream, skipped = list(saved.upstream), list(saved.skipped)
             from_patch_files = saved.messages_from == "patch files"
             if request.action == "skip":
@@ -378,6 +381,7 @@ def _rebase(
                     from_source=sources[1],
                     commits=[list(c) for c in commits],
                     merged=[[r, [show(p) for p in ps]] for r, ps in merged],
+                    adjacent=[[r, show(p), n, w] for r, p, n, w in adjacent],
                     upstream=upstream,
                     skipped=skipped,
                     messages_from="patch files" if from_patch_files else "fork",
@@ -436,6 +440,13 @@ def _rebase(
                 note = f"Ported to {report.package} {report.to_version} by a three-way merge" + (
                     f"; both sides changed {', '.join(show(p) for p in both)}." if both else "."
                 )
+                sites = [(row.name, p, n, w) for p, n, w in merge.adjacent]
+                adjacent += sites
+                if sites:
+                    note += " Merged next to an upstream change (review): " + ", ".join(
+                        f"{show(p)}:{n}" for _, p, n, _ in sites
+                    )
+                    note += "."
             written = checks.check(
                 row.name,
                 paths,
@@ -453,6 +464,7 @@ def _rebase(
                 )  # fmt: skip
                 if merge is not None:
                     merged.pop()
+                    adjacent[:] = [site for site in adjacent if site[0] != row.name]
                 paused = pause(row, files, written.lines())
                 break
             old_side.commit(old_changes)
@@ -478,6 +490,7 @@ def _rebase(
         messages_from="patch files" if from_patch_files else "fork",
         state="done" if paused is None else "paused",
         merged=tuple(merged),
+        adjacent=tuple(adjacent),
         skipped=tuple(skipped),
         paused=paused,
     )
