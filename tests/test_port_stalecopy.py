@@ -242,7 +242,9 @@ def test_a_file_whose_added_lines_cannot_hold_a_copy_is_not_parsed() -> None:
 def test_an_override_holding_a_short_base_method_and_more_is_a_copy() -> None:
     """An override that keeps every line of a short base method and adds as many of its own is a copy
     of it (the port benchmark's runner row): the override's bar counts the base method's lines."""
-    base = BASE + b'''
+    base = (
+        BASE
+        + b"""
 
 class Runner:
     def prepare(self, batch):
@@ -250,9 +252,10 @@ class Runner:
         input_ids = batch.token_ids[: batch.num_tokens]
         self.metadata = self.build_metadata(batch, positions)
         return input_ids, positions
-'''
+"""
+    )
     new = base.replace(b"batch.num_tokens", b"batch.total_num_tokens")
-    override = b'''
+    override = b"""
 
 class ScaledRunner(Runner):
     def prepare(self, batch):
@@ -263,7 +266,7 @@ class ScaledRunner(Runner):
         self.metadata["scales"] = self.scales(batch)
         self.metadata["extra"] = batch.extra
         return input_ids, positions
-'''
+"""
     [stale], _ = run(tree(base), tree(new), base + override)
     assert (stale.qualname, stale.original_qualname) == ("ScaledRunner.prepare", "Runner.prepare")
     # The same lines in a function that overrides nothing stay below the general bar.
