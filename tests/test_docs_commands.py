@@ -159,6 +159,7 @@ def rebased_every_release(scratch: Scratch) -> None:
 
 PORT_CONFLICTS = "port exits 1 when a row conflicts on the release, which the doc is about"
 PAUSED = "port --rebase exits 1 when a row needs a person (the doc's subject)"
+DIFF = Rule("the revisions and the checkout the doc names", setup=diff_revisions)
 BENCHMARK = "a benchmark of several workloads or past commits: minutes of machine time"
 
 # Keyed by (document, the command's first line as the document writes it, comment dropped).
@@ -265,10 +266,10 @@ RULES: dict[tuple[str, str], Rule] = {
         exit_code=1,
         setup=fresh_fork,
     ),
-    ("docs/port.md", "hqp diff main HEAD"): Rule("the doc's main", setup=diff_revisions),
-    ("docs/port.md", "hqp diff main HEAD --exit-code"): Rule(
-        "the doc's main", setup=diff_revisions
-    ),
+    ("docs/port.md", "hqp diff main HEAD"): DIFF,
+    ("docs/port.md", "hqp diff v1 dir:../other-checkout"): DIFF,
+    ("docs/port.md", "hqp diff HEAD~1 HEAD --json"): DIFF,
+    ("docs/port.md", "hqp diff main HEAD --exit-code"): DIFF,
 }
 
 
@@ -450,6 +451,11 @@ def doc_env(clone: Path) -> dict[str, str]:
     return env
 
 
+def tail(text: str, lines: int = 60) -> str:
+    kept = text.splitlines()[-lines:]
+    return ("...\n" if len(kept) < len(text.splitlines()) else "") + "\n".join(kept)
+
+
 def run_shown(shown: Shown, scratch: Scratch) -> tuple[int, str]:
     state = scratch.tmp / ".cwd"
     command = re.sub(r"(?<![\w.])/tmp/", f"{scratch.tmp}/", shown.command)
@@ -509,7 +515,7 @@ def test_doc_commands_run_as_shown(doc: str, tmp_path: Path) -> None:
         ran += 1
         if code != rule.exit_code:
             failures.append(
-                f"{where}\n  exit {code}, expected {rule.exit_code} ({rule.why})\n{out}"
+                f"{where}\n  exit {code}, expected {rule.exit_code} ({rule.why})\n{tail(out)}"
             )
             continue
         if shown.output is not None and not output_matches(shown.output, out):
@@ -517,7 +523,7 @@ def test_doc_commands_run_as_shown(doc: str, tmp_path: Path) -> None:
                 f"{where}\n  output no longer matches the doc's\n--- shown\n"
                 + "\n".join(shown.output)
                 + "\n--- printed\n"
-                + out
+                + tail(out)
             )
         if rule.output_in_doc is not None:
             expected = doc_section(text, *rule.output_in_doc)
