@@ -148,6 +148,17 @@ def diff_revisions(scratch: Scratch) -> None:
     )
 
 
+def manifest_typos(scratch: Scratch) -> None:
+    """The two mistakes manifest.md describes: the first row's kind misspelt, the second row's
+    ``retires_when`` key misspelt."""
+    manifest = scratch.clone / "patches" / "manifest.yaml"
+    text = manifest.read_text(encoding="utf-8")
+    text = re.sub(r"(?m)^(    kind: )fix$", r"\1fixx", text, count=1)
+    second = [m.start() for m in re.finditer(r"(?m)^    retires_when:", text)][1]
+    text = text[:second] + "    retire_when:" + text[second + len("    retires_when:") :]
+    manifest.write_text(text, encoding="utf-8")
+
+
 def rebased_every_release(scratch: Scratch) -> None:
     for version in ("0.30.0", "0.31.0", "0.32.0", "0.33.0"):
         reports = sorted(scratch.tmp.glob(f"{version}-*.json"), key=lambda p: p.stat().st_mtime)
@@ -251,6 +262,11 @@ RULES: dict[tuple[str, str], Rule] = {
     ("docs/port-matrix.md", "cat /tmp/statics.md"): Rule(
         "the doc says its static checks' report is this output, byte for byte",
         output_in_doc=("## The static checks' report", "## The report"),
+    ),
+    ("docs/manifest.md", "hqp check"): Rule(
+        "the doc's two mistakes planted in the manifest; exit 2 for an invalid manifest",
+        exit_code=2,
+        setup=manifest_typos,
     ),
     ("docs/port.md", "hqp port --to 0.30.0"): Rule(PORT_CONFLICTS, network=True, exit_code=1),
     ("docs/port.md", "hqp port --to 0.30.0 --json > port-0.30.json"): Rule(
