@@ -31,14 +31,17 @@ the shown lines must match all of the output, where a line ``...`` stands for an
 ``...`` inside a line for any text on that line (doctest's ELLIPSIS). A rule may instead name a part
 of the document that is the command's output byte for byte (port-matrix.md's report).
 
-Commands that cannot run here are listed in ``RULES`` with the reason (the table, not markers in the
-docs, so the docs stay free of test plumbing and a stale entry fails ``test_every_rule_names_a_shown_
-command``). A document with a runnable command that needs PyPI (the pristine wheel of a release, on
-first use) is marked ``network``.
+Commands that cannot run here are listed in ``RULES`` with the reason, as is what a command needs
+that the doc assumes (a fork at ``../fork``, ``$SITE``): a table here rather than markers in the
+docs, so the docs stay free of test plumbing, and an entry no command matches any more fails
+``test_every_rule_names_a_shown_command``. A document with a runnable command that needs PyPI (the
+pristine wheel of a release, on first use) is marked ``network``; one with a command of half a
+minute or more, ``slow``.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -51,11 +54,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REAL_CACHE
 
 REPO = Path(__file__).resolve().parent.parent
 CLONE_NAME = "hyperqwen-patches"
 COMMAND_TIMEOUT_S = 600
+# Where this interpreter's install put the tool's scripts (.venv/bin under ./hqp and CI).
+TOOL_BIN = Path(sys.executable).parent
 
 
 @dataclass(frozen=True)
@@ -119,13 +123,22 @@ def fresh_fork(scratch: Scratch) -> None:
     sh(scratch, "hqp import --into ../fork --create")
 
 
+def tool_cache(env: dict[str, str]) -> Path:
+    """The tool's cache dir by the rule docs/manifest.md gives (the tests' environment sets it)."""
+    if env.get("HQP_CACHE"):
+        return Path(env["HQP_CACHE"])
+    xdg = env.get("XDG_CACHE_HOME") or str(Path(env["HOME"]) / ".cache")
+    return Path(xdg) / "hyperqwen-patches"
+
+
 def site_packages(scratch: Scratch) -> None:
     """``$SITE``: a site-packages holding the pristine 0.29.0 package, from the tool's cached wheel
     (``.so`` files left out: the series touches none)."""
-    wheels = sorted((REAL_CACHE / "pypi" / "vllm-0.29.0-wheel").glob("*.whl"))
-    if not wheels:
-        sh(scratch, "hqp check >/dev/null 2>&1")
-        wheels = sorted((REAL_CACHE / "pypi" / "vllm-0.29.0-wheel").glob("*.whl"))
+    entry = tool_cache(scratch.env) / "pypi" / "vllm-0.29.0-wheel"
+    if not sorted(entry.glob("*.whl")):
+        sh(scratch, "hqp check >/dev/null 2>&1 || true")
+    wheels = sorted(entry.glob("*.whl"))
+    assert wheels, f"no wheel in {entry} after check filled the cache"
     site = scratch.tmp / "site-packages"
     with zipfile.ZipFile(wheels[0]) as wheel:
         names = [n for n in wheel.namelist() if n.startswith("vllm/") and not n.endswith(".so")]
@@ -161,7 +174,9 @@ def manifest_typos(scratch: Scratch) -> None:
 
 def rebased_every_release(scratch: Scratch) -> None:
     for version in ("0.30.0", "0.31.0", "0.32.0", "0.33.0"):
-        reports = sorted(scratch.tmp.glob(f"{version}-*.json"), key=lambda p: p.stat().st_mtime)
+        reports = sorted(
+            scratch.tmp.glob(f"{version}-*.json"), key=lambda p: int(p.stem.rsplit("-", 1)[1])
+        )
         assert reports, f"no port --rebase report for {version}"
         last = json.loads(reports[-1].read_text())
         states = [r.get("rebase", {}).get("state") for r in last["reports"]]
@@ -438,20 +453,16 @@ def make_venv_shims(clone: Path) -> None:
     """``./hqp`` and ``.venv/bin/python`` in the clone run this interpreter's install: shell shims
     (a symlinked python would not find its venv), a stamp newer than pyproject.toml so ``./hqp``
     does not install, and nothing written into the real venv."""
+    shims = {
+        "python": f'exec "{sys.executable}" "$@"',
+        "python3": f'exec "{sys.executable}" "$@"',
+        "hyperqwen-patches": f'exec "{TOOL_BIN / "hyperqwen-patches"}" "$@"',
+    }
     bin_dir = clone / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
-    tool = Path(sys.executable).parent / "hyperqwen-patches"
-    targets = {"python": sys.executable, "python3": sys.executable}
-    targets["hyperqwen-patches"] = str(tool) if tool.is_file() else ""
-    for name, target in targets.items():
-        body = (
-            f'exec "{target}" "$@"'
-            if target
-            else f'exec "{sys.executable}" -m hyperqwen_patches "$@"'
-        )
-        shim = bin_dir / name
-        shim.write_text(f"#!/bin/sh\n{body}\n")
-        shim.chmod(0o755)
+    for name, body in shims.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
     stamp = clone / ".venv" / ".hqp-installed"
     stamp.touch()
     mtime = stamp.stat().st_mtime - 60
@@ -462,7 +473,7 @@ def doc_env(clone: Path) -> dict[str, str]:
     env = dict(os.environ)
     for var in ("HQP_PROG", "HQP_ANNOTATIONS", "GITHUB_ACTIONS", "COLUMNS", "LINES", "PYTHONPATH"):
         env.pop(var, None)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{TOOL_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(clone / "src")
     return env
 
@@ -513,6 +524,8 @@ DOCS_WITH_COMMANDS = [
 def test_doc_commands_run_as_shown(doc: str, tmp_path: Path) -> None:
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("needs the repository as a git checkout to clone")
+    if not (TOOL_BIN / "hqp").is_file():
+        pytest.skip(f"needs the tool's scripts beside {sys.executable} (./hqp installs them)")
     clone = make_clone(tmp_path)
     text = (clone / doc).read_text(encoding="utf-8")
     scratch = Scratch(clone, tmp_path, doc_env(clone), clone)
@@ -544,9 +557,12 @@ def test_doc_commands_run_as_shown(doc: str, tmp_path: Path) -> None:
         if rule.output_in_doc is not None:
             expected = doc_section(text, *rule.output_in_doc)
             if out != expected:
+                diff = difflib.unified_diff(
+                    expected.splitlines(), out.splitlines(), "doc", "printed", lineterm=""
+                )
                 failures.append(
                     f"{where}\n  the doc's section after {rule.output_in_doc[0]!r} is not this "
-                    "output byte for byte; regenerate it"
+                    "output byte for byte; regenerate it\n" + "\n".join(list(diff)[:40])
                 )
         if rule.verify is not None:
             try:
