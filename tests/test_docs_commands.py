@@ -344,7 +344,7 @@ def parse_blocks(text: str) -> list[tuple[int, list[str]]]:
         if lines[i].strip() == "```console":
             start = i + 1
             end = start
-            while end < len(lines) and not lines[end].startswith("```"):
+            while end < len(lines) and not lines[end].lstrip().startswith("```"):
                 end += 1
             blocks.append((start + 1, lines[start:end]))
             i = end
@@ -359,7 +359,7 @@ def parse_commands(doc: str, text: str) -> list[Shown]:
         i = 0
         while i < len(lines):
             line = lines[i]
-            if (transcript and not line.startswith("$ ")) or not line.strip():
+            if (transcript and not line.startswith("$ ")) or not strip_comment(line).strip():
                 i += 1
                 continue
             at = first + i
@@ -414,10 +414,13 @@ def output_matches(shown: list[str], actual: str) -> bool:
 
 def doc_section(text: str, after: str, until: str | None) -> str:
     lines = text.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.rstrip("\n") == after) + 1
+    marks = [line.rstrip("\n") for line in lines]
+    assert after in marks, f"the doc has no line {after!r} (RULES names it)"
+    start = marks.index(after) + 1
     end = len(lines)
     if until is not None:
-        end = next(i for i, line in enumerate(lines) if i > start and line.rstrip("\n") == until)
+        assert until in marks[start:], f"the doc has no line {until!r} after {after!r}"
+        end = marks.index(until, start)
     return "".join(lines[start:end]).strip("\n") + "\n"
 
 
