@@ -188,6 +188,12 @@ def render_markdown(
         ]
         lines += [f"- `{sha}` {row}" for row, sha in rebased.commits]
         lines.append("")
+        if rebased.adjacent:
+            lines += [
+                f"- {row}: `{show(path)}:{line}` merged next to an upstream change ({what}): review"
+                for row, path, line, what in rebased.adjacent
+            ]
+            lines.append("")
     for row in report.rows:
         interesting = (
             row.status not in ("exact",)

@@ -5,7 +5,9 @@ old release (the pin with the rows before it: by replay identity, the old fork c
 commit), and the file as the rebased branch has it now. ``git merge-file`` carries the row's change
 (before -> after) onto the current file. A change the release made elsewhere in the file, even inside
 the hunk's context lines, merges cleanly; a change to the same or an adjacent line is a conflict, and
-the file is kept with diff3 markers for a person.
+the file is kept with diff3 markers for a person, unless the two changes only touch and
+port/adjacent.py can combine them mechanically (an insertion next to a reworded line, two insertions
+at one place, ...): then the file is "adjacent", with the lines a person should read.
 
 Creation, deletion and a file the release removed are decided here, not by merge-file: they have no
 text to merge.
@@ -20,6 +22,7 @@ from pathlib import Path
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.console import show
 from hyperqwen_patches.errors import GitError
+from hyperqwen_patches.port import adjacent
 from hyperqwen_patches.records import record
 
 Reader = Callable[[bytes], bytes | None]
@@ -32,18 +35,26 @@ class FileMerge:
     path: bytes
     content: bytes | None
     # "row" (the release left the file as the pin had it: the row's version), "same" (the release
-    # already has the row's version), "merged" (merge-file combined both), "conflict" (markers left),
+    # already has the row's version), "merged" (merge-file combined both), "adjacent" (merge-file
+    # paused where the two changes only touch, and adjacent.py combined them), "conflict" (markers left),
     # "removed-upstream" (the row changes a file the release no longer has: kept as the row left it,
     # for a person), "modify-delete" (the row deletes a file the release changed)
     how: str
     conflicts: int = 0  # conflict blocks merge-file left
+    # "adjacent": (line in the merged file, which changes met there), one per combined region
+    review: tuple[tuple[int, str], ...] = ()
 
     @property
     def clean(self) -> bool:
-        return self.how in ("row", "same", "merged")
+        return self.how in ("row", "same", "merged", "adjacent")
 
     def to_json(self) -> dict[str, object]:
-        return {"path": show(self.path), "how": self.how, "conflicts": self.conflicts}
+        return {
+            "path": show(self.path),
+            "how": self.how,
+            "conflicts": self.conflicts,
+            "adjacent": [{"line": line, "what": what} for line, what in self.review],
+        }
 
 
 @record(frozen=True)
@@ -57,7 +68,12 @@ class RowMerge:
     @property
     def merged_paths(self) -> tuple[bytes, ...]:
         """Files where both sides' changes were combined (what a reviewer should read)."""
-        return tuple(f.path for f in self.files if f.how == "merged")
+        return tuple(f.path for f in self.files if f.how in ("merged", "adjacent"))
+
+    @property
+    def adjacent(self) -> tuple[tuple[bytes, int, str], ...]:
+        """(file, line, which changes met) where changes that only touch were combined."""
+        return tuple((f.path, line, what) for f in self.files for line, what in f.review)
 
     @property
     def conflicted(self) -> tuple[FileMerge, ...]:
@@ -109,6 +125,67 @@ def merge_row(
             files.append(FileMerge(path, theirs, "removed-upstream"))
         else:
             merged, conflicts = merge_text(ours, base or b"", theirs, labels)
+            touching = _touching(path, base, ours, theirs, merged, labels) if conflicts else None
+            if touching is not None:
+                files.append(touching)
+                continue
             how = "conflict" if conflicts else "merged"
             files.append(FileMerge(path, merged, how, conflicts))
     return RowMerge(tuple(files))
+
+
+def _touching(
+    path: bytes,
+    base: bytes | None,
+    ours: bytes,
+    theirs: bytes,
+    marked: bytes,
+    labels: Sequence[str],
+) -> FileMerge | None:
+    """The file merged where merge-file's conflicts are only changes that touch (adjacent.py), or
+    None: a real conflict, or a file both sides created (no base to be adjacent in)."""
+    if base is None:
+        return None
+    combined = adjacent.merge(base, ours, theirs)
+    if not combined.adjacent or combined.content is None:
+        return None
+    if not fits_outside_conflicts(combined.content, marked, labels):
+        return None
+    review = tuple((a.line, a.what) for a in combined.adjacent)
+    return FileMerge(path, combined.content, "adjacent", 0, review)
+
+
+def fits_outside_conflicts(result: bytes, marked: bytes, labels: Sequence[str]) -> bool:
+    """Whether ``result`` holds every part of merge-file's output ``marked`` outside its conflict
+    blocks, in order, from its first byte to its last. The adjacency merge aligns lines with its
+    own diff; where that alignment would differ from git's anywhere git merged cleanly, git's word
+    stands and the file stays a conflict (a second opinion that disagrees is not a merge)."""
+    start = _marker(b"<<<<<<<", labels[0])
+    end = _marker(b">>>>>>>", labels[2])
+    parts: list[bytes] = [b""]
+    inside = False
+    for line in adjacent.split_lines(marked):
+        bare = line.rstrip(b"\r\n")
+        if not inside and bare == start:
+            inside = True
+        elif inside and bare == end:
+            inside = False
+            parts.append(b"")
+        elif not inside:
+            parts[-1] += line
+    if inside or len(parts) == 1:
+        return False  # not merge-file's diff3 output with these labels
+    first, *middle, last = parts
+    if not result.startswith(first) or not result.endswith(last):
+        return False
+    at = len(first)
+    for part in middle:
+        found = result.find(part, at)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return at <= len(result) - len(last)
+
+
+def _marker(kind: bytes, label: str) -> bytes:
+    return kind + b" " + label.encode("utf-8", "surrogateescape")  # git writes the space always
