@@ -14,6 +14,7 @@ one untimed run of the same work; whatever point a kill lands on, the assertions
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TEST_CACHE
 
 from hyperqwen_patches.sources.tree import Tree
 
@@ -80,7 +82,10 @@ def states(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path], 
     done = tmp / "done"
     subprocess.run(["cp", "-a", str(release), str(done)], check=True)
     start = time.perf_counter()
-    proc = subprocess.run(argv(done, patches), capture_output=True, check=False)
+    # A module's fixture runs before the per-test isolation: the test cache is named here, so the
+    # journal's key is made there and not in the user's cache.
+    env = {**os.environ, "HQP_CACHE": str(TEST_CACHE)}
+    proc = subprocess.run(argv(done, patches), capture_output=True, check=False, env=env)
     duration = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr
     patched = snapshot(done)

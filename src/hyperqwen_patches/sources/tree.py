@@ -479,8 +479,8 @@ def _flock(fd: int, exclusive: bool, root: Path) -> None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TreeBusy(
-                    f"another hyperqwen-patches run is using {root} (apply or unapply writes one "
-                    f"at a time); gave up after {wait:g} s",
+                    f"another run holds the lock on {root} (one apply or unapply writes to a "
+                    f"directory at a time); gave up after waiting {wait:g} s",
                     hint=f"let it finish and run again; {LOCK_WAIT_ENV}=SECONDS waits longer",
                 ) from None
             time.sleep(min(0.02, left))
