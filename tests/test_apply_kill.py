@@ -153,7 +153,7 @@ def test_the_next_apply_says_it_undid_an_interrupted_write(
     states: tuple[Path, list[Path], dict, dict, float], tmp_path: Path
 ) -> None:
     """A journal left by a write SIGKILLed after its 10th rename (of 600, in four threads): ``--check-applied`` refuses the
-    half-written tree, ``apply`` puts the 10 files back first, says so, then applies."""
+    half-written tree and so does ``--dry-run``, ``apply`` puts the 10 files back first, says so, then applies."""
     release, patches, pristine, patched, _ = states
     tree = fresh(release, tmp_path / "t")
     killed = run_to("rename:10", tree, patches)
@@ -165,6 +165,10 @@ def test_the_next_apply_says_it_undid_an_interrupted_write(
         [*argv(tree, patches), "--check-applied"], capture_output=True, text=True, check=False
     )
     assert checked.returncode == 2 and "interrupted write" in checked.stderr
+    dry = subprocess.run(
+        [*argv(tree, patches), "--dry-run"], capture_output=True, text=True, check=False
+    )
+    assert dry.returncode == 2 and "interrupted write" in dry.stderr
     assert snapshot(tree) == state  # refused: nothing read as a state of the series, or written
     proc = subprocess.run(argv(tree, patches), capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
