@@ -233,8 +233,12 @@ class Tree:
                 for path, rel, _content in plan:
                     current = rel
                     originals[rel] = self._original(where, path, rel)
+                try:
+                    made = where.missing({parent_of(rel) for _p, rel, c in plan if c is not None})
+                except OSError as exc:  # a file or a link where a directory must be: name it
+                    current = exc.filename if isinstance(exc.filename, bytes) else b""
+                    raise
                 current = journal.JOURNAL
-                made = where.missing({parent_of(rel) for _p, rel, c in plan if c is not None})
                 journal.write(where, key, journal.entries_for(originals), made)
                 journaled = True
                 for directory in made:
