@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from hyperqwen_patches.sources import journal
-from hyperqwen_patches.sources.tree import Tree, TreeError, TreeWriteError
+from hyperqwen_patches.sources.tree import Tree, TreeBusy, TreeError, TreeWriteError
 
 
 def run(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -314,6 +314,34 @@ def test_a_waiting_run_goes_on_once_the_lock_is_free_and_readers_share(
     assert proc.returncode == 0, proc.stderr
     assert took >= 0.5
     assert b"LINE 4 of a.py" in (root / "vllm/a.py").read_bytes()
+
+
+def test_where_a_directory_cannot_be_locked_a_lock_file_in_it_is(
+    places: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On NFS an exclusive flock needs a descriptor open for writing, which a directory's cannot
+    be (EBADF): DIR/.hqp-lock is locked instead, and it excludes a second writer just the same."""
+    root, _ = places
+    real = fcntl.flock
+
+    def flock(fd: int, op: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        real(fd, op)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(fcntl, "flock", flock)
+        assert Tree(root).write({b"vllm/a.py": b"x\n"}) == [b"vllm/a.py"]
+        assert (root / ".hqp-lock").is_file()
+        patched.setenv("HQP_LOCK_WAIT", "0.2")
+        lock = os.open(root / ".hqp-lock", os.O_RDWR)
+        try:
+            real(lock, fcntl.LOCK_EX)
+            with pytest.raises(TreeBusy, match=r"gave up after waiting 0\.2 s"):
+                Tree(root).write({b"vllm/a.py": b"y\n"})
+        finally:
+            os.close(lock)
+    assert (root / "vllm/a.py").read_bytes() == b"x\n"
 
 
 ROUNDS = 12

@@ -110,14 +110,22 @@ class Tree:
             )
         except OSError as exc:
             raise TreeError(f"cannot open {self.root}: {exc.strerror}") from None
+        lock_file: int | None = None
         try:
-            _flock(fd, exclusive, self.root)
+            try:
+                _flock(fd, exclusive, self.root)
+            except OSError as exc:
+                if exc.errno not in _NO_DIRECTORY_LOCK:
+                    raise TreeError(f"cannot lock {self.root}: {exc.strerror}") from None
+                lock_file = _lock_file(fd, exclusive, self.root)
             self._fd, self._lock = fd, "exclusive" if exclusive else "shared"
             try:
                 yield
             finally:
                 self._fd, self._lock = None, None
         finally:
+            if lock_file is not None:
+                os.close(lock_file)
             os.close(fd)  # which releases the lock
 
     def modes_of(self, moved: Mapping[bytes, bytes]) -> dict[bytes, int]:
@@ -461,6 +469,29 @@ def _signing_key() -> bytes:
         ) from None
     assert key is not None
     return key
+
+
+# NFS emulates flock with byte-range locks, and an exclusive one needs a descriptor open for
+# writing, which a directory's cannot be (EBADF); other file systems may lack locks on directories.
+_NO_DIRECTORY_LOCK = {errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL}
+LOCK_FILE = b".hqp-lock"
+
+
+def _lock_file(dir_fd: int, exclusive: bool, root: Path) -> int:
+    """Where DIR itself cannot be locked: lock ``DIR/.hqp-lock`` instead, opened for writing. It is
+    left in place: removing a lock file races the next run, which may have it open already."""
+    try:
+        fd = os.open(
+            LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd
+        )
+    except OSError as exc:
+        raise TreeError(f"cannot lock {root}: {exc.strerror}") from None
+    try:
+        _flock(fd, exclusive, root)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _flock(fd: int, exclusive: bool, root: Path) -> None:
