@@ -21,7 +21,8 @@ DIR itself from before the journal is looked at until the write is done; ``--dry
 ``--check-applied`` and ``status`` hold a shared one. A second run waits up to ``HQP_LOCK_WAIT``
 seconds (default 10), then refuses with one line. The lock is on the directory, not on a file in
 it, so it leaves nothing behind in an image, and a lock file someone removed cannot let two runs
-hold two different locks.
+hold two different locks; only where a directory cannot be locked (NFS) is ``DIR/.hqp-lock`` locked
+instead.
 
 ``apply_to_tree`` and ``check_applied`` are the two operations ``apply`` runs: parse nothing, place
 everything in memory (``engine.apply_series``), then write only if every hunk of every patch applied.
