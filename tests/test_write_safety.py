@@ -260,6 +260,22 @@ def test_a_directory_swapped_for_a_link_during_the_rollback_is_not_written_throu
     assert debris(away) == [] and debris(root) == [".hqp-journal"]
 
 
+def test_a_directory_swapped_after_it_was_resolved_is_not_read_through(
+    places: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The reads too go through the directories opened from DIR down while the lock is held: a
+    path resolved inside DIR, whose directory is then swapped for a link, is refused, not read
+    from the outside directory (whose bytes would become the journal's "originals")."""
+    root, outside = places
+    tree = Tree(root)
+    with tree.locked(exclusive=False):
+        assert tree.read(b"vllm/a.py") == body("a.py")
+        tree.resolve(b"vllm/sub/c.py")
+        swap(root, tmp_path / "away", outside)
+        with pytest.raises(TreeError, match="a directory on the way is a symbolic link"):
+            tree.read(b"vllm/sub/c.py")
+
+
 # --- one writer per directory ------------------------------------------------------------------------
 
 

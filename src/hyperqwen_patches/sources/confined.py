@@ -34,6 +34,19 @@ def is_plain(path: bytes) -> bool:
     )
 
 
+def _more_descriptors() -> bool:
+    """Raise the soft limit on open descriptors to the hard one; whether it rose. One descriptor is
+    kept per directory a write touches, and 1,024 (a common soft limit) is few for a series that
+    touches files in that many directories."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft >= hard:
+        return False
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return True
+
+
 def _is_link(name: bytes, dir_fd: int) -> bool:
     try:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
@@ -80,7 +93,12 @@ class Confined:
         if name in (b"", b".", b".."):
             raise OSError(errno.EINVAL, "not a plain relative path", path)
         try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno != errno.EMFILE or not _more_descriptors():
+                    raise
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
         except OSError as exc:
             # O_DIRECTORY | O_NOFOLLOW on a link says ENOTDIR on Linux: tell the two apart.
             if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(name, parent):
@@ -122,6 +140,8 @@ class Confined:
             return None
         try:
             info = os.fstat(handle)
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
             if not stat.S_ISREG(info.st_mode):
                 raise OSError(errno.EINVAL, "not a regular file", path)
             chunks = []

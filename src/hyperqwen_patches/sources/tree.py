@@ -10,8 +10,8 @@ it), then every new file to a temporary file beside its target, then all are ren
 then the journal is removed. A failure or a signal midway puts every file back from the journal; a
 kill leaves the journal, and the next ``apply`` puts the files back before anything else.
 
-Every write, and every rollback, goes through descriptors of the directories opened from DIR down
-with no symbolic link followed (``confined.py``): the paths the engine read are resolved once (a
+Every write, every rollback, and every read made under DIR's lock goes through descriptors of the
+directories opened from DIR down with no symbolic link followed (``confined.py``): the paths the engine read are resolved once (a
 link inside DIR to a place inside DIR is followed then, as before), and from there on a directory
 that became a link fails instead of being written through. Each rename first re-checks that no
 directory on the way was swapped since it was opened, and refuses the write if one was.
