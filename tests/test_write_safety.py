@@ -435,6 +435,34 @@ def test_a_patched_setuid_or_setgid_file_loses_those_bits_as_with_gnu_patch(
             assert (gnu / "vllm" / name).stat().st_mode == (root / "vllm" / name).stat().st_mode
 
 
+def test_a_write_into_more_directories_than_the_descriptor_limit_allows_still_writes(
+    tmp_path: Path,
+) -> None:
+    """One descriptor is kept per directory read or written; a soft limit of 1,024 (a common one)
+    is raised to the hard one before a series touching files in 1,100 directories runs out."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"the hard limit on descriptors is {hard}")
+    root = tmp_path / "wide"
+    changes: dict[bytes, bytes | None] = {}
+    for d in range(1100):
+        (root / f"vllm/d{d:04d}").mkdir(parents=True)
+        (root / f"vllm/d{d:04d}/m.py").write_bytes(b"x\n")
+        changes[b"vllm/d%04d/m.py" % d] = b"y\n"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        tree = Tree(root)
+        with tree.locked(exclusive=True):
+            assert all(tree.read(p) == b"x\n" for p in changes)
+            assert len(tree.write(changes)) == 1100
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert all((root / p.decode()).read_bytes() == b"y\n" for p in changes)
+
+
 # --- faults injected into the write --------------------------------------------------------------------
 
 
