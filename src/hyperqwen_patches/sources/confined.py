@@ -34,17 +34,22 @@ def is_plain(path: bytes) -> bool:
     )
 
 
-def _more_descriptors() -> bool:
-    """Raise the soft limit on open descriptors to the hard one; whether it rose. One descriptor is
-    kept per directory a write touches, and 1,024 (a common soft limit) is few for a series that
-    touches files in that many directories."""
+# Descriptors are numbered lowest free first, so a directory's number says about how many are open;
+# below this no soft limit in use (1,024 at the least) is near, and the limit is not even looked up.
+_CHECK_LIMIT_FROM = 900
+_ROOM = 100  # kept free beyond the directories held: temporaries, the journal, the interpreter's
+
+
+def _keep_room(fd: int) -> None:
+    """One descriptor is kept per directory a write or its reads touch; a series touching files in
+    about a thousand directories would run out at a common soft limit (1,024) midway. Raise the
+    soft limit to the hard one before that; where it cannot rise the open fails as it would have."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft >= hard:
-        return False
+    if soft == resource.RLIM_INFINITY or fd + _ROOM < soft or soft == hard:
+        return
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return True
 
 
 def _is_link(name: bytes, dir_fd: int) -> bool:
@@ -93,12 +98,7 @@ class Confined:
         if name in (b"", b".", b".."):
             raise OSError(errno.EINVAL, "not a plain relative path", path)
         try:
-            try:
-                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
-            except OSError as exc:
-                if exc.errno != errno.EMFILE or not _more_descriptors():
-                    raise
-                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
         except OSError as exc:
             # O_DIRECTORY | O_NOFOLLOW on a link says ENOTDIR on Linux: tell the two apart.
             if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(name, parent):
@@ -106,6 +106,8 @@ class Confined:
                     errno.ELOOP, "a directory on the way is a symbolic link", path
                 ) from None
             raise OSError(exc.errno, exc.strerror, path) from None
+        if fd >= _CHECK_LIMIT_FROM:
+            _keep_room(fd)
         info = os.fstat(fd)
         kept = self._fds.setdefault(path, fd)
         if kept != fd:

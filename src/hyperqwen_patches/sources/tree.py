@@ -95,6 +95,7 @@ class Tree:
         self.recovered: journal.Recovery | None = None
         self._fd: int | None = None  # DIR, opened while its lock is held
         self._lock: str | None = None  # "shared" or "exclusive" while held
+        self._reader: Confined | None = None  # what ``read`` reads through while it is held
 
     @contextlib.contextmanager
     def locked(self, *, exclusive: bool) -> Iterator[None]:
@@ -120,10 +121,12 @@ class Tree:
                     raise TreeError(f"cannot lock {self.root}: {exc.strerror}") from None
                 lock_file = _lock_file(fd, exclusive, self.root)
             self._fd, self._lock = fd, "exclusive" if exclusive else "shared"
+            self._reader = Confined(self._real_root, fd)
             try:
                 yield
             finally:
-                self._fd, self._lock = None, None
+                self._reader.close()
+                self._fd, self._lock, self._reader = None, None, None
         finally:
             if lock_file is not None:
                 os.close(lock_file)
@@ -168,9 +171,15 @@ class Tree:
         return real
 
     def read(self, path: bytes) -> bytes | None:
-        """Current bytes of ``path`` or None when it does not exist (the engine's reader)."""
+        """Current bytes of ``path`` or None when it does not exist (the engine's reader).
+
+        While DIR's lock is held (every command reads so) the file is read through the directories
+        opened from DIR down, no link followed: a directory swapped for a link after ``resolve``
+        makes the read fail, never read a file outside DIR."""
         real = self.resolve(path)
         self.reads.append(path)
+        if self._reader is not None:
+            return self._read_confined(path, real)
         try:
             info = os.stat(real)
         except (FileNotFoundError, NotADirectoryError):
@@ -197,6 +206,27 @@ class Tree:
             raise TreeError(f"{_show(path)} is a directory in {self.root}, not a file") from None
         except OSError as exc:
             raise TreeError(f"cannot read {_show(path)} in {self.root}: {exc.strerror}") from None
+
+    def _read_confined(self, path: bytes, real: bytes) -> bytes | None:
+        assert self._reader is not None
+        rel = real[len(self._real_root) + 1 :]
+        try:
+            if not is_plain(rel):
+                raise IsADirectoryError(errno.EISDIR, "is a directory")
+            found = self._reader.read(rel)
+        except IsADirectoryError:
+            raise TreeError(f"{_show(path)} is a directory in {self.root}, not a file") from None
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                # A FIFO would block the read forever, a device be read until memory runs out.
+                raise TreeError(
+                    f"{_show(path)} in {self.root} is not a regular file (GNU patch: can't patch it)"
+                ) from None
+            raise TreeError(f"cannot read {_show(path)} in {self.root}: {exc.strerror}") from None
+        if found is None:
+            return None
+        self._seen[path] = found[0]  # kept to restore the file if a later write fails
+        return found[0]
 
     def write(
         self, changes: Mapping[bytes, bytes | None], modes: Mapping[bytes, int] | None = None
