@@ -1,11 +1,11 @@
 """A directory walked from DIR down, one component at a time, no symbolic link followed.
 
-Everything ``apply`` writes, and everything its rollback puts back or removes, goes through here:
-each file is created, renamed, read back and removed relative to a descriptor of its directory, and
-each directory's descriptor was opened from its parent's with ``O_NOFOLLOW | O_DIRECTORY``, as GNU
-patch opens them (``safe.c``). A component that is, or has meanwhile become, a symbolic link fails
-with ELOOP instead of being followed, so no write lands outside DIR however its paths were named,
-planted in a journal, or swapped while the write ran.
+Everything ``apply`` writes, everything its rollback puts back or removes, and what it reads under
+DIR's lock goes through here: each file is created, renamed, read and removed relative to a
+descriptor of its directory, and each directory's descriptor was opened from its parent's with
+``O_NOFOLLOW | O_DIRECTORY``, as GNU patch opens them (``safe.c``). A component that is, or has
+meanwhile become, a symbolic link fails with ELOOP instead of being followed, so no write lands
+outside DIR however its paths were named, planted in a journal, or swapped while the write ran.
 
 Paths are relative to DIR's real path, ``/``-separated, without empty, ``.`` or ``..`` components.
 """
@@ -62,8 +62,9 @@ def _is_link(name: bytes, dir_fd: int) -> bool:
 class Confined:
     """Descriptors of DIR and of the directories under it that were reached, cached by path.
 
-    ``root`` is DIR's real path (for messages and nothing else); ``root_fd`` an open descriptor of
-    DIR to borrow (the one its lock is held on), or None to open one."""
+    ``root`` is DIR's real path (what the journal's signature binds, and what messages show);
+    ``root_fd`` an open descriptor of DIR to borrow (the one its lock is held on), or None to open
+    one (closed with the rest)."""
 
     def __init__(self, root: bytes, root_fd: int | None = None) -> None:
         self.root = root
@@ -93,6 +94,8 @@ class Confined:
         fd = self._fds.get(path)
         if fd is not None:
             return fd
+        if not path:
+            raise OSError(errno.EBADF, "used after it was closed", self.root)
         up, _, name = path.rpartition(b"/")
         parent = self.dir(up)
         if name in (b"", b".", b".."):
