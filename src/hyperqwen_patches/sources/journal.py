@@ -160,9 +160,7 @@ def read(where: Confined) -> tuple[list[Entry], list[bytes]]:
     data = _read_own_file(where)
     head, newline, doc = data.partition(b"\n")
     if not head.startswith(MAGIC) or len(head) != len(MAGIC) + _MAC_HEX or not newline:
-        raise UntrustedJournal(
-            "it is not signed (not written by this version of hyperqwen-patches)"
-        )
+        raise UntrustedJournal("it is not signed (an earlier version's journal, or a planted one)")
     key = signing_key(create=False)
     if key is None:
         raise UntrustedJournal(
@@ -173,8 +171,8 @@ def read(where: Confined) -> tuple[list[Entry], list[bytes]]:
 
     if not hmac.compare_digest(head[len(MAGIC) :], _mac(key, where.root, doc)):
         raise UntrustedJournal(
-            "its signature does not verify: it was not written by this user's hyperqwen-patches "
-            "for this directory"
+            "its signature does not verify: it was not written for this directory under this "
+            "user's key"
         )
     import json
 
