@@ -390,8 +390,8 @@ class Tree:
                     raise TreeError(
                         f"refusing the write journal {shown}: {exc}; nothing was written",
                         hint=f"a journal can be planted by anyone who can write to {self.root}: "
-                        f"inspect it (JSON, after a signature line if it has one) and the files it names, reinstall "
-                        f"the package if they are damaged, then remove {shown}",
+                        "inspect it (JSON, after a signature line if it has one) and the files it "
+                        f"names, reinstall the package if they are damaged, then remove {shown}",
                     ) from None
                 except OSError as exc:
                     raise TreeWriteError(
