@@ -9,7 +9,11 @@ after a SIGKILL the next ``apply`` puts the files back first; SIGTERM and SIGINT
 before the process exits (exit 130; 143 for SIGTERM).
 
 The kill points are spread over the whole run (start-up, reading, placing, writing), measured from
-one untimed run of the same work; whatever point a kill lands on, the assertions are the same.
+one untimed run of the same work; whatever point a kill lands on, the assertions are the same. Where
+a case must be reached for certain (mid-write, inside the journal's own write, just before the commit
+point), the signal is sent from inside the run at that point (``tests/killpoints.py``), not after a
+sleep: an earlier version only checked the mid-write case ``if "while writing" in err``, and its last
+assertion (``0 in codes or any(c != 0 for c in codes)``) could not fail.
 """
 
 from __future__ import annotations
