@@ -99,8 +99,11 @@ def places(tmp_path: Path) -> tuple[Path, Path]:
     return root, outside
 
 
-CHANGES = {b"vllm/%s" % n: body(n.decode()).replace(b"line 4", b"LINE 4") for n in
-           (b"a.py", b"sub/b.py", b"sub/c.py", b"z.py")}  # fmt: skip
+# What a write of ``edit`` of every file of ``places`` writes.
+CHANGES: dict[bytes, bytes | None] = {
+    b"vllm/" + n.encode(): body(n).replace(b"line 4", b"LINE 4")
+    for n in ("a.py", "sub/b.py", "sub/c.py", "z.py")
+}
 
 
 # --- a forged journal ------------------------------------------------------------------------------
