@@ -363,6 +363,36 @@ def test_where_a_directory_cannot_be_locked_a_lock_file_in_it_is(
     assert (root / "vllm/a.py").read_bytes() == b"x\n"
 
 
+def test_a_reader_that_cannot_make_the_lock_file_reads_unlocked_a_writer_refuses(
+    places: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where DIR cannot be locked and the lock file cannot be made (a user's ``status`` of a root's
+    site-packages on NFS): a reader goes on, a writer refuses, nothing written."""
+    from hyperqwen_patches.sources import tree as treemod
+
+    root, _ = places
+    real = fcntl.flock
+
+    def flock(fd: int, op: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        real(fd, op)
+
+    def no_lock_file(_fd: int, _exclusive: bool, root: Path) -> int:
+        raise TreeError(f"cannot lock {root}: Permission denied")
+
+    before = snapshot(root)
+    with monkeypatch.context() as patched:
+        patched.setattr(fcntl, "flock", flock)
+        patched.setattr(treemod, "_lock_file", no_lock_file)
+        reader = Tree(root)
+        with reader.locked(exclusive=False):
+            assert reader.read(b"vllm/a.py") == body("a.py")
+        with pytest.raises(TreeError, match=r"cannot lock .*Permission denied"):
+            Tree(root).write({b"vllm/a.py": b"x\n"})
+    assert snapshot(root) == before
+
+
 ROUNDS = 12
 RUNS = 8
 

@@ -119,7 +119,14 @@ class Tree:
             except OSError as exc:
                 if exc.errno not in _NO_DIRECTORY_LOCK:
                     raise TreeError(f"cannot lock {self.root}: {exc.strerror}") from None
-                lock_file = _lock_file(fd, exclusive, self.root)
+                try:
+                    lock_file = _lock_file(fd, exclusive, self.root)
+                except TreeError:
+                    if exclusive:
+                        raise
+                    # A reader that may not create the lock file (a user's status of a root's
+                    # site-packages on NFS) reads unlocked: it writes nothing, and still refuses a
+                    # directory that holds a journal.
             self._fd, self._lock = fd, "exclusive" if exclusive else "shared"
             self._reader = Confined(self._real_root, fd)
             try:
