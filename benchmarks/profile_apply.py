@@ -35,12 +35,14 @@ PHASES = [
     ("hyperqwen_patches.sources.tree", "Tree.read"),
     ("hyperqwen_patches.sources.tree", "Tree.write"),
     ("hyperqwen_patches.sources.tree", "Tree.resolve"),
-    ("hyperqwen_patches.sources.tree", "Tree._recheck"),
     ("hyperqwen_patches.sources.tree", "_write_temps"),
+    ("hyperqwen_patches.sources.tree", "_flock"),
+    ("hyperqwen_patches.sources.tree", "_signing_key"),
+    ("hyperqwen_patches.sources.confined", "Confined.unchanged"),
     ("hyperqwen_patches.sources.journal", "write"),
     ("hyperqwen_patches.sources.journal", "write_temp"),
     ("hyperqwen_patches.sources.journal", "remove"),
-    ("os", "replace"),
+    ("os", "rename"),
 ]
 
 

@@ -9,6 +9,7 @@ rows edit lines earlier rows added, while ``--check-applied`` said all 52 were p
 
 from __future__ import annotations
 
+import fcntl
 import filecmp
 import json
 import os
@@ -356,6 +357,20 @@ def test_status_upto_and_unapply_walk_the_series(project: Project, tmp_path: Pat
     assert (status()["state"], status()["carried"]) == ("partial", 20)
     assert hqp("apply", site, "--repo", project.root).returncode == 0
     assert (status()["state"], status()["carried"]) == ("complete", 53)
+    # One writer per directory: while another run holds DIR's lock, unapply and status wait, then
+    # refuse with one line (HQP_LOCK_WAIT), and nothing is written.
+    before = snapshot(site)
+    lock = os.open(site, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        os.environ["HQP_LOCK_WAIT"] = "0.2"
+        for command in ("unapply", "status"):
+            busy = hqp(command, site, "--repo", project.root)
+            assert busy.returncode == 2 and "another run holds the lock on" in busy.stderr
+    finally:
+        os.environ.pop("HQP_LOCK_WAIT", None)
+        os.close(lock)
+    assert snapshot(site) == before
     proc = hqp("unapply", site, "--repo", project.root, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["taken_out"][0] == load_manifest(project.root).rows[-1].name

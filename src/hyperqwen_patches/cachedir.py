@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,56 @@ def entry_lock(cache_root: Path, name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+KEY_BYTES = 32
+
+
+def secret_key(name: str, *, create: bool) -> bytes | None:
+    """The random key ``keys/<name>.key`` (32 bytes, 0600 in a 0700 directory); None when it does
+    not exist and ``create`` is false. OSError when it cannot be read or made, or is damaged.
+
+    What it signs must be trusted only by this user: the key lives in the user's cache, never
+    beside what it signs. Made once, durably (a key lost to a power cut would make the journal it
+    signed untrusted), and published by ``link``, which fails where a concurrent first run already
+    published its own: the loser reads the winner's, so every run uses the same key."""
+    keys = cache_dir() / "keys"
+    path = os.fsencode(keys / f"{name}.key")
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        if not create:
+            return None
+    keys.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temp = path + b".%d-%s" % (os.getpid(), os.urandom(6).hex().encode())
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.write(fd, os.urandom(KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileExistsError):
+            os.link(temp, path)
+    finally:
+        os.unlink(temp)
+    dir_fd = os.open(keys, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return _read_key(path)
+
+
+def _read_key(path: bytes) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        key = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(key) != KEY_BYTES:
+        raise OSError(errno.EINVAL, f"damaged key ({len(key)} bytes, not {KEY_BYTES})", path)
+    return key
+
+
 def staging_dir(parent: Path, name: str) -> Path:
     """A new directory in ``parent`` to build the cache entry ``name`` in, before its one rename.
 
@@ -63,6 +114,10 @@ AREAS: dict[str, tuple[str, bool]] = {
     "wheels": ("wheels the test scripts built or fetched", False),
     "docker-ci": ("work directories of scripts/docker-ci", True),
     "locks": ("lock files (empty)", True),
+    "keys": (
+        "the key that signs apply's write journals (a killed apply's is trusted with it only)",
+        False,
+    ),
 }
 
 

@@ -27,6 +27,11 @@ Every hunk of every patch is placed in memory first, exactly as GNU patch 2.7.6 
 when all of them applied, each through a temporary file and a rename; on any failure DIR is left byte
 for byte unchanged.
 
+One run writes to DIR at a time: a second waits for the first (HQP_LOCK_WAIT seconds, default 10),
+then reads what it left. Every write goes through directories opened from DIR down with no symbolic
+link followed; a killed run leaves a journal, signed with a key in the user's cache, that the next run
+puts DIR back from (and refuses, writing nothing, when it is not ours).
+
 Applying twice is safe. A DIR that carries the whole series (layered rows included: a later row may
 edit lines an earlier one added) is left alone, exit 0; one that carries rows 1..k gets rows k+1..n.
 Any other state (a middle row missing under a later one, a row partly there) is refused with the rows
@@ -45,7 +50,9 @@ EPILOG = exit_codes_help(
     ok="every patch applied (or was already applied; with --check-applied: DIR carries every patch)",
     finding="a hunk did not apply, nothing was written (with --check-applied: a patch is missing)",
     usage="bad input: an unreadable or malformed patch, a path escaping DIR, a DIR that does not hold "
-    "the patched files (such as a venv root), a bad option",
+    "the patched files (such as a venv root), a bad option; a write journal in DIR that this tool did "
+    "not sign (refused, nothing written); another run holding DIR's lock longer than HQP_LOCK_WAIT "
+    "seconds (default 10)",
     interrupted="interrupted (Ctrl-C): DIR was put back, or every file was written (the message "
     "says which)",
     terminated="terminated (SIGTERM): the same as for Ctrl-C",

@@ -35,7 +35,8 @@ Examples:
 STATUS_EPILOG = exit_codes_help(
     ok="DIR carries rows 1..k (none, some or all)",
     finding="DIR is in a state no run of the series leaves",
-    usage="bad input (no manifest, DIR not the package's parent, an interrupted write in DIR)",
+    usage="bad input (no manifest, DIR not the package's parent, an interrupted write in DIR, "
+    "another run holding DIR's lock longer than HQP_LOCK_WAIT seconds)",
 )
 
 UNAPPLY_HELP = """Take the rows DIR carries out again, last first, all or nothing (quilt's `pop -a`).
@@ -53,7 +54,8 @@ Examples:
 UNAPPLY_EPILOG = exit_codes_help(
     ok="the rows were taken out (or DIR carried none)",
     finding="DIR is in a state no run of the series leaves, nothing written",
-    usage="bad input",
+    usage="bad input; a write journal in DIR that this tool did not sign (refused, nothing written); "
+    "another run holding DIR's lock longer than HQP_LOCK_WAIT seconds",
     interrupted="interrupted (Ctrl-C), DIR put back",
     terminated="terminated (SIGTERM), DIR put back",
 )

@@ -5,11 +5,24 @@ through a symlink pointing outside it) and records what it read, so tests can sh
 series reads only the files the patches touch.
 
 ``Tree.write`` is all or nothing, even when the process is killed: a journal of every touched file's
-original bytes is written into the directory first (``journal.py``), then every new file to a temporary
-file beside its target, then all are renamed into place, then the journal is removed. A failure or a
-signal midway puts every file back from the journal; a kill leaves the journal, and the next ``apply``
-puts the files back before anything else. Each rename re-checks that no directory on the way was
-swapped for a symlink since the paths were resolved.
+original bytes is written into the directory first (``journal.py``, signed with a key kept outside
+it), then every new file to a temporary file beside its target, then all are renamed into place,
+then the journal is removed. A failure or a signal midway puts every file back from the journal; a
+kill leaves the journal, and the next ``apply`` puts the files back before anything else.
+
+Every write, every rollback, and every read made under DIR's lock goes through descriptors of the
+directories opened from DIR down with no symbolic link followed (``confined.py``): the paths the engine read are resolved once (a
+link inside DIR to a place inside DIR is followed then, as before), and from there on a directory
+that became a link fails instead of being written through. Each rename first re-checks that no
+directory on the way was swapped since it was opened, and refuses the write if one was.
+
+One run writes to a directory at a time: ``apply`` and ``unapply`` hold an exclusive ``flock`` on
+DIR itself from before the journal is looked at until the write is done; ``--dry-run``,
+``--check-applied`` and ``status`` hold a shared one. A second run waits up to ``HQP_LOCK_WAIT``
+seconds (default 10), then refuses with one line. The lock is on the directory, not on a file in
+it, so it leaves nothing behind in an image, and a lock file someone removed cannot let two runs
+hold two different locks; only where a directory cannot be locked (NFS) is ``DIR/.hqp-lock`` locked
+instead.
 
 ``apply_to_tree`` and ``check_applied`` are the two operations ``apply`` runs: parse nothing, place
 everything in memory (``engine.apply_series``), then write only if every hunk of every patch applied.
@@ -18,11 +31,12 @@ everything in memory (``engine.apply_series``), then write only if every hunk of
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from hyperqwen_patches.engine.applying import (
@@ -33,9 +47,10 @@ from hyperqwen_patches.engine.applying import (
 )
 from hyperqwen_patches.engine.carried import CarriedResult, apply_carried, unapply_carried
 from hyperqwen_patches.engine.patchset import Patch
-from hyperqwen_patches.errors import HqpError, Interrupted, UsageError
+from hyperqwen_patches.errors import EnvironmentProblem, HqpError, Interrupted, UsageError
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.sources import journal
+from hyperqwen_patches.sources.confined import Confined, is_plain, parent_of
 
 TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:
@@ -44,6 +59,15 @@ if TYPE_CHECKING:
 
 class TreeError(UsageError):
     """A path that is unsafe or unusable in the target directory (escapes it, is a directory, ...)."""
+
+
+class TreeBusy(EnvironmentProblem):
+    """Another run holds the directory's lock, longer than this one waits."""
+
+
+# How long a run waits for another one to finish with the same directory (seconds).
+LOCK_WAIT_ENV = "HQP_LOCK_WAIT"
+LOCK_WAIT_DEFAULT = 10.0
 
 
 class TreeWriteError(HqpError):
@@ -69,6 +93,51 @@ class Tree:
         self._dirs: dict[bytes, bytes] = {}
         self._seen: dict[bytes, bytes] = {}
         self.recovered: journal.Recovery | None = None
+        self._fd: int | None = None  # DIR, opened while its lock is held
+        self._lock: str | None = None  # "shared" or "exclusive" while held
+        self._reader: Confined | None = None  # what ``read`` reads through while it is held
+
+    @contextlib.contextmanager
+    def locked(self, *, exclusive: bool) -> Iterator[None]:
+        """Hold DIR's lock: exclusive for a run that may write (the journal and its recovery
+        included), shared for one that only reads. Held already (as strongly): nothing to do."""
+        if self._lock == "exclusive" or (self._lock == "shared" and not exclusive):
+            yield
+            return
+        if self._lock is not None:
+            raise RuntimeError("a shared lock is never upgraded: the state it read may be stale")
+        try:
+            fd = os.open(
+                self._real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            )
+        except OSError as exc:
+            raise TreeError(f"cannot open {self.root}: {exc.strerror}") from None
+        lock_file: int | None = None
+        try:
+            try:
+                _flock(fd, exclusive, self.root)
+            except OSError as exc:
+                if exc.errno not in _NO_DIRECTORY_LOCK:
+                    raise TreeError(f"cannot lock {self.root}: {exc.strerror}") from None
+                try:
+                    lock_file = _lock_file(fd, exclusive, self.root)
+                except TreeError:
+                    if exclusive:
+                        raise
+                    # A reader that may not create the lock file (a user's status of a root's
+                    # site-packages on NFS) reads unlocked: it writes nothing, and still refuses a
+                    # directory that holds a journal.
+            self._fd, self._lock = fd, "exclusive" if exclusive else "shared"
+            self._reader = Confined(self._real_root, fd)
+            try:
+                yield
+            finally:
+                self._reader.close()
+                self._fd, self._lock, self._reader = None, None, None
+        finally:
+            if lock_file is not None:
+                os.close(lock_file)
+            os.close(fd)  # which releases the lock
 
     def modes_of(self, moved: Mapping[bytes, bytes]) -> dict[bytes, int]:
         """The git modes of rename and copy sources, for targets that keep them (0755 stays 0755)."""
@@ -109,9 +178,15 @@ class Tree:
         return real
 
     def read(self, path: bytes) -> bytes | None:
-        """Current bytes of ``path`` or None when it does not exist (the engine's reader)."""
+        """Current bytes of ``path`` or None when it does not exist (the engine's reader).
+
+        While DIR's lock is held (every command reads so) the file is read through the directories
+        opened from DIR down, no link followed: a directory swapped for a link after ``resolve``
+        makes the read fail, never read a file outside DIR."""
         real = self.resolve(path)
         self.reads.append(path)
+        if self._reader is not None:
+            return self._read_confined(path, real)
         try:
             info = os.stat(real)
         except (FileNotFoundError, NotADirectoryError):
@@ -139,6 +214,27 @@ class Tree:
         except OSError as exc:
             raise TreeError(f"cannot read {_show(path)} in {self.root}: {exc.strerror}") from None
 
+    def _read_confined(self, path: bytes, real: bytes) -> bytes | None:
+        assert self._reader is not None
+        rel = real[len(self._real_root) + 1 :]
+        try:
+            if not is_plain(rel):
+                raise IsADirectoryError(errno.EISDIR, "is a directory")
+            found = self._reader.read(rel)
+        except IsADirectoryError:
+            raise TreeError(f"{_show(path)} is a directory in {self.root}, not a file") from None
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                # A FIFO would block the read forever, a device be read until memory runs out.
+                raise TreeError(
+                    f"{_show(path)} in {self.root} is not a regular file (GNU patch: can't patch it)"
+                ) from None
+            raise TreeError(f"cannot read {_show(path)} in {self.root}: {exc.strerror}") from None
+        if found is None:
+            return None
+        self._seen[path] = found[0]  # kept to restore the file if a later write fails
+        return found[0]
+
     def write(
         self, changes: Mapping[bytes, bytes | None], modes: Mapping[bytes, int] | None = None
     ) -> list[bytes]:
@@ -150,125 +246,201 @@ class Tree:
         an error or a signal (SIGINT, SIGTERM, SIGHUP) the directory is put back from the journal
         (``journal.recover``, the same code that repairs a killed run) before the error is raised.
         """
-        self.recover_interrupted(strict=True)
-        modes = modes or {}
-        plan = [(path, self.resolve(path), changes[path]) for path in sorted(changes)]
-        originals: dict[bytes, tuple[bytes, int] | None] = {}
-        for path, real, content in plan:
-            if content is None and os.path.islink(self._unresolved(path)):
-                raise TreeError(
-                    f"{_show(path)} is a symbolic link in {self.root}: deleting it would delete "
-                    "what it points to (GNU patch refuses too)"
-                )
-            seen = self._seen.get(path)
-            if seen is None:
-                originals[real] = _snapshot_file(real)
-            else:
-                try:
-                    originals[real] = (seen, stat.S_IMODE(os.stat(real).st_mode))
-                except (FileNotFoundError, NotADirectoryError):
-                    originals[real] = None
-        new_dirs = _missing_dirs(os.path.dirname(real) for _p, real, c in plan if c is not None)
-        root = self._real_root
-        current = journal.path_of(root)
+        with self.locked(exclusive=True):
+            self.recover_interrupted(strict=True)
+            plan = [(path, self._relative(path), changes[path]) for path in sorted(changes)]
+            for path, _rel, content in plan:
+                if content is None and os.path.islink(self._unresolved(path)):
+                    raise TreeError(
+                        f"{_show(path)} is a symbolic link in {self.root}: deleting it would delete "
+                        "what it points to (GNU patch refuses too)"
+                    )
+            key = _signing_key()
+            where = Confined(self._real_root, self._fd)
+            try:
+                return self._write(where, key, plan, modes or {})
+            finally:
+                where.close()
+
+    def _write(
+        self,
+        where: Confined,
+        key: bytes,
+        plan: list[tuple[bytes, bytes, bytes | None]],
+        modes: Mapping[bytes, int],
+    ) -> list[bytes]:
+        current = journal.JOURNAL  # what the step under way writes, to name it if it fails
+        temps: dict[bytes, bytes] = {}  # target -> its temporary's name, in the target's directory
+        journaled = False
         renamed = False  # every rename done: from here on the write is whole
         try:
             with _signals_raise():
-                journal.write(root, journal.entries_for(root, originals), new_dirs)
-                for directory in new_dirs:
+                originals: dict[bytes, tuple[bytes, int] | None] = {}
+                for path, rel, _content in plan:
+                    current = rel
+                    originals[rel] = self._original(where, path, rel)
+                try:
+                    made = where.missing({parent_of(rel) for _p, rel, c in plan if c is not None})
+                except OSError as exc:  # a file or a link where a directory must be: name it
+                    current = exc.filename if isinstance(exc.filename, bytes) else b""
+                    raise
+                current = journal.JOURNAL
+                journal.write(where, key, journal.entries_for(originals), made)
+                journaled = True
+                for directory in made:
                     current = directory
-                    os.mkdir(directory)
+                    where.mkdir(directory)
+                for _path, rel, _content in plan:
+                    current = rel
+                    where.dir(parent_of(rel))  # opened here: the writer threads only look it up
                 jobs = [
                     (
-                        real,
+                        rel,
                         content,
-                        _mode_for(o[1] if (o := originals[real]) else None, modes.get(path)),
+                        _mode_for(o[1] if (o := originals[rel]) else None, modes.get(path)),
                     )
-                    for path, real, content in plan
+                    for path, rel, content in plan
                     if content is not None
                 ]
-                temps, failed = _write_temps(jobs)  # real target -> temp
+                failed = _write_temps(where, jobs, temps)
                 if failed is not None:
                     current = failed[0]
                     raise failed[1]
 
                 def put(job: tuple[bytes, bytes | None]) -> None:
-                    real, content = job
-                    self._recheck(real)
+                    rel, content = job
+                    if not where.unchanged(parent_of(rel)):
+                        raise OSError(
+                            0, "a directory on the way was replaced by a symlink during the write"
+                        )
+                    fd, name = where.split(rel)
                     if content is None:
-                        if originals[real] is not None:
-                            os.unlink(real)
+                        if originals[rel] is not None:
+                            os.unlink(name, dir_fd=fd)
                     else:
-                        os.replace(temps[real], real)
+                        os.rename(temps[rel], name, src_dir_fd=fd, dst_dir_fd=fd)
 
-                failed = _each([(real, content) for _p, real, content in plan], put)
+                failed = _each([(rel, content) for _p, rel, content in plan], put)
                 if failed is not None:
                     current = failed[0]
                     raise failed[1]
                 renamed = True
-                journal.remove(root)  # the commit point
+                journal.remove(where)  # the commit point
         except OSError as exc:
-            # A failed rename reports our temporary as its filename: name the target instead.
-            named = exc.filename2 or exc.filename
-            temp = named and os.path.basename(os.fsencode(named)).startswith(journal.TEMP_PREFIX)
-            name = _show(os.fsencode(named)) if named and not temp else _show(current)
             raise TreeWriteError(
-                f"writing to {self.root} failed ({exc.strerror}: {name}); " + self._put_back()
+                f"writing to {self.root} failed ({exc.strerror or exc}: "
+                f"{_show(os.path.join(self._real_root, current))}); "
+                + self._put_back(where, temps, journaled)
             ) from None
         except (KeyboardInterrupt, _Signalled) as exc:
             signame = exc.name if isinstance(exc, _Signalled) else "SIGINT"
-            if renamed and not journal.exists(root):
+            if renamed and not journal.exists(where):
                 # The signal came after the commit point: the write is whole, nothing to put back.
                 raise Interrupted(
                     f"interrupted by {signame} after writing to {self.root}: every file was written",
                     signal=signame,
                 ) from None
             raise Interrupted(
-                f"interrupted by {signame} while writing to {self.root}; " + self._put_back(),
+                f"interrupted by {signame} while writing to {self.root}; "
+                + self._put_back(where, temps, journaled),
                 signal=signame,
             ) from None
         except BaseException:
-            if not (renamed and not journal.exists(root)):
-                self._put_back()
+            if not (renamed and not journal.exists(where)):
+                self._put_back(where, temps, journaled)
             raise
-        for _path, real, content in plan:
+        for _path, rel, content in plan:
             if content is None:
-                self._remove_empty_parents(real)
-        return [path for path, _real, _content in plan]
+                _remove_empty_parents(where, rel)
+        return [path for path, _rel, _content in plan]
+
+    def _relative(self, path: bytes) -> bytes:
+        """``path``'s place under DIR's real path: resolved (``resolve``), so the write walks it
+        from DIR with no link to follow."""
+        real = self.resolve(path)
+        rel = real[len(self._real_root) + 1 :]
+        if not is_plain(rel):
+            raise TreeError(f"path {_show(path)!r} names {self.root} itself, not a file in it")
+        return rel
+
+    def _original(self, where: Confined, path: bytes, rel: bytes) -> tuple[bytes, int] | None:
+        """The bytes and permission bits to put back at ``rel`` if the write fails; None if no file
+        is there. A directory there is left to fail at its rename, which names it."""
+        info = where.lstat(rel)
+        if info is None or stat.S_ISDIR(info.st_mode):
+            return None
+        if stat.S_ISLNK(info.st_mode):
+            raise OSError(errno.ELOOP, "it became a symbolic link after it was read")
+        seen = self._seen.get(path)
+        if seen is not None and stat.S_ISREG(info.st_mode):
+            return seen, stat.S_IMODE(info.st_mode)
+        return where.read(rel)
 
     def recover_interrupted(self, *, strict: bool = False) -> journal.Recovery | None:
         """Undo an earlier write that was killed midway (its journal is still here); None if none.
 
-        With ``strict`` (a write is about to start) a recovery that cannot finish is an error."""
-        if not journal.exists(self._real_root):
-            # A run killed while it wrote the journal itself left only the journal's temporary file.
-            journal.remove_temps(self._real_root)
-            return None
-        try:
-            with _signals_blocked():
-                done = journal.recover(self._real_root)
-        except OSError as exc:
-            raise TreeWriteError(
-                f"{self.root} holds the journal of an interrupted write that cannot be read: "
-                f"{exc.strerror}",
-                hint=f"restore the directory from the package (reinstall it), then remove "
-                f"{_show(journal.path_of(self._real_root))}",
-            ) from None
+        A journal that is not ours, or that names a path through a symbolic link, is refused whole
+        (TreeError, exit 2), nothing written. With ``strict`` (a write is about to start) a
+        recovery that cannot finish is an error."""
+        with self.locked(exclusive=True):
+            where = Confined(self._real_root, self._fd)
+            try:
+                if not journal.exists(where):
+                    # A run killed while it wrote the journal itself left only its temporary file.
+                    journal.remove_temps(where, b"")
+                    return None
+                try:
+                    with _signals_blocked():
+                        done = journal.recover(where, refuse_links=True)
+                except journal.UntrustedJournal as exc:
+                    shown = _show(journal.path_of(self._real_root))
+                    raise TreeError(
+                        f"refusing the write journal {shown}: {exc}; nothing was written",
+                        hint=f"a journal can be planted by anyone who can write to {self.root}: "
+                        "inspect it (JSON, after a signature line if it has one) and the files it "
+                        f"names, reinstall the package if they are damaged, then remove {shown}",
+                    ) from None
+                except OSError as exc:
+                    raise TreeWriteError(
+                        f"{self.root} holds the journal of an interrupted write that cannot be "
+                        f"read: {exc.strerror}",
+                        hint=f"restore the directory from the package (reinstall it), then remove "
+                        f"{_show(journal.path_of(self._real_root))}",
+                    ) from None
+            finally:
+                where.close()
         self.recovered = done
         if done.failed and strict:
             raise TreeWriteError(self._failed_text(done))
         return done
 
-    def _put_back(self) -> str:
+    def _put_back(self, where: Confined, temps: Mapping[bytes, bytes], journaled: bool) -> str:
         """Roll back from the journal; the text says what is now on disk (never a guess)."""
         with _signals_blocked():
-            if not journal.exists(self._real_root):  # stopped while the journal was written
-                journal.remove_temps(self._real_root)
-                return "nothing was changed"
+            # Our temporaries first, through the descriptors they were made in: one in a directory
+            # swapped away meanwhile is still ours, and a walk from DIR no longer reaches it.
+            for rel, temp in temps.items():
+                with contextlib.suppress(OSError):
+                    os.unlink(temp, dir_fd=where.dir(parent_of(rel)))
+            # The rest as after a kill: walked afresh from DIR, so a directory that is a link now
+            # is not written through (what it held is reported instead).
+            fresh = Confined(self._real_root, self._fd)
             try:
-                done = journal.recover(self._real_root)
-            except OSError as exc:
-                return f"putting it back failed ({exc.strerror}); run apply again to finish"
+                if not journal.exists(fresh):
+                    journal.remove_temps(fresh, b"")
+                    if journaled:
+                        return (
+                            f"its journal {_show(journal.path_of(self._real_root))} was removed "
+                            "meanwhile (by another program): files may be half written; "
+                            "reinstall the package"
+                        )
+                    return "nothing was changed"  # stopped before the journal was in place
+                try:
+                    done = journal.recover(fresh, refuse_links=False)
+                except (OSError, journal.UntrustedJournal) as exc:
+                    return f"putting it back failed ({exc}); run apply again to finish"
+            finally:
+                fresh.close()
         if done.failed:
             return self._failed_text(done)
         return "nothing was changed (every file was put back)"
@@ -309,45 +481,82 @@ class Tree:
             self._dirs[parent] = real
         return real
 
-    def _recheck(self, real: bytes) -> None:
-        """The write-time half of the path check: no directory on the way became a symlink (or
-        moved) since ``resolve``; otherwise the rename would land wherever the link points."""
-        parent = os.path.dirname(real)
-        if os.path.realpath(parent) != parent:
-            raise OSError(
-                0, "a directory on the way was replaced by a symlink during the write", real
-            )
 
-    def _remove_empty_parents(self, real: bytes) -> None:
-        """After a deletion, remove the directories it left empty, as GNU patch does."""
-        parent = os.path.dirname(real)
-        while parent != self._real_root and parent.startswith(self._real_root + b"/"):
-            try:
-                os.rmdir(parent)
-            except OSError:
-                return  # not empty (or not ours to remove): stop climbing
-            parent = os.path.dirname(parent)
+def _remove_empty_parents(where: Confined, rel: bytes) -> None:
+    """After a deletion, remove the directories it left empty, as GNU patch does."""
+    parent = parent_of(rel)
+    while parent:
+        up, _, name = parent.rpartition(b"/")
+        try:
+            os.rmdir(name, dir_fd=where.dir(up))
+        except OSError:
+            return  # not empty (or not ours to remove): stop climbing
+        parent = up
 
 
-def _snapshot_file(real: bytes) -> tuple[bytes, int] | None:
-    """A file's bytes and permission bits, to put it back if the write fails; None if absent."""
+def _signing_key() -> bytes:
+    """The key the journal is signed with, made on first use; before anything is written, a cache
+    that cannot keep it is said plainly (a journal we could not verify later is no journal)."""
     try:
-        with open(real, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            return handle.read(), stat.S_IMODE(info.st_mode)
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None  # no file there (a directory in the way fails later, at the rename)
+        key = journal.signing_key(create=True)
+    except OSError as exc:
+        name = exc.filename if isinstance(exc.filename, bytes) else os.fsencode(exc.filename or "")
+        raise EnvironmentProblem(
+            f"cannot keep the key that signs the write journal ({exc.strerror}: {_show(name)})",
+            hint="set HQP_CACHE to a directory this user can write (the key is kept in its keys/)",
+        ) from None
+    assert key is not None
+    return key
 
 
-def _missing_dirs(parents: Iterable[bytes]) -> list[bytes]:
-    """The directories a write must create, outermost first (recorded in the journal first)."""
-    missing: set[bytes] = set()
-    for parent in set(parents):
-        current = parent
-        while current not in missing and not os.path.isdir(current):
-            missing.add(current)
-            current = os.path.dirname(current)
-    return sorted(missing, key=lambda d: (d.count(b"/"), d))
+# NFS emulates flock with byte-range locks, and an exclusive one needs a descriptor open for
+# writing, which a directory's cannot be (EBADF); other file systems may lack locks on directories.
+_NO_DIRECTORY_LOCK = {errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL}
+LOCK_FILE = b".hqp-lock"
+
+
+def _lock_file(dir_fd: int, exclusive: bool, root: Path) -> int:
+    """Where DIR itself cannot be locked: lock ``DIR/.hqp-lock`` instead, opened for writing. It is
+    left in place: removing a lock file races the next run, which may have it open already."""
+    try:
+        fd = os.open(
+            LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd
+        )
+    except OSError as exc:
+        raise TreeError(f"cannot lock {root}: {exc.strerror}") from None
+    try:
+        _flock(fd, exclusive, root)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _flock(fd: int, exclusive: bool, root: Path) -> None:
+    """Take the lock on ``fd``, waiting up to ``HQP_LOCK_WAIT`` seconds for another run."""
+    import fcntl
+    import time
+
+    raw = os.environ.get(LOCK_WAIT_ENV)
+    try:
+        wait = LOCK_WAIT_DEFAULT if raw is None else float(raw)
+    except ValueError:
+        raise UsageError(f"{LOCK_WAIT_ENV}={raw!r} is not a number of seconds") from None
+    op = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, op)
+            return
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TreeBusy(
+                    f"another run holds the lock on {root} (one apply or unapply writes to a "
+                    f"directory at a time); gave up after waiting {wait:g} s",
+                    hint=f"let it finish and run again; {LOCK_WAIT_ENV}=SECONDS waits longer",
+                ) from None
+            time.sleep(min(0.02, left))
 
 
 # Creating a file costs 0.3 ms of kernel time on these machines, whoever does it; a few threads
@@ -356,17 +565,17 @@ PARALLEL_WRITES_FROM = 16
 
 
 def _write_temps(
-    jobs: Sequence[tuple[bytes, bytes, int]],
-) -> tuple[dict[bytes, bytes], tuple[bytes, BaseException] | None]:
-    """Write each (target, content, mode) to a temporary file beside its target; returns the
-    temporaries by target, and the first failure (its target and error) if any."""
-    temps: dict[bytes, bytes] = {}
+    where: Confined, jobs: Sequence[tuple[bytes, bytes, int]], temps: dict[bytes, bytes]
+) -> tuple[bytes, BaseException] | None:
+    """Write each (target, content, mode) to a temporary file beside its target, recording it in
+    ``temps`` (target -> temporary name) as soon as it exists; the first failure (its target and
+    error) if any."""
 
     def write(job: tuple[bytes, bytes, int]) -> None:
-        real, content, mode = job
-        temps[real] = journal.write_temp(os.path.dirname(real), content, mode)
+        rel, content, mode = job
+        temps[rel] = journal.write_temp(where.dir(parent_of(rel)), content, mode)
 
-    return temps, _each(jobs, write)
+    return _each(jobs, write)
 
 
 def _each(
@@ -389,39 +598,56 @@ def _each(
     failures: list[tuple[bytes, BaseException]] = []
     order = iter(jobs)  # next() on a list iterator is atomic under the GIL
     stop = threading.Event()
+    # Waited on instead of Thread.join: a join that Ctrl-C interrupts marks a thread that is still
+    # running as stopped (CPython 3.11, bpo-45274's fix), so a second join returned at once and
+    # the rollback raced the writers (seen: the temporaries' table changed under it).
+    finished = [threading.Event() for _ in range(workers)]
 
-    def work() -> None:
-        for job in order:
-            if stop.is_set():
-                return
-            try:
-                fn(job)
-            except BaseException as exc:
-                failures.append((job[0], exc))
-                stop.set()
-                return
+    def work(done: threading.Event) -> None:
+        # The main thread alone takes the signals (it raises them and runs the rollback): one
+        # delivered to a writer would run its handler in the main thread even while the main
+        # thread blocks them.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        try:
+            for job in order:
+                if stop.is_set():
+                    return
+                try:
+                    fn(job)
+                except BaseException as exc:
+                    failures.append((job[0], exc))
+                    stop.set()
+                    return
+        finally:
+            done.set()
 
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+    threads = [threading.Thread(target=work, args=(done,), daemon=True) for done in finished]
     try:  # a signal may land while the threads start, as well as while they run
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        for done in finished:
+            done.wait()
     except BaseException:
         stop.set()
         with _signals_blocked():
-            for t in threads:
-                if t.ident is not None:  # started
-                    t.join()
+            for t, done in zip(threads, finished, strict=True):
+                if t.ident is not None:  # started: it runs work(), which sets done
+                    done.wait()
         raise
     return failures[0] if failures else None
 
 
 def _mode_for(existing: int | None, wanted: int | None) -> int:
-    """Keep an existing file's permissions; a git mode (100755) picks them; new files get 0644."""
+    """Keep an existing file's permissions; a git mode (100755) picks them; new files get 0644.
+
+    Setuid, setgid and sticky bits are dropped, as GNU patch and git drop them: new bytes in a
+    setuid program are not a program anyone vetted as setuid."""
     if wanted is not None:
         return 0o755 if wanted & 0o111 else 0o644
-    return existing if existing is not None else 0o644
+    return existing & 0o777 if existing is not None else 0o644
+
+
+_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 class _Signalled(BaseException):
@@ -461,11 +687,10 @@ def _signals_raise() -> Iterator[None]:
 @contextlib.contextmanager
 def _signals_blocked() -> Iterator[None]:
     """A rollback is not itself interrupted (a second Ctrl-C would leave it half done)."""
-    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     if not _in_main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
     try:
         yield
     finally:
@@ -516,15 +741,18 @@ def _carry(
 ) -> TreeApplyResult:
     """The directory side of both: repair an interrupted write, plan in memory, write all or nothing."""
     tree = Tree(root)
-    if dry_run:
-        tree.refuse_if_interrupted()
-    else:
-        tree.recover_interrupted(strict=True)
-    outcome = plan(patches, tree.read, policy)
-    series = outcome.series
-    written: list[bytes] = []
-    if series.ok and not dry_run and series.changes:
-        written = tree.write(series.changes, {**tree.modes_of(series.moved), **series.modes})
+    # Held from before the journal is looked at until the write is done: a second run waits, then
+    # reads what this one left (already applied), never a half-written tree or a live journal.
+    with tree.locked(exclusive=not dry_run):
+        if dry_run:
+            tree.refuse_if_interrupted()
+        else:
+            tree.recover_interrupted(strict=True)
+        outcome = plan(patches, tree.read, policy)
+        series = outcome.series
+        written: list[bytes] = []
+        if series.ok and not dry_run and series.changes:
+            written = tree.write(series.changes, {**tree.modes_of(series.moved), **series.modes})
     return TreeApplyResult(
         root=root,
         series=series,
@@ -552,8 +780,9 @@ class TreeCheckResult:
 def check_applied(root: Path, patches: Sequence[Patch], policy: Policy) -> TreeCheckResult:
     """Verify, in memory and read-only, that ``root`` already carries every patch."""
     tree = Tree(root)
-    tree.refuse_if_interrupted()
-    return TreeCheckResult(root=root, patches=verify_applied(patches, tree.read, policy))
+    with tree.locked(exclusive=False):
+        tree.refuse_if_interrupted()
+        return TreeCheckResult(root=root, patches=verify_applied(patches, tree.read, policy))
 
 
 def misplaced(root: Path, patches: Sequence[Patch]) -> str | None:
