@@ -415,3 +415,17 @@ def test_merge_row_combines_touching_changes_and_keeps_real_conflicts() -> None:
     assert not fits_outside_conflicts(combined.replace(b"def step", b"def stop"), marked, LABELS)
     assert not fits_outside_conflicts(combined + b"extra\n", marked, LABELS)
     assert not fits_outside_conflicts(combined, combined, LABELS)  # no conflict block at all
+
+
+def test_a_name_upstream_renamed_next_to_the_rows_insertion_pauses() -> None:
+    # `x = compute()` became `y = compute()`: the anchor is still there, reworded, but the row's
+    # line logs `x`, which no longer exists. Merged, the file reads well and fails at run time.
+    base = "def run(self):\n    x = self.compute()\n    return self.finish()\n"
+    upstream = base.replace("    x = self.compute()", "    y = self.compute()")
+    row = base.replace("    return", '    logger.info("computed %s", x)\n    return')
+    assert (
+        clash(base, upstream, row) == "upstream drops x next to the row's insertion, which uses it"
+    )
+    # Kept, the same name merges.
+    widened = base.replace("self.compute()", "self.compute(strict=True)")
+    assert adjacent(base, widened, row).clean

@@ -153,7 +153,16 @@ def test_rows_that_only_touch_upstream_changes_go_through_where_cherry_pick_paus
     message = git(fork, "log", "-1", "--format=%B", f"{branch}~2").stdout
     assert "Merged next to an upstream change (review): vllm/runner.py:8." in message
 
-    table = hqp(repo, "--to", "0.30.0", *src, "--rebase", "--fork", str(fork), "--branch", "t")
-    assert table.returncode == 1
+    md = tmp_path / "port.md"
+    table = hqp(
+        repo, "--to", "0.30.0", *src, "--rebase", "--fork", str(fork), "--branch", "t",
+        "--markdown", str(md),
+    )  # fmt: skip
+    assert table.returncode == 1, table.stderr
+    assert "Traceback" not in table.stderr  # --markdown with --rebase once crashed here
+    assert (
+        "- warm-up: `vllm/runner.py:8` merged next to an upstream change (the row inserts next to "
+        "lines upstream changed): review" in md.read_text()
+    )
     assert "warm-up: vllm/runner.py:8: merged next to an upstream change: review" in table.stdout
     assert "vllm/loop.py: merged next to an upstream change at line 2: review" in table.stdout

@@ -9,7 +9,8 @@ insertion is still there (reworded at most). Everything else stays a clash for a
 
 - both sides change the same base line (or one inserts inside a block the other replaces);
 - the line an insertion sits next to is deleted by the other side, or replaced by something that
-  no longer resembles it (the anchor is gone);
+  no longer resembles it (the anchor is gone), or reworded so that a name the inserted lines use is
+  gone from it (a variable renamed where it is assigned);
 - both sides replace lines that touch (a rewrite next to a rewrite: each may assume the other line);
 - the lines next to the meeting point were moved (deleted in one place and inserted in another);
 - both sides insert the same line next to each other (part of the row already upstream).
@@ -40,6 +41,8 @@ Side = Literal["upstream", "row"]
 REWORDED = 0.6
 _TOKEN = re.compile(rb"\w+|[^\w\s]")
 _WORD = re.compile(rb"\w")
+_NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_STRING = re.compile(rb"""(["'])(?:\\.|(?!\1).)*\1""")
 # Lines shorter than this (stripped) are not evidence of a move or of a duplicate: `)`, `else:`,
 # `pass`, blank lines recur everywhere. The same bar as the triage's "upstream in changed form".
 SIGNIFICANT = 6
@@ -272,6 +275,14 @@ def _pair(u: Hunk, r: Hunk) -> str | None:
             f"{_who(other.side)} replaced the line next to {_whose(insertion.side)} insertion "
             "with other code"
         )
+    # A reworded line may rename what the inserted lines use (`x = f()` became `y = f()`, and the
+    # row logs `x`): the merge would be well-formed text and wrong code.
+    gone = sorted((_names(other.old) - _names(other.lines)) & _names(insertion.lines))
+    if gone:
+        return (
+            f"{_who(other.side)} drops {b', '.join(gone).decode('ascii')} next to "
+            f"{_whose(insertion.side)} insertion, which uses it"
+        )
     return None
 
 
@@ -312,6 +323,15 @@ def _moved_lines(hunks: Sequence[Hunk]) -> set[bytes]:
         gone |= old - new
         added |= new - old
     return gone & added
+
+
+def _names(lines: Sequence[bytes]) -> set[bytes]:
+    """The identifiers of some lines' code (string literals and comments left out)."""
+    names: set[bytes] = set()
+    for line in lines:
+        code = _STRING.sub(b"", line).split(b"#", 1)[0]
+        names.update(_NAME.findall(code))
+    return names
 
 
 def _kept(old: Sequence[bytes], new: Sequence[bytes]) -> float:
