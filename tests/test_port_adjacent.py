@@ -429,3 +429,37 @@ def test_a_name_upstream_renamed_next_to_the_rows_insertion_pauses() -> None:
     # Kept, the same name merges.
     widened = base.replace("self.compute()", "self.compute(strict=True)")
     assert adjacent(base, widened, row).clean
+
+
+def test_an_anchor_deleted_inside_a_reworded_block_pauses() -> None:
+    # Upstream renamed the loop's call and deleted the capture right after it, in one block; the row
+    # logs after the capture. The block's text still resembles the old one, its last line does not.
+    base = (
+        "def warm_up(self):\n"
+        "    for size in self.sizes:\n"
+        "        self.runner.dummy_run(size)\n"
+        "    self.runner.capture_model()\n"
+        "    return self.sizes\n"
+    )
+    upstream = base.replace(
+        "        self.runner.dummy_run(size)\n    self.runner.capture_model()\n",
+        "        self.runner.dummy_forward(size)\n",
+    )
+    row = base.replace("    return", '    logger.info("warm-up done")\n    return')
+    reason = clash(base, upstream, row)
+    assert reason == "upstream replaced the line next to the row's insertion with other code"
+
+
+def test_a_call_wrapped_over_lines_still_anchors() -> None:
+    upstream = PROFILE.replace(
+        "    self.profile_run()\n",
+        "    self.profile_run(\n        randomize_inputs=True,\n    )\n",
+    )
+    row = PROFILE.replace("    return self.peak", "    self.synchronize()\n    return self.peak")
+    result = adjacent(PROFILE, upstream, row)
+    assert (
+        result.content
+        == upstream.replace(
+            "    return self.peak", "    self.synchronize()\n    return self.peak"
+        ).encode()
+    )

@@ -270,7 +270,7 @@ def _pair(u: Hunk, r: Hunk) -> str | None:
     insertion, other = (u, r) if u.inserts else (r, u)
     if other.deletes:
         return f"{_who(other.side)} deletes the line next to {_whose(insertion.side)} insertion"
-    if _kept(other.old, other.lines) < REWORDED:
+    if not _anchor_kept(other, at_end=insertion.start == other.end):
         return (
             f"{_who(other.side)} replaced the line next to {_whose(insertion.side)} insertion "
             "with other code"
@@ -323,6 +323,20 @@ def _moved_lines(hunks: Sequence[Hunk]) -> set[bytes]:
         gone |= old - new
         added |= new - old
     return gone & added
+
+
+def _anchor_kept(block: Hunk, *, at_end: bool) -> bool:
+    """Whether the line of ``block`` that an insertion touches (its last, ``at_end``, else its
+    first) is still there, reworded at most. A single line may become several (a comment split, a
+    call wrapped): then the whole block counts. Of several lines, the boundary line must match the
+    new boundary line, and better than any other old line does: `run(size)` + `capture()` becoming
+    `forward(size)` is the first reworded and the second, the anchor, deleted."""
+    if len(block.old) == 1:
+        return _kept(block.old, block.lines) >= REWORDED
+    old, rest = (block.old[-1], block.old[:-1]) if at_end else (block.old[0], block.old[1:])
+    new = block.lines[-1] if at_end else block.lines[0]
+    kept = _kept([old], [new])
+    return kept >= REWORDED and all(_kept([other], [new]) <= kept for other in rest)
 
 
 def _names(lines: Sequence[bytes]) -> set[bytes]:
