@@ -463,3 +463,18 @@ def test_a_call_wrapped_over_lines_still_anchors() -> None:
             "    return self.peak", "    self.synchronize()\n    return self.peak"
         ).encode()
     )
+
+
+def test_both_insert_where_the_rows_lines_would_change_block_pauses() -> None:
+    # The row logs at the end of the `if a` body; upstream adds a new `if c` block at the same
+    # place. Upstream's lines first would put the row's call inside `if c`.
+    base = "def f(a, b, c):\n    if a:\n        do_a()\n    if b:\n        do_b()\n"
+    upstream = base.replace("    if b:", "    if c:\n        do_c()\n    if b:")
+    row = base.replace("        do_a()\n", "        do_a()\n        log_a()\n")
+    reason = clash(base, upstream, row)
+    assert reason.startswith("the row's lines are indented deeper than upstream's")
+    # Upstream's line at the body's depth, the row's at the `if` level: nothing changes block.
+    deeper = base.replace("        do_a()\n", "        do_a()\n        cleanup_a()\n")
+    outer = base.replace("    if b:", "    log_step()\n    if b:")
+    merged = adjacent(base, deeper, outer)
+    assert merged.content == deeper.replace("    if b:", "    log_step()\n    if b:").encode()

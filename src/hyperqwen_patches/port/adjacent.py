@@ -13,7 +13,9 @@ insertion is still there (reworded at most). Everything else stays a clash for a
   gone from it (a variable renamed where it is assigned);
 - both sides replace lines that touch (a rewrite next to a rewrite: each may assume the other line);
 - the lines next to the meeting point were moved (deleted in one place and inserted in another);
-- both sides insert the same line next to each other (part of the row already upstream).
+- both sides insert the same line next to each other (part of the row already upstream);
+- both insert at one place and the row's lines are indented deeper than upstream's (they continue
+  the block before; after upstream's lines they would join upstream's block).
 
 Where the sides do not touch, the merge is diff3's: the same bytes as ``git merge-file`` where that
 merges cleanly (tests/test_port_adjacent.py checks it against git). Diffs are difflib's longest
@@ -264,6 +266,14 @@ def _pair(u: Hunk, r: Hunk) -> str | None:
     if not touching:
         return None  # joined through other hunks of the group, apart from each other
     if u.inserts and r.inserts:
+        # Upstream's lines go first. Lines of the row indented deeper than upstream's continue the
+        # block before the insertion point (a call at the end of an `if` body); after upstream's
+        # new block they would join it.
+        if _indent(r.lines) > _indent(u.lines):
+            return (
+                "the row's lines are indented deeper than upstream's, inserted at the same place: "
+                "after them they would join upstream's block"
+            )
         return None
     if not u.inserts and not r.inserts:
         return "both sides replace lines that touch"
@@ -337,6 +347,14 @@ def _anchor_kept(block: Hunk, *, at_end: bool) -> bool:
     new = block.lines[-1] if at_end else block.lines[0]
     kept = _kept([old], [new])
     return kept >= REWORDED and all(_kept([other], [new]) <= kept for other in rest)
+
+
+def _indent(lines: Sequence[bytes]) -> int:
+    """The indentation of the first line that is not blank (-1: all blank)."""
+    for line in lines:
+        if line.strip():
+            return len(line.expandtabs(8)) - len(line.expandtabs(8).lstrip())
+    return -1
 
 
 def _names(lines: Sequence[bytes]) -> set[bytes]:
