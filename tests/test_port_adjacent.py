@@ -405,6 +405,9 @@ def test_merge_row_combines_touching_changes_and_keeps_real_conflicts() -> None:
     assert hows[b"a.py"][0] == "adjacent" and hows[b"a.py"][1][0][0] == 2
     assert hows[b"b.py"] == ("conflict", ())
     assert hows[b"c.py"] == ("conflict", ())  # both created it: nothing to be adjacent in
+    why = {f.path: f.why for f in merged.files}
+    assert why[b"b.py"] == ("both sides change the same base line (line 2 before the row)",)
+    assert why[b"c.py"] == ("both sides created the file",)
     assert merged.adjacent == ((b"a.py", 2, hows[b"a.py"][1][0][1]),)
     assert merged.merged_paths == (b"a.py",) and not merged.clean
 
