@@ -29,6 +29,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 OLD_VERSION = "0.30.0"
 NEW_VERSION = "0.31.0"
@@ -798,7 +799,7 @@ def unified(path: str, before_text: str | None, after_text: str | None) -> str:
     return head + body
 
 
-def write(scenario: Scenario, out: Path) -> dict[str, object]:
+def write(scenario: Scenario, out: Path) -> dict[str, Any]:
     """The two releases, the series repository and the truth; returns the truth."""
     for name, files in (("old", scenario.old), ("new", scenario.new)):
         for path, lines in files.items():
@@ -851,9 +852,9 @@ def main() -> int:
     args = parser.parse_args()
     truth = write(build(args.seed), args.out)
     counts: dict[str, int] = {}
-    for row in truth["rows"]:  # type: ignore[union-attr]
+    for row in truth["rows"]:
         counts[row["kind"]] = counts.get(row["kind"], 0) + 1
-    print(f"{len(truth['rows'])} rows: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))  # type: ignore[arg-type]
+    print(f"{len(truth['rows'])} rows: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     return 0
 
 
