@@ -481,3 +481,17 @@ def test_both_insert_where_the_rows_lines_would_change_block_pauses() -> None:
     outer = base.replace("    if b:", "    log_step()\n    if b:")
     merged = adjacent(base, deeper, outer)
     assert merged.content == deeper.replace("    if b:", "    log_step()\n    if b:").encode()
+
+
+def test_blank_lines_in_both_insertions_are_not_taken_for_the_same_lines() -> None:
+    # Both blocks open with a blank line: a blank line is no evidence that upstream has the row's.
+    base = "def f():\n    a()\n\n    b()\n"
+    upstream = base.replace("\n    b()", "\n    if done():\n        return\n\n    b()")
+    row = base.replace("\n    b()", "\n    log()\n\n    b()")
+    result = adjacent(base, upstream, row)
+    assert (
+        result.content
+        == base.replace(
+            "\n    b()", "\n    if done():\n        return\n\n    log()\n\n    b()"
+        ).encode()
+    )

@@ -248,7 +248,7 @@ def _why_not(group: Sequence[Hunk], moved: set[bytes]) -> str | None:
     for h in group:
         if any(_key(x) in moved for x in h.lines + h.old):
             return f"{_who(h.side)} moved lines here from elsewhere in the file, or from here"
-    added_up = {_key(x) for h in group if h.side == "upstream" for x in h.lines}
+    added_up = {_key(x) for h in group if h.side == "upstream" for x in h.lines} - {b""}
     if any(_key(x) in added_up for h in group if h.side == "row" for x in h.lines):
         return "upstream adds some of the row's lines right there: part of the row may be upstream"
     return None
@@ -262,10 +262,9 @@ def _pair(u: Hunk, r: Hunk) -> str | None:
         return "the row inserts inside lines upstream replaced"
     if r.start < u.start < r.end and u.inserts:
         return "upstream inserts inside lines the row replaces"
-    touching = u.end == r.start or r.end == u.start or (u.inserts and r.inserts)
-    if not touching:
+    if u.end != r.start and r.end != u.start:
         return None  # joined through other hunks of the group, apart from each other
-    if u.inserts and r.inserts:
+    if u.inserts and r.inserts:  # at one place
         # Upstream's lines go first. Lines of the row indented deeper than upstream's continue the
         # block before the insertion point (a call at the end of an `if` body); after upstream's
         # new block they would join it.
