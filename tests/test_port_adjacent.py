@@ -495,3 +495,14 @@ def test_blank_lines_in_both_insertions_are_not_taken_for_the_same_lines() -> No
             "\n    b()", "\n    if done():\n        return\n\n    log()\n\n    b()"
         ).encode()
     )
+
+
+def test_a_line_of_backslashes_does_not_stall_the_name_check() -> None:
+    # An unterminated string of 60 backslashes took minutes with overlapping regex alternatives.
+    import time
+
+    from hyperqwen_patches.port.adjacent import _names
+
+    start = time.perf_counter()
+    assert _names([b'x = "' + b"\\" * 60 + b"a\n"]) == {b"x", b"a"}
+    assert time.perf_counter() - start < 1.0

@@ -44,7 +44,9 @@ REWORDED = 0.6
 _TOKEN = re.compile(rb"\w+|[^\w\s]")
 _WORD = re.compile(rb"\w")
 _NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
-_STRING = re.compile(rb"""(["'])(?:\\.|(?!\1).)*\1""")
+# A quoted string; an escape and any other character are disjoint alternatives, so an unterminated
+# run of backslashes fails in linear time (overlapping ones backtrack exponentially).
+_STRING = re.compile(rb"""(["'])(?:\\.|(?!\1)[^\\])*\1""")
 # Lines shorter than this (stripped) are not evidence of a move or of a duplicate: `)`, `else:`,
 # `pass`, blank lines recur everywhere. The same bar as the triage's "upstream in changed form".
 SIGNIFICANT = 6
