@@ -18,9 +18,10 @@
 #                      smoke         byte-compile vllm/, import vLLM's core modules and every KVarN module
 #                      serve-help    `vllm serve --help=all` lists every flag docker/entrypoint.sh passes,
 #                                    and vLLM's own parser reads the entry point's arguments as meant
-#   --cpu-torch      CI: install torch==2.13.0+cpu before the requirements (so pip keeps it and never
-#                    fetches the CUDA build), and remove torchvision and torchaudio afterwards: both fail
-#                    to load beside the CPU torch ("operator torchvision::nms does not exist").
+#   --cpu-torch      CI: install torch 2.13.0 for the CPU before the requirements (docker/cpu-torch.sh:
+#                    the one already there, else torch==2.13.0+cpu where pip finds it, else PyPI's CUDA
+#                    build, said with its size), and remove torchvision and torchaudio afterwards: both
+#                    fail to load beside the CPU torch ("operator torchvision::nms does not exist").
 #                    HQP_TORCH_INDEX names an extra index for the CPU wheel if pip's own config lacks one.
 #
 # Each step prints "install: <step>" and fails the script on any error (a hunk that does not apply, a
@@ -33,7 +34,6 @@ venv=""
 tool_venv=""
 steps="requirements,tool,apply,verify,smoke"
 cpu_torch=0
-torch_version="2.13.0"
 
 die() { printf 'install: error: %s\n' "$*" >&2; exit 2; }
 
@@ -78,9 +78,9 @@ print(pathlib.Path(spec.origin).resolve().parent.parent)'
 if want requirements; then
   echo "install: requirements (docker/requirements.txt)" >&2
   if [ "$cpu_torch" = 1 ]; then
-    # An explicit local version: if no CPU wheel is reachable this fails at once instead of pulling
-    # the multi-gigabyte CUDA build.
-    "${pip[@]}" install ${HQP_TORCH_INDEX:+--extra-index-url "$HQP_TORCH_INDEX"} "torch==$torch_version+cpu"
+    # The CPU build where pip finds one, else PyPI's CUDA build (said in one line, with its size);
+    # a torch 2.13.0 already there (scripts/docker-ci's copy of the test environment) is kept.
+    "$repo/docker/cpu-torch.sh" "$py" install >/dev/null
   fi
   "${pip[@]}" install -q -r "$repo/docker/requirements.txt"
   if [ "$cpu_torch" = 1 ]; then

@@ -19,14 +19,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REAL_CACHE, REPO_ROOT
+from conftest import REPO_ROOT, TEST_CACHE
 
 PIN = "0.29.0"
 RUNS = 8
 
 
 def test_eight_cold_checks_at_once_all_pass(tmp_path: Path) -> None:
-    wheel_entry = REAL_CACHE / "pypi" / f"vllm-{PIN}-wheel"
+    wheel_entry = TEST_CACHE / "pypi" / f"vllm-{PIN}-wheel"
     if not any(wheel_entry.glob("*.whl")):
         # The shipped-series tests fetch it first in the same run (test_check, test_replay_shipped).
         subprocess.run(

@@ -1,10 +1,11 @@
 """A warm cache the user cannot write (a shared CI cache, a read-only mount): ``check`` runs on it and
 writes nothing; a cold one the user cannot write is one line and exit 2.
 
-Root writes through any permission, so the runs here are made as the user ``nobody`` (uid 65534,
-through util-linux ``setpriv``), with an interpreter and the tool's sources that user can read. The
-test skips, saying why, where that is not possible (not root, no setpriv, no Python 3.11+ that
-nobody can run).
+Root writes through any permission, so as root the runs are made as the user ``nobody`` (uid 65534,
+through util-linux ``setpriv``), with an interpreter and the tool's sources that user can read. Any
+other user (a hosted CI runner) runs them as itself, on a tree whose write bits it removed. The
+test skips, saying why, where neither is possible (root without setpriv, no Python 3.11+ that
+the reader can run).
 """
 
 from __future__ import annotations
@@ -20,13 +21,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REAL_CACHE, REPO_ROOT
+from conftest import REPO_ROOT, TEST_CACHE
 
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+from hyperqwen_patches.sources.pristine import open_pristine
+
+AS_ROOT = os.geteuid() == 0
+# The command prefix that runs as a user who cannot write the read-only tree.
+READER = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if AS_ROOT else []
 PIN = "0.29.0"
 
 
-def _python_for_nobody(env: dict[str, str]) -> str | None:
+def _python_for_reader(env: dict[str, str]) -> str | None:
     for candidate in (
         os.path.realpath(sys.executable),
         "/usr/bin/python3",
@@ -34,7 +39,7 @@ def _python_for_nobody(env: dict[str, str]) -> str | None:
     ):
         proc = subprocess.run(
             [
-                *NOBODY,
+                *READER,
                 candidate,
                 "-c",
                 "import sys, yaml, typer; assert sys.version_info >= (3, 11)",
@@ -57,28 +62,33 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.fixture
 def shared(tmp_path: Path) -> Iterator[Path]:
-    """A world-readable directory (pytest's tmp_path is private to root)."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run as another user")
+    """A world-readable directory (pytest's tmp_path is private to its owner)."""
+    if AS_ROOT and shutil.which("setpriv") is None:
+        pytest.skip("as root the reader is nobody, through setpriv, which is missing")
     d = Path(tempfile.mkdtemp(prefix="hqp-ro-"))
     d.chmod(0o755)
     try:
         yield d
     finally:
+        for p in [d, *d.rglob("*")]:  # write bits back, so the owner can remove it
+            if not p.is_symlink():
+                p.chmod(stat.S_IMODE(p.lstat().st_mode) | 0o200)
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _make_readable(root: Path) -> None:
+def _make_read_only(root: Path) -> None:
+    """Readable by all, writable by none but root (which the reader then is not)."""
     for p in [root, *root.rglob("*")]:
         if not p.is_symlink():
-            mode = p.lstat().st_mode
-            p.chmod(stat.S_IMODE(mode) | 0o444 | (0o111 if p.is_dir() else 0))
+            mode = stat.S_IMODE(p.lstat().st_mode) | 0o444 | (0o111 if p.is_dir() else 0)
+            p.chmod(mode & ~0o222)
 
 
+@pytest.mark.network
 def test_check_on_a_warm_cache_it_cannot_write(shared: Path) -> None:
-    wheel_entry = REAL_CACHE / "pypi" / f"vllm-{PIN}-wheel"
-    if not any(wheel_entry.glob("*.whl")):
-        pytest.skip(f"no cached vllm {PIN} wheel (the shipped-series tests fetch it)")
+    with open_pristine(f"pypi:vllm=={PIN}", version=PIN):
+        pass  # the wheel in the session's cache
+    wheel_entry = TEST_CACHE / "pypi" / f"vllm-{PIN}-wheel"
     cache, repo = shared / "cache", shared / "repo"
     (cache / "pypi").mkdir(parents=True)
     shutil.copytree(wheel_entry, cache / "pypi" / wheel_entry.name, copy_function=os.link)
@@ -90,24 +100,25 @@ def test_check_on_a_warm_cache_it_cannot_write(shared: Path) -> None:
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), *site.getsitepackages()]),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    # Warm it as root, then hand the whole tree to nobody read-only.
+    # Warm it as the writer, then hand the whole tree to the reader read-only.
     warm = subprocess.run(
         [sys.executable, "-m", "hyperqwen_patches", "check"], cwd=repo, env={**os.environ, **env},
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert warm.returncode == 0, warm.stderr[-2000:]
-    _make_readable(shared)
-    python = _python_for_nobody(env)
+    (shared / "cold").mkdir()
+    _make_read_only(shared)
+    python = _python_for_reader(env)
     if python is None:
-        pytest.skip("no Python 3.11+ with the tool's dependencies that the user nobody can run")
+        pytest.skip("no Python 3.11+ with the tool's dependencies that the reader can run")
     probe = subprocess.run(
-        [*NOBODY, python, "-c", f"open({str(cache / 'probe')!r}, 'w')"], env=env,
+        [*READER, python, "-c", f"open({str(cache / 'probe')!r}, 'w')"], env=env,
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert probe.returncode != 0 and "Permission denied" in probe.stderr  # the cache is read-only
     before = _snapshot(cache)
     proc = subprocess.run(
-        [*NOBODY, python, "-m", "hyperqwen_patches", "check"], cwd=repo, env=env,
+        [*READER, python, "-m", "hyperqwen_patches", "check"], cwd=repo, env=env,
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -116,11 +127,9 @@ def test_check_on_a_warm_cache_it_cannot_write(shared: Path) -> None:
     assert _snapshot(cache) == before  # nothing written, nothing touched
 
     # The same user with a cold cache it cannot write: one line, exit 2, naming the cache.
-    cold = shared / "cold"
-    cold.mkdir()
-    cold.chmod(0o755)
+    cold = shared / "cold"  # made read-only with the rest
     proc = subprocess.run(
-        [*NOBODY, python, "-m", "hyperqwen_patches", "check"], cwd=repo,
+        [*READER, python, "-m", "hyperqwen_patches", "check"], cwd=repo,
         env={**env, "HQP_CACHE": str(cold)}, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr

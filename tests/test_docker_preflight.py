@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REAL_CACHE
+from conftest import TEST_CACHE
 
 REPO = Path(__file__).resolve().parent.parent
 PREFLIGHT = REPO / "docker" / "preflight.sh"
@@ -49,8 +49,8 @@ exit 0
 @pytest.fixture(scope="session")
 def cu13_wheel_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """bin/ of the real CUDA 13.0 compiler wheel, unpacked (the wheel is cached across runs)."""
-    # Session-scoped, so before the per-test isolation: use the real cache as conftest defines it.
-    cache = REAL_CACHE / "wheels"
+    # Session-scoped, so before the per-test isolation: the session's download cache (conftest).
+    cache = TEST_CACHE / "wheels"
     cache.mkdir(parents=True, exist_ok=True)
     wheels = sorted(cache.glob("nvidia_cuda_nvcc-13.0.88-*.whl"))
     if not wheels:

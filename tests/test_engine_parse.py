@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 import unidiff
@@ -331,3 +333,30 @@ def test_any_input_parses_or_raises_a_located_parse_error(data: bytes) -> None:
         return
     tree = {b"vllm/envs.py": b"import os\nA = 1\nB = 3\n", b"vllm/gone.py": b"x = 1\n"}
     apply_series([patch], tree.get)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [(b"rename from", b"rename to"), (b"rename old", b"rename new"), (b"copy from", b"copy to")],
+)
+def test_every_spelling_of_a_rename_or_copy_keeps_both_paths_whole(
+    source: bytes, target: bytes, tmp_path: Path
+) -> None:
+    """git writes "rename from/to"; older gits "rename old/new" (git apply still reads both); a copy
+    is "copy from/to". Each path is what follows its own prefix, and git apply agrees."""
+    text = (
+        b"diff --git a/vllm/x.py b/vllm/y.py\nsimilarity index 90%\n"
+        + source + b" vllm/x.py\n" + target + b" vllm/y.py\n"
+        + b"--- a/vllm/x.py\n+++ b/vllm/y.py\n@@ -1,2 +1,2 @@\n a = 1\n-b = 2\n+b = 3\n"
+    )  # fmt: skip
+    (changed,) = parse_patch(text, name="r.patch").files
+    assert (changed.old_path, changed.new_path) == (b"vllm/x.py", b"vllm/y.py")
+    # the oracle: git apply reads the same two paths
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm/x.py").write_bytes(b"a = 1\nb = 2\n")
+    (tmp_path / "r.patch").write_bytes(text)
+    done = subprocess.run(
+        ["git", "apply", "--numstat", "--summary", "r.patch"], cwd=tmp_path,
+        capture_output=True, check=True,
+    )  # fmt: skip
+    assert b"vllm/{x.py => y.py}" in done.stdout

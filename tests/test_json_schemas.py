@@ -5,15 +5,25 @@ export --check) and on the realistic 52-file series of ``tests/realseries.py`` (
 --dry-run, apply --check-applied, status, unapply, port to a changed copy of its release, diff). Then
 each schema is shown to bind: a document with a required key removed, or a key it does not list,
 fails it.
+
+Every way a ``--json`` run can end is fed too, each a real process: an invalid manifest, usage
+errors (click's and the command's own), a finding, a check that could not run, and SIGTERM and
+SIGINT mid-run. The incident: ``check --json`` on an invalid manifest printed ``{exit_code,
+findings, ok, rows}``, valid against neither check.schema.json nor error.schema.json; a finding
+still printed ``error: check: exit 1`` on stderr beside its document; a signal left stdout empty.
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -45,7 +55,10 @@ def validate(name: str, doc: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, dict]]:
+def documents(
+    tmp_path_factory: pytest.TempPathFactory,
+    error_paths: dict[str, tuple[str, int, subprocess.CompletedProcess[str]]],
+) -> dict[str, tuple[str, dict]]:
     """label -> (schema name, the document a real run printed)."""
     tmp = tmp_path_factory.mktemp("json")
     docs: dict[str, tuple[str, dict]] = {}
@@ -88,7 +101,100 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
     docs["diff"] = ("diff", hqp("diff", f"dir:{gen.root}", f"dir:{REPO}", "--json", ok=(0, 1)))
     # An error that came first.
     docs["error"] = ("error", hqp("check", "--json", "--repo", tmp, ok=(2,)))
+    # Every other way a --json run ends (error_paths).
+    for label, (name, _code, proc) in error_paths.items():
+        docs[label] = (name, json.loads(proc.stdout))
     return docs
+
+
+def run(*args: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hyperqwen_patches", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def signalled(sig: signal.Signals, tmp: Path) -> subprocess.CompletedProcess[str]:
+    """``check --json`` against a dir: source one of whose files is a FIFO, sent ``sig`` while it
+    reads that file: the run is then mid-check (the manifest read, the checks under way, no
+    document yet) whatever the machine's speed. Our write end is opened only once the run has
+    opened the FIFO to read (O_NONBLOCK: ENXIO until then), the signal goes in, then our end is
+    closed so that the thread reading it sees end of file and the run can unwind."""
+    tree = tmp / f"slow-{sig.name}"
+    (tree / "vllm").mkdir(parents=True)
+    (tree / "vllm/__init__.py").write_text("x = 1\n")
+    fifo = tree / "vllm/slow.py"
+    os.mkfifo(fifo)
+
+    def default_signals() -> None:  # a parent that ignores them (a background job) is not ours
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    argv = [sys.executable, "-m", "hyperqwen_patches", "check", "--json", "--source", f"dir:{tree}"]
+    proc = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
+    )
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                out, err = proc.communicate()
+                pytest.fail(f"the run never read {fifo}: rc {proc.returncode}, {err[-2000:]}")
+            time.sleep(0.01)
+    try:
+        proc.send_signal(sig)
+    finally:
+        os.close(fd)
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def error_paths(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[str, int, subprocess.CompletedProcess[str]]]:
+    """label -> (schema name, the exit code, the finished process) for each way a run can end
+    other than well."""
+    tmp = tmp_path_factory.mktemp("errors")
+    bad = tmp / "bad"
+    (bad / "patches").mkdir(parents=True)
+    (bad / "patches/manifest.yaml").write_text(
+        "format: 1\npin: 0.29\npackage: vllm\nrows: []\nextra: 1\n"
+    )
+    small = tmp / "small"
+    (small / "vllm").mkdir(parents=True)
+    (small / "vllm/__init__.py").write_text("x = 1\n")
+    return {
+        "check (invalid manifest)": ("error", 2, run("check", "--json", "--repo", bad)),
+        "list (invalid manifest)": ("error", 2, run("list", "--json", "--repo", bad)),
+        "check (usage error, click's)": ("error", 2, run("check", "--json", "--max-offset=-1")),
+        "check (usage error, an unknown option)": ("error", 2, run("check", "--json", "--nope")),
+        "apply (usage error, the command's)": (
+            "error",
+            2,
+            run("apply", small, "--json", "--patch", small / "x.patch", "--repo", REPO),
+        ),
+        "check (a finding)": ("check", 1, run("check", "--json", "--source", f"dir:{small}")),
+        "check (could not run)": (
+            "check",
+            2,
+            run("check", "--json", "--source", f"git:{small}@no-such-ref"),
+        ),
+        "check (SIGTERM)": ("error", 143, signalled(signal.SIGTERM, tmp)),
+        "check (SIGINT)": ("error", 130, signalled(signal.SIGINT, tmp)),
+    }
 
 
 SCHEMA_NAMES = sorted(p.name.removesuffix(".schema.json") for p in SCHEMAS.glob("*.schema.json"))
@@ -131,3 +237,52 @@ def test_the_schemas_bind(documents: dict[str, tuple[str, dict]]) -> None:
         with pytest.raises(jsonschema.ValidationError, match="undocumented"):
             validate(name, extra)
         assert label  # (named in the failure output)
+
+
+def test_every_error_path_ends_with_one_valid_document(
+    error_paths: dict[str, tuple[str, int, subprocess.CompletedProcess[str]]],
+) -> None:
+    for label, (name, code, proc) in error_paths.items():
+        assert proc.returncode == code, (label, proc.returncode, proc.stderr[-2000:])
+        doc = json.loads(proc.stdout)  # the whole of stdout: one document, nothing beside it
+        assert doc["exit_code"] == code and doc["ok"] is False, label
+        validate(name, doc)
+        assert "Traceback" not in proc.stderr, (label, proc.stderr[-2000:])
+
+
+def test_an_invalid_manifest_keeps_each_problem_with_its_file_and_line(
+    error_paths: dict[str, tuple[str, int, subprocess.CompletedProcess[str]]],
+) -> None:
+    for label in ("check (invalid manifest)", "list (invalid manifest)"):
+        doc = json.loads(error_paths[label][2].stdout)
+        assert doc["problems"] == [
+            {
+                "path": "patches/manifest.yaml",
+                "line": 5,
+                "field": "extra",
+                "message": doc["problems"][0]["message"],
+            },
+            {
+                "path": "patches/manifest.yaml",
+                "line": 2,
+                "field": "pin",
+                "message": "must be a string, got a number (quote it)",
+            },
+        ]
+        assert doc["problems"][0]["message"].startswith("unknown key")
+        assert doc["error"].startswith("patches/manifest.yaml: 2 problems in the manifest")
+
+
+def test_stderr_says_an_error_once(
+    error_paths: dict[str, tuple[str, int, subprocess.CompletedProcess[str]]],
+) -> None:
+    """The command's own document carries the outcome: no `error: check: exit 1` beside it. An
+    error that came before any document is on stderr once, for the person reading the log."""
+    for label in ("check (a finding)", "check (could not run)"):
+        stderr = error_paths[label][2].stderr
+        assert not [line for line in stderr.splitlines() if line.startswith("error:")], stderr
+    invalid = error_paths["check (invalid manifest)"][2].stderr
+    assert invalid.count("error: patches/manifest.yaml: 2 problems") == 1
+    for label, line in (("check (SIGTERM)", "terminated (SIGTERM)"),
+                        ("check (SIGINT)", "interrupted (SIGINT)")):  # fmt: skip
+        assert error_paths[label][2].stderr.splitlines().count(line) == 1, label

@@ -268,8 +268,9 @@ def test_skip_leaves_the_row_out_and_abort_drops_everything(ported: dict) -> Non
         ported["repo"], "0.30.0", rebase=RebaseRequest(fork=fork, force=True), **sources(ported)
     )
     assert again is not None and again.state == "paused"
-    saved = abort_rebase(fork)
+    saved, removed = abort_rebase(fork)
     assert saved.row == "row-conf"
+    assert [p.resolve() for p in removed] == [again.paused.worktree.resolve()]
     assert not again.paused.worktree.exists()
     assert not (fork / ".git/hqp-port-rebase.json").exists()
     assert git(fork, "rev-parse", "qwen/0.30") == skipped.tip  # untouched by the aborted run
@@ -461,6 +462,9 @@ def test_the_command_pauses_continues_and_aborts(ported: dict) -> None:
     jsonschema.Draft202012Validator(schema).validate(doc)
     rebase = doc["reports"][0]["rebase"]
     assert rebase["state"] == "done" and rebase["commits"][-1]["how"] == "resolved"
+    # going on is no second triage: the rows were triaged when the rebase started
+    assert doc["reports"][0]["triaged"] is False and doc["reports"][0]["rows"] == []
+    assert "port: triaging" not in done.stderr and "port --rebase:" in done.stderr
 
     src = ["--from-source", f"dir:{ported['old']}", "--source", f"dir:{ported['new']}"]
     again = hqp("--to", "0.30.0", *src, "--rebase", "--force", "--fork", str(fork))
@@ -498,3 +502,73 @@ def test_a_second_rebase_while_one_runs_is_refused(ported: dict) -> None:
     assert (fork / ".git/hqp-port-rebase.json").read_bytes() == state
     assert ported["rebased"].paused.worktree.exists()
     assert go_on(ported, "skip").state == "done"  # released: it goes on
+
+
+def test_a_tampered_state_deletes_nothing_it_names(ported: dict, tmp_path: Path) -> None:
+    """--abort removes only the worktrees a rebase opened in this fork (git lists them, locked by
+    it), never the path a state file names: a state pointing at any directory deletes nothing."""
+    fork = ported["fork"]
+    victim = tmp_path / "precious"
+    (victim / "deep").mkdir(parents=True)
+    (victim / "deep/file.txt").write_text("keep me\n")
+    state_file = fork / ".git/hqp-port-rebase.json"
+    state = json.loads(state_file.read_text())
+    state["worktree"] = str(victim)
+    state_file.write_text(json.dumps(state))
+    real = ported["rebased"].paused.worktree
+    saved, removed = abort_rebase(fork)
+    assert saved.worktree == str(victim)
+    assert (victim / "deep/file.txt").read_text() == "keep me\n"
+    assert [p.resolve() for p in removed] == [real.resolve()] and not real.exists()
+    assert not state_file.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not json", "wrong keys"])
+def test_a_damaged_state_is_named_and_abort_still_clears_it(ported: dict, damage: str) -> None:
+    fork = ported["fork"]
+    state_file = fork / ".git/hqp-port-rebase.json"
+    text = state_file.read_text()
+    state_file.write_text(
+        {
+            "truncated": text[: len(text) // 2],
+            "not json": "\x00\x01",
+            "wrong keys": json.dumps({"format": 1, "nonsense": True}),
+        }[damage]
+    )
+    with pytest.raises(GitError, match=r"hqp-port-rebase\.json: (unreadable|damaged)") as info:
+        go_on(ported, "continue")
+    assert "--abort" in (info.value.hint or "")
+    real = ported["rebased"].paused.worktree
+    saved, removed = abort_rebase(fork)
+    assert saved is None
+    assert [p.resolve() for p in removed] == [real.resolve()] and not real.exists()
+    assert not state_file.exists()
+
+
+def test_a_paused_state_keeps_its_sources_absolute(ported: dict, tmp_path: Path) -> None:
+    """Started with relative dir: sources, the rebase goes on from another directory with the trees
+    it started with: a decoy at the same relative path there is never read."""
+    import sys
+
+    fork, repo = ported["fork"], ported["repo"]
+    abort_rebase(fork)
+
+    def hqp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "hyperqwen_patches", "port", *args, "--repo", str(repo)],
+            cwd=cwd, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+
+    here = ported["old"].parent
+    started = hqp(here, "--to", "0.30.0", "--from-source", "dir:old", "--source", "dir:new",
+                  "--rebase", "--force", "--fork", str(fork))  # fmt: skip
+    assert started.returncode == 1, started.stderr
+    state = json.loads((fork / ".git/hqp-port-rebase.json").read_text())
+    assert state["to_source"] == f"dir:{ported['new'].resolve()}"
+    assert state["from_source"] == f"dir:{ported['old'].resolve()}"
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "new/vllm").mkdir(parents=True)  # a decoy release at the relative path
+    (elsewhere / "new/vllm/conf.py").write_text("decoy\n")
+    (Path(state["worktree"]) / "vllm/conf.py").write_text(RESOLVED_CONF)
+    done = hqp(elsewhere, "--rebase", "--continue", "--fork", str(fork))
+    assert done.returncode == 0, done.stderr

@@ -111,7 +111,11 @@ def conflicts(attempt: dict) -> list[dict]:
 
 def test_each_shape_has_its_status_and_cause(project: dict) -> None:
     assert project["port"].returncode == 1  # rows conflict
-    assert "0.30.0: 4 of 7 rows conflict" in project["port"].stderr
+    # --json: the document says it (stderr carries no second account, only progress lines)
+    rows = by_row(project)
+    assert len(rows) == 7
+    assert sum(r["status"] == "conflicts" for r in rows.values()) == 4
+    assert not any(line.startswith("error:") for line in project["port"].stderr.splitlines())
     rows = by_row(project)
     assert {n: (r["status"], r["alone"]["status"]) for n, r in rows.items()} == {
         "base": ("conflicts", "conflicts"),

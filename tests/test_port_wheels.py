@@ -120,8 +120,13 @@ def test_a_version_not_on_pypi_is_one_clear_error(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stdout == ""
-    first = proc.stderr.splitlines()[0]
-    assert first.startswith("error: vllm==0.29.99 has no wheel on the package index"), proc.stderr
+    # Off a terminal the download's start and end lines come first (a CI log); then the one error.
+    said = proc.stderr.splitlines()
+    assert said[0] == "downloading pypi:vllm==0.29.99 ..."
+    assert said[1].startswith("downloading pypi:vllm==0.29.99: failed after ")
+    errors = [line for line in said if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("error: vllm==0.29.99 has no wheel on the package index")
     cache = Path(os.environ["HQP_CACHE"]) / "pypi"
     assert not any(p.name.startswith("vllm-0.29.99") for p in cache.iterdir())
 

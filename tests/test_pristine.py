@@ -522,10 +522,14 @@ def test_version_missing_from_pypi(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "\n" not in info.value.message
 
 
-def test_quiet_progress_is_silent() -> None:
+def test_quiet_progress_is_silent(capfd: pytest.CaptureFixture[str]) -> None:
     store = PypiCache(Path("/nonexistent"), _Quiet())
+    with store.progress.waiting("a lock"):
+        pass
     with store.progress.download("x") as update:
         update(1, 2)
+        update(2, 2)
+    assert capfd.readouterr() == ("", "")
 
 
 def test_indexing_streams_members_and_leaves_binaries_unhashed(tmp_path: Path) -> None:
@@ -558,7 +562,8 @@ def test_indexing_streams_members_and_leaves_binaries_unhashed(tmp_path: Path) -
     finally:
         tracemalloc.stop()
     assert index["binaries"] == [f"{PKG}/_big.so"]
-    assert peak < 12 << 20, f"indexing held {peak >> 20} MB at its peak"
+    # A behaviour, not a speed figure: the 64 MB member is never held whole (tracemalloc is exact).
+    assert peak < (64 << 20) // 4, f"indexing held {peak >> 20} MB at its peak"
     with zipfile.ZipFile(wheel, "a") as zf:  # a text member failing RECORD still fails
         zf.writestr(f"{PKG}/bad.py", b"y = 2\n")
     with pytest.raises(EnvironmentProblem, match=r"bad\.py does not match the wheel's RECORD"):

@@ -1,9 +1,8 @@
 """The shipped series passes every static check on the real vLLM 0.29.0 wheel (shared cache), the
-registry count is 302 -> 307, and the static checks stay cheap; plus the manifest keys they read."""
+registry count is 302 -> 307; plus the manifest keys they read."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -24,17 +23,14 @@ def test_shipped_series_passes_every_static_check_on_the_wheel() -> None:
     ctx = CheckContext(root=REPO, manifest=manifest, source=manifest.source)
     try:
         _ = ctx.applied  # the apply check's work, which check shares with the static checks
-        start = time.perf_counter()
         findings = [f for target in STATICS for f in resolve(target)(ctx)]
-        elapsed = time.perf_counter() - start
     finally:
         ctx.close()
     # Nothing but the registry note: the KVarN backend reads its knobs through vllm.envs.
     assert [(f.check, f.severity, f.subject) for f in findings] == [
         ("knobs", "note", "vllm/envs.py")
     ]
-    # ~100 ms on an idle core (docs/static-checks.md); generous here, the test machine is shared.
-    assert elapsed < 3.0, elapsed
+    # Their time (~100 ms on an idle core) is a benchmark's figure (docs/static-checks.md), not a test's.
 
 
 def test_registry_count_before_and_after_the_shipped_series() -> None:

@@ -6,7 +6,7 @@ maps typed errors to exit codes in one place, and generates the option table the
 (``commands/argv.py``): a plain command line is served without importing Typer at all.
 
 Exit codes (every command): 0 ok; 1 a finding (a check failed, a hunk did not apply); 2 usage, input or
-environment problem; 3 git failed; 130 interrupted.
+environment problem; 3 git failed; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -18,15 +18,10 @@ from hyperqwen_patches import __version__
 # Not typing.TYPE_CHECKING: importing typing costs 14 ms, most of what `--version` may take.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
     import typer
 
-EPILOG = (
-    "Exit codes: 0 ok; 1 a finding (a check failed, a hunk did not apply); "
-    "2 usage, input or environment problem; 3 git failed; 130 interrupted (what apply was writing "
-    "was put back)."
-)
 HELP = (
     "Carry a patch series on a pinned upstream release (vLLM): apply at fuzz 0, check replay "
     "identity against the fork, export, import, render the ledger, port to a new release."
@@ -34,16 +29,48 @@ HELP = (
 ARGTABLE = "commands/argtable.py"
 
 
-def build_app(only: str | None = None) -> typer.Typer:
-    """The Typer app with every command registered, or only the one named ``only`` (see commands)."""
+def build_app(only: str | None = None, *, prog: str | None = None) -> typer.Typer:
+    """The Typer app with every command registered, or only the one named ``only`` (see commands).
+
+    ``prog`` is the name the user ran us by (``console.program()``): usage lines and the examples
+    in each --help then read as they would be typed (``./hqp check``), as hints do.
+    """
     import typer
+    import typer.core
 
     from hyperqwen_patches.commands import register
+    from hyperqwen_patches.errors import exit_codes_help
 
-    app = typer.Typer(
+    class Command(typer.core.TyperCommand):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if prog is not None:
+                from hyperqwen_patches.console import as_typed
+
+                self.help = as_typed(self.help) if self.help else self.help
+                self.epilog = as_typed(self.epilog) if self.epilog else self.epilog
+
+        def collect_usage_pieces(self, ctx: Any) -> list[str]:
+            # Typer 0.28 writes a required argument as {DIR}; the usage line says DIR, as click
+            # and the docs do.
+            pieces = [self.options_metavar] if self.options_metavar else []
+            for param in self.get_params(ctx):
+                if param.param_type_name != "argument":
+                    pieces += param.get_usage_pieces(ctx)
+                    continue
+                name = param.metavar or (param.name or "").upper()
+                name += "..." if param.nargs != 1 else ""
+                pieces.append(name if param.required else f"[{name}]")
+            return pieces
+
+    class App(typer.Typer):
+        def command(self, *args: Any, cls: Any = None, **kwargs: Any) -> Any:
+            return super().command(*args, cls=cls or Command, **kwargs)
+
+    app = App(
         name="hyperqwen-patches",
         help=HELP,
-        epilog=EPILOG,
+        epilog=exit_codes_help(),
         no_args_is_help=True,
         add_completion=True,
         pretty_exceptions_enable=False,
@@ -62,7 +89,10 @@ def build_app(only: str | None = None) -> typer.Typer:
             False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
         ),
         verbose: bool = typer.Option(
-            False, "--verbose", "-v", help="Log git commands and cache steps to stderr."
+            False,
+            "--verbose",
+            "-v",
+            help="Log git commands and cache steps to stderr (before or after the command).",
         ),
     ) -> None:
         if verbose:
@@ -91,7 +121,8 @@ def main() -> None:
 
     ``--version`` and plain command lines (``commands/argv.py``) never import Typer; the rest go to
     the Typer app in standalone mode, where click turns usage errors into exit 2 and ``typer.Exit(n)``
-    into exit n. Only our own typed errors are mapped here, for both paths alike.
+    into exit n. Only our own typed errors are mapped here, for both paths alike. SIGTERM ends a run
+    as Ctrl-C does (context managers unwind, a ``--json`` caller gets its document), with 143.
     """
     args = sys.argv[1:]
     if args == ["--version"]:
@@ -99,76 +130,133 @@ def main() -> None:
         return
     import os
 
-    from hyperqwen_patches.commands.argv import command_name, parse
-    from hyperqwen_patches.errors import ExitCode, HqpError
+    from hyperqwen_patches.commands.argv import command_name, hoist, parse
+    from hyperqwen_patches.errors import ExitCode, HqpError, Terminated
 
     # A shell asking for completions (Typer's _<PROG>_COMPLETE protocol) is answered by Typer,
     # with every command registered.
     completing = any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ)
     try:
-        call = None if completing else parse(args)
+        _terminate_on_sigterm()
         if completing:
             build_app()()
             return
+        args = hoist(args)
+        call = parse(args)
         if call is None:
+            from hyperqwen_patches.console import program
+
+            prog = program()
             try:
-                build_app(only=command_name(args))()
+                build_app(only=command_name(args), prog=prog)(args=args, prog_name=prog)
             except SystemExit as exc:
                 # click's usage errors exit 2 after printing usage; a --json caller still gets its
-                # one document.
+                # one document. Typer turns Ctrl-C into a silent exit 130: said here, as below.
                 if exc.code == 2:
                     _json_error(2, "usage error: see the message on stderr", None)
+                elif exc.code == ExitCode.INTERRUPTED:
+                    _fail(ExitCode.INTERRUPTED, "interrupted (SIGINT)", None, prefix="")
                 raise
             return
         if call.verbose:
             _log_verbosely()
         call.run()
     except HqpError as exc:
-        from hyperqwen_patches.console import as_typed, err
-
-        err.print(f"error: {as_typed(exc.message)}")
-        if exc.hint:
-            err.print(f"hint: {as_typed(exc.hint)}")
-        _json_error(int(exc.exit_code), exc.message, exc.hint)
-        sys.exit(int(exc.exit_code))
+        _annotate(exc)
+        _fail(exc.exit_code, exc.message, exc.hint, exc.json_fields())
     except KeyboardInterrupt:
-        from hyperqwen_patches.console import err
-
-        err.print("interrupted")
-        sys.exit(130)
+        _fail(ExitCode.INTERRUPTED, "interrupted (SIGINT)", None, prefix="")
+    except Terminated:
+        _fail(ExitCode.TERMINATED, "terminated (SIGTERM)", None, prefix="")
     except BrokenPipeError:
         # The reader went away (``| head``): as click does, stop quietly with exit 1.
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
     except OSError as exc:
         # The last net: an operating-system error no typed error named (a cache directory that is a
         # file or read-only, a full disk) is one line and exit 2, never a traceback.
         from hyperqwen_patches.cachedir import cache_dir
-        from hyperqwen_patches.console import err
 
         where = f": {exc.filename}" if exc.filename else ""
-        err.print(f"error: {exc.strerror or exc}{where}")
         root = cache_dir()
+        hint = None
         if exc.filename and str(exc.filename).startswith(str(root)):
-            err.print(
-                f"hint: the cache is {root} ($HQP_CACHE): it must be a writable directory; "
+            hint = (
+                f"the cache is {root} ($HQP_CACHE): it must be a writable directory; "
                 "point HQP_CACHE elsewhere or fix its permissions"
             )
-        _json_error(int(ExitCode.USAGE), f"{exc.strerror or exc}{where}", None)
-        sys.exit(int(ExitCode.USAGE))
+        _fail(ExitCode.USAGE, f"{exc.strerror or exc}{where}", hint)
 
 
-def _json_error(code: int, message: str, hint: str | None) -> None:
+def _annotate(exc: Exception) -> None:
+    """In a GitHub workflow, an error that names places (a manifest's problems, each with its file
+    and line) is an annotation on each place as well."""
+    problems = getattr(exc, "problems", None)
+    if not problems:
+        return
+    from hyperqwen_patches.commands import annotate
+    from hyperqwen_patches.console import err
+
+    if annotate.wanted():
+        for line in annotate.for_problems(problems):
+            err.print(line, soft_wrap=True)
+
+
+def _terminate_on_sigterm() -> None:
+    """SIGTERM (``timeout``, ``docker stop``, a CI runner cancelling a job) raises ``Terminated`` in
+    the main thread, so the run unwinds like Ctrl-C instead of vanishing with nothing on stdout. A
+    SIGTERM its parent set to be ignored stays ignored (as Python does for SIGINT)."""
+    import signal
+
+    from hyperqwen_patches.errors import Terminated
+
+    def raise_terminated(_signum: int, _frame: object) -> None:
+        raise Terminated
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, raise_terminated)
+
+
+def _fail(
+    code: int,
+    message: str,
+    hint: str | None,
+    fields: dict[str, object] | None = None,
+    *,
+    prefix: str = "error: ",
+) -> NoReturn:
+    """Say what went wrong once, and exit with ``code``.
+
+    A ``--json`` caller whose document is already out reads the outcome there (``ok``,
+    ``exit_code``, the findings): stderr gets no second account of it. Otherwise stderr gets the
+    line and its hint, and a ``--json`` caller also the error document.
+    """
+    from hyperqwen_patches.console import as_typed, err, json_emitted
+
+    if not (_json_wanted() and json_emitted()):
+        err.print(f"{prefix}{as_typed(message)}")
+        if hint:
+            err.print(f"hint: {as_typed(hint)}")
+    _json_error(int(code), message, hint, fields)
+    sys.exit(int(code))
+
+
+def _json_wanted() -> bool:
+    args = sys.argv[1:]
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _json_error(
+    code: int, message: str, hint: str | None, fields: dict[str, object] | None = None
+) -> None:
     """A ``--json`` caller that got no document (the error came first) gets one describing it, so a
     script always has JSON to parse; one that got its document is not given a second."""
     from hyperqwen_patches.console import emit_json, json_emitted
 
-    args = sys.argv[1:]
-    wanted = "--json" in (args[: args.index("--")] if "--" in args else args)
-    if wanted and not json_emitted():
-        emit_json({"ok": False, "exit_code": code, "error": message, "hint": hint})
+    if _json_wanted() and not json_emitted():
+        emit_json(
+            {**(fields or {}), "ok": False, "exit_code": code, "error": message, "hint": hint}
+        )
 
 
 # --- the fast path's option table -------------------------------------------------------------------

@@ -6,8 +6,9 @@ is never read as rich markup or recoloured, and ``:smile:`` in a subject stays t
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:
@@ -99,9 +100,29 @@ def emit_json(payload: Any) -> None:
     import json
 
     global _json_emitted
-    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    text = json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    # A signal arriving mid-write would leave half a document and then add the error document
+    # after it: the write is whole (signals held until it ends), and counts as done from its start.
     _json_emitted = True
+    with _signals_held():
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    import signal
+
+    # Signal masks are the main thread's to set; without threading imported no other thread runs.
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def json_emitted() -> bool:

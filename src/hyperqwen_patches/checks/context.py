@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
+from hyperqwen_patches.errors import HqpError
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import Manifest
 
@@ -50,6 +51,10 @@ class Finding:
 T = TypeVar("T")
 
 
+# The instance-dict key of a context's failed properties (name -> the typed error they raised).
+_FAILED = "_once_failed"
+
+
 class _once(Generic[T]):
     """A cached property computed once even when two threads ask at the same time.
 
@@ -70,12 +75,20 @@ class _once(Generic[T]):
         if obj is None:
             return self  # type: ignore[return-value]
         cache = obj.__dict__
-        if self.name in cache:
-            return cache[self.name]  # type: ignore[no-any-return]
-        with obj._lock:  # one re-entrant lock per context: `applied` needs `series` and `pristine`
-            if self.name not in cache:
-                cache[self.name] = self.func(obj)
-            return cache[self.name]  # type: ignore[no-any-return]
+        if self.name not in cache:
+            # One re-entrant lock per context: `applied` needs `series` and `pristine`.
+            with obj._lock:
+                # A typed failure (the release cannot be downloaded) is the same for every check that
+                # asks: computed once and raised again, not tried once per check (7 downloads offline).
+                failed: dict[str, HqpError] = cache.setdefault(_FAILED, {})
+                if self.name not in cache and self.name not in failed:
+                    try:
+                        cache[self.name] = self.func(obj)
+                    except HqpError as exc:
+                        failed[self.name] = exc
+                if self.name in failed:
+                    raise failed[self.name]
+        return cache[self.name]  # type: ignore[no-any-return]
 
 
 @record

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -36,9 +38,10 @@ Examples:
 Then run `hyperqwen-patches check`.
 """
 
-EPILOG = (
-    "Exit codes: 0 written (or, with --dry-run, planned); 2 the series cannot be adopted as it is "
-    "(the message names the file and line) or a manifest exists already."
+EPILOG = exit_codes_help(
+    ok="written (or, with --dry-run, planned)",
+    usage="the series cannot be adopted as it is (the message names the file and line) or a "
+    "manifest exists already",
 )
 
 
@@ -147,7 +150,7 @@ def adopt_command(
 
 
 def _render(plan: AdoptPlan, dry_run: bool) -> None:
-    from hyperqwen_patches.console import err, out, table_lines
+    from hyperqwen_patches.console import as_typed, err, out, table_lines
 
     columns = [
         ("#", "right"),
@@ -180,7 +183,7 @@ def _render(plan: AdoptPlan, dry_run: bool) -> None:
         err.print(f"adopt: {unset} rows have unset fields (no header line); check lists them")
     if not dry_run:
         err.print(
-            "next: hyperqwen-patches check"
+            as_typed("next: hyperqwen-patches check")
             + (f" --repo {plan.root}" if plan.root != Path.cwd().resolve() else "")
         )
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from hyperqwen_patches.errors import FindingError, UsageError
+from hyperqwen_patches.errors import FindingError, UsageError, exit_codes_help
 
 TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
+
 if TYPE_CHECKING:
     from typing import Annotated, Any
 
@@ -40,11 +41,14 @@ Examples:
   hyperqwen-patches apply site-packages --patch p.patch --check-applied
 """
 
-EPILOG = (
-    "Exit codes: 0 every patch applied (or was already applied; with --check-applied: DIR carries every "
-    "patch); 1 a hunk did not apply, nothing was written (with --check-applied: a patch is missing); "
-    "2 bad input: an unreadable or malformed patch, a path escaping DIR, a DIR that does not hold the "
-    "patched files (such as a venv root), a bad option."
+EPILOG = exit_codes_help(
+    ok="every patch applied (or was already applied; with --check-applied: DIR carries every patch)",
+    finding="a hunk did not apply, nothing was written (with --check-applied: a patch is missing)",
+    usage="bad input: an unreadable or malformed patch, a path escaping DIR, a DIR that does not hold "
+    "the patched files (such as a venv root), a bad option",
+    interrupted="interrupted (Ctrl-C): DIR was put back, or every file was written (the message "
+    "says which)",
+    terminated="terminated (SIGTERM): the same as for Ctrl-C",
 )
 
 

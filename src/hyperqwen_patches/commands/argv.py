@@ -45,6 +45,50 @@ class Call:
         getattr(importlib.import_module(self.module), self.function)(**self.kwargs)
 
 
+def hoist(args: list[str]) -> list[str]:
+    """The command line with its global options where both parsers read them: ``-v``/``--verbose``
+    before the command, ``--json`` after it (where the command has one), so ``check -v`` and
+    ``--json check`` mean what ``-v check`` and ``check --json`` do.
+
+    A word that is an option's value (``--what -v``), or follows ``--``, stays where it is: click
+    reads it as that value or argument too. A command line naming no known command is left as is.
+    """
+    from hyperqwen_patches.commands.argtable import TABLE
+
+    i = 0
+    verbose: list[str] = []
+    json_before: list[str] = []
+    while i < len(args) and args[i] in (*ROOT_VERBOSE, "--json"):
+        (verbose if args[i] in ROOT_VERBOSE else json_before).append(args[i])
+        i += 1
+    if i == len(args) or args[i] not in TABLE:
+        return args
+    takes_value: set[str] = set()
+    own: set[str] = set()
+    for param in TABLE[args[i]]["params"]:
+        own.update(param["opts"], param["secondary"])
+        if not param["flag"]:
+            takes_value.update(param["opts"])
+    if json_before and "--json" not in own:
+        return args  # click says --json is no option here (a --json caller still gets a document)
+    rest: list[str] = []
+    j = i + 1
+    while j < len(args):
+        arg = args[j]
+        j += 1
+        if arg == "--":
+            rest += args[j - 1 :]
+            break
+        if arg in ROOT_VERBOSE and arg not in own:
+            verbose.append(arg)
+            continue
+        rest.append(arg)
+        if arg in takes_value and j < len(args):
+            rest.append(args[j])
+            j += 1
+    return [*verbose, args[i], *json_before, *rest]
+
+
 def command_name(args: list[str]) -> str | None:
     """The command a command line names (the first word after the root options), if any."""
     for arg in args:

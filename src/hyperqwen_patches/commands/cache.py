@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -23,6 +25,13 @@ Examples:
 
   hyperqwen-patches cache --prune --days 7 --dry-run
 """
+
+EPILOG = exit_codes_help(
+    ok="shown (or pruned)",
+    finding="not used (cache checks nothing)",
+    usage="usage, or a cache that is not a writable directory",
+    git="not used (cache runs no git)",
+)
 
 
 def cache_command(
@@ -90,4 +99,4 @@ def _size(n: int) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("cache", help=HELP)(cache_command)
+    app.command("cache", help=HELP, epilog=EPILOG)(cache_command)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import typer
 
+    from hyperqwen_patches.checks.context import Finding
     from hyperqwen_patches.checks.pipeline import CheckReport
 
 HELP = """Check the series against its invariants, without writing anything anywhere.
@@ -53,63 +56,14 @@ Examples:
   hyperqwen-patches check --source git:../vllm@v0.29.0 --max-offset 20
 """
 
-EPILOG = (
-    "Exit codes: 0 every invariant holds or could not be verified (the summary names those: 'not "
-    "verified' never counts as holding; --require-fork fails on the fork's); 1 a finding (an invariant is "
-    "broken); 2 a usage or environment "
-    "problem (bad option, invalid manifest, the pristine tree cannot be obtained)."
+EPILOG = exit_codes_help(
+    ok="every invariant holds or could not be verified (the summary names those: 'not verified' "
+    "never counts as holding; --require-fork fails on the fork's)",
+    finding="a finding (an invariant is broken)",
+    usage="a usage or environment problem (bad option, invalid manifest, the pristine tree cannot "
+    "be obtained)",
+    git="git failed on the fork or a git: source",
 )
-
-
-class TerminalProgress:
-    """Rich progress on stderr, only when stderr is a terminal (``pristine.Progress``)."""
-
-    def __init__(self) -> None:
-        from hyperqwen_patches.console import is_terminal
-
-        self.live = is_terminal()
-
-    @contextlib.contextmanager
-    def waiting(self, label: str) -> Iterator[None]:
-        if not self.live:
-            yield
-            return
-        from hyperqwen_patches.console import err
-
-        with err.status(label):
-            yield
-
-    @contextlib.contextmanager
-    def download(self, label: str) -> Iterator[Callable[[int, int | None], None]]:
-        if not self.live:
-            yield lambda done, total: None
-            return
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TransferSpeedColumn,
-        )
-
-        from hyperqwen_patches.console import err
-
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeElapsedColumn(),
-            console=err.rich,
-            transient=True,
-        ) as bar:
-            task = bar.add_task(label, total=None)
-
-            def update(done: int, total: int | None) -> None:
-                bar.update(task, completed=done, total=total)
-
-            yield update
 
 
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -150,7 +104,7 @@ def render_table(report: CheckReport) -> str:
         out.print("\n".join(lines), soft_wrap=True)
     else:
         out.print(f"series on {report.source}: no rows", soft_wrap=True)
-    for f in report.findings:
+    for checks, f in _grouped(report.findings):
         label = {
             "error": "FAIL",
             "warning": "warn",
@@ -158,7 +112,10 @@ def render_table(report: CheckReport) -> str:
             "note": "note",
             "unverified": "NOT VERIFIED",
         }[f.severity]
-        out.print(f"{label} [{f.check}] {f.subject}: {as_typed(f.message)}", soft_wrap=True)
+        if len(checks) > 1:
+            out.print(f"{label} [{', '.join(checks)}] {as_typed(f.message)}", soft_wrap=True)
+        else:
+            out.print(f"{label} [{f.check}] {f.subject}: {as_typed(f.message)}", soft_wrap=True)
         if f.detail:
             for line in f.detail.rstrip("\n").splitlines():
                 out.print(f"    {line}", soft_wrap=True)
@@ -190,6 +147,24 @@ def render_table(report: CheckReport) -> str:
     return summary
 
 
+def _grouped(findings: Sequence[Finding]) -> list[tuple[list[str], Finding]]:
+    """The findings in order, a problem that stopped several checks alike told once: one cause (the
+    release cannot be downloaded, say) is one message naming every check it stopped, not seven."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    order: list[tuple[list[str], Finding]] = []
+    for f in findings:
+        if f.severity == "problem" and f.subject == f.check:
+            key = (f.severity, f.message, f.detail)
+            if key in groups:
+                groups[key].append(f.check)
+                continue
+            groups[key] = [f.check]
+            order.append((groups[key], f))
+        else:
+            order.append(([f.check], f))
+    return order
+
+
 def verified_lines(report: CheckReport) -> list[str]:
     """What each check came to, and what it was checked against: a reviewer reads here what a
     passing check verified (not only that it passed)."""
@@ -203,7 +178,9 @@ def verified_lines(report: CheckReport) -> list[str]:
     lines.append("against:")
     lines.append(f"  pristine      {report.against.get('pristine', report.source)}")
     fork = report.against.get("fork")
-    if fork is None:
+    if fork is None and report.status("replay-identity") == "could not run":
+        lines.append("  fork          not opened (the checks that read it could not run)")
+    elif fork is None:
         lines.append("  fork          none (no --fork and no patches/fork.bundle)")
     else:
         sha = f" (sha256 {fork['sha256']})" if fork.get("sha256") else ""
@@ -213,49 +190,6 @@ def verified_lines(report: CheckReport) -> list[str]:
         )
         for point, tip in fork["tips"].items():
             lines.append(f"  {point:13} tip {tip}")
-    return lines
-
-
-def annotations_wanted() -> bool:
-    """In GitHub Actions (``GITHUB_ACTIONS=true``) or on request (``HQP_ANNOTATIONS=github``)."""
-    import os
-
-    wanted = os.environ.get("HQP_ANNOTATIONS", "")
-    return wanted == "github" or (wanted == "" and os.environ.get("GITHUB_ACTIONS") == "true")
-
-
-def annotations(report: CheckReport) -> list[str]:
-    """GitHub workflow commands for the findings: ``::error file=F,line=L,title=...::message``, so
-    each shows on the file's line in a pull request. A finding whose subject is a file of the
-    repository (``path`` or ``path:line``) names it; the others annotate the run."""
-    import re
-
-    def escape(text: str, *, prop: bool = False) -> str:
-        text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-        return text.replace(":", "%3A").replace(",", "%2C") if prop else text
-
-    level = {"error": "error", "problem": "error", "warning": "warning", "unverified": "warning"}
-    sources = {r.row: r.source for r in report.rows}  # a row's finding goes on its patch file
-    lines = []
-    for f in report.findings:
-        if f.severity not in level:
-            continue
-        named = re.match(r"^(?:row )?(?P<row>[^\s:]+)", f.subject)
-        path, line = f.subject, None
-        if named and named["row"] in sources:  # "row NAME: ..." or "NAME": the row's file
-            path = sources[named["row"]]
-            at = re.search(r"\bpatch line (\d+)", f.message + "\n" + f.detail)
-            line = at.group(1) if at else None
-        else:
-            match = re.match(r"^(?P<path>[^\s:]+)(?::(?P<line>\d+))?$", f.subject)
-            if match:
-                path, line = match["path"], match["line"]
-        where = ""
-        if (report.repo / path).is_file():
-            where = f"file={escape(path, prop=True)}" + (f",line={line}" if line else "") + ","
-        title = escape(f"check [{f.check}] {f.subject}", prop=True)
-        body = f.message + (f"\n{f.detail.rstrip()}" if f.detail else "")
-        lines.append(f"::{level[f.severity]} {where}title={title}::{escape(body)}")
     return lines
 
 
@@ -306,51 +240,34 @@ def check_command(
     ] = False,
 ) -> None:
     from hyperqwen_patches.checks.pipeline import run_check
+    from hyperqwen_patches.commands.progress import StderrProgress
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.errors import EnvironmentProblem, ExitCode, FindingError
-    from hyperqwen_patches.series.manifest import ManifestError, resolve_repo
+    from hyperqwen_patches.series.manifest import resolve_repo
 
-    root = resolve_repo(repo)
-    try:
-        report = run_check(
-            root,
-            source=source,
-            max_offset=max_offset,
-            progress=TerminalProgress(),
-            fork=fork,
-            export_point=export_point,
-            require_fork=require_fork,
-        )
-    except ManifestError as exc:
-        # --json readers get the manifest's problems as records too (the error still goes to stderr).
-        if json_output:
-            emit_json(
-                {
-                    "ok": False,
-                    "exit_code": int(exc.exit_code),
-                    "rows": [],
-                    "findings": [
-                        {
-                            "check": "manifest",
-                            "severity": "problem",
-                            "subject": f"{p.path}:{p.line}" if p.line else p.path,
-                            "message": f"{p.field}: {p.message}" if p.field else p.message,
-                            "detail": "",
-                        }
-                        for p in exc.problems
-                    ],
-                }
-            )
-        raise
+    # An invalid manifest raises ManifestError here: cli.main gives a --json caller the error
+    # document, every problem in it with its file, line and field (error.schema.json).
+    report = run_check(
+        resolve_repo(repo),
+        source=source,
+        max_offset=max_offset,
+        progress=StderrProgress(),
+        fork=fork,
+        export_point=export_point,
+        require_fork=require_fork,
+    )
     if json_output:
         emit_json(report.to_json())
         summary = f"check: exit {int(report.exit_code)}"
     else:
         summary = render_table(report)
-    if annotations_wanted():
+    from hyperqwen_patches.commands import annotate
+
+    if annotate.wanted():
         from hyperqwen_patches.console import err
 
-        for line in annotations(report):
+        row_files = {r.row: r.source for r in report.rows}  # a row's finding goes on its file
+        for line in annotate.for_findings(report.findings, report.repo, row_files):
             err.print(line, soft_wrap=True)
     # The exit code travels as a typed error so that cli.main maps it (the summary becomes its message).
     if report.exit_code == ExitCode.FINDING:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -22,21 +24,28 @@ or renamed. Changed rows show an interdiff of the two patch texts with positions
 Examples:
 
 \b
-  hqp diff main HEAD
-  hqp diff v0.29-cut1 dir:../other-checkout --json
-
-Exit codes: 0 compared (1 with --exit-code when anything beyond positional drift changed);
-2 usage or input problem; 3 git failed.
+  hyperqwen-patches diff main HEAD
+  hyperqwen-patches diff v0.29-cut1 dir:../other-checkout --json
 """
+
+EPILOG = exit_codes_help(
+    ok="compared",
+    finding="with --exit-code: anything beyond positional drift changed",
+    usage="usage or input problem",
+)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("diff", help=HELP, no_args_is_help=True)(diff)
+    app.command("diff", help=HELP, epilog=EPILOG, no_args_is_help=True)(diff)
 
 
 def diff(
-    old: Annotated[str, typer.Argument(help="The old series: a git revision or a directory.")],
-    new: Annotated[str, typer.Argument(help="The new series: a git revision or a directory.")],
+    old: Annotated[
+        str, typer.Argument(metavar="OLD", help="The old series: a git revision or a directory.")
+    ],
+    new: Annotated[
+        str, typer.Argument(metavar="NEW", help="The new series: a git revision or a directory.")
+    ],
     repo: Annotated[
         Path, typer.Option("--repo", help="The git repository revisions are read from.")
     ] = Path("."),

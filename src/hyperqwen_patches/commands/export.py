@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -30,10 +32,13 @@ Examples:
   hyperqwen-patches export --fork ../vllm-fork
 
   hyperqwen-patches export --fork ../vllm-fork --check
-
-Exit codes: 0 written (with --check: nothing or only positional drift); 1 --check found semantic drift,
-or a commit cannot be exported; 2 usage or an invalid manifest; 3 git failed.
 """
+
+EPILOG = exit_codes_help(
+    ok="written (with --check: nothing or only positional drift)",
+    finding="--check found semantic drift, or a commit cannot be exported",
+    usage="usage or an invalid manifest",
+)
 
 REPO_HELP = (
     "The repository (the directory holding patches/manifest.yaml); default: found upward from the "
@@ -149,4 +154,4 @@ def _read_bytes(path: Path) -> bytes | None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("export", help=HELP)(export_command)
+    app.command("export", help=HELP, epilog=EPILOG)(export_command)

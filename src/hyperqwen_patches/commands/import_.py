@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -27,10 +29,14 @@ Examples:
   hyperqwen-patches import --into ../vllm-fork --export-point qwen38 --force
 
   hyperqwen-patches import --into ../vllm-fork --json | jq -r '.branches[].tip'
-
-Exit codes: 0 imported; 1 a row does not apply; 2 usage or an invalid manifest; 3 git failed (or the
-branch exists elsewhere without --force).
 """
+
+EPILOG = exit_codes_help(
+    ok="imported",
+    finding="a row does not apply",
+    usage="usage or an invalid manifest",
+    git="git failed (or the branch exists elsewhere without --force)",
+)
 
 
 def import_command(
@@ -66,22 +72,26 @@ def import_command(
         bool, typer.Option("--json", help="Print each branch, its tip and row commits as JSON.")
     ] = False,
 ) -> None:
+    from hyperqwen_patches.commands.progress import StderrProgress
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.fork.importing import import_series
     from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
     from hyperqwen_patches.sources.pristine import open_pristine
 
     manifest = load_manifest(resolve_repo(repo))
-    tree = open_pristine(source or manifest.source, package=manifest.package, version=manifest.pin)
+    progress = StderrProgress()
+    label = source or manifest.source
+    tree = open_pristine(label, package=manifest.package, version=manifest.pin, progress=progress)
     try:
-        results = import_series(
-            manifest,
-            into,
-            tree=tree,
-            export_points=tuple(export_point or ()),
-            force=force,
-            create=create,
-        )
+        with progress.step(f"import: {len(manifest.rows)} rows onto the base commit of {label}"):
+            results = import_series(
+                manifest,
+                into,
+                tree=tree,
+                export_points=tuple(export_point or ()),
+                force=force,
+                create=create,
+            )
     finally:
         tree.close()
     if json_output:
@@ -120,4 +130,4 @@ def _state(result: Any) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("import", help=HELP)(import_command)
+    app.command("import", help=HELP, epilog=EPILOG)(import_command)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -19,6 +21,13 @@ Examples:
 
   hyperqwen-patches list --json | jq -r '.rows[].name'
 """
+
+EPILOG = exit_codes_help(
+    ok="listed",
+    finding="not used (list checks nothing)",
+    usage="usage or an invalid manifest",
+    git="not used (list runs no git)",
+)
 
 
 def list_command(
@@ -69,4 +78,4 @@ def list_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("list", help=HELP)(list_command)
+    app.command("list", help=HELP, epilog=EPILOG)(list_command)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -30,23 +32,26 @@ is through; the old branch, the checked-out branch and the fork's index are neve
 Examples:
 
 \b
-  hqp port --to 0.30.0
-  hqp port --to 0.31.0 --markdown port-0.31.md --json > port-0.31.json
-  hqp port --to 0.30.0 --to 0.31.0 --to 0.32.0 --markdown docs/port-matrix.md
-  hqp port --to 0.30.0 --rebase --fork ../fork
-  hqp port --rebase --continue --fork ../fork     (after resolving the paused row)
-
-Exit codes: 0 every row applies or is upstream (with --rebase: the branch is written with every row
-that is not upstream) and the static checks find no error on the target; 1 at least one row
-conflicts (with --rebase: the rebase paused for a person, or a row was skipped), or a static check
-finds an error (a name the target removed, a call that no longer binds: code that applies but would
-fail there); 2 usage or environment problem (a version not on PyPI, the pin itself, conflict markers
-left at --continue); 3 git failed.
+  hyperqwen-patches port --to 0.30.0
+  hyperqwen-patches port --to 0.31.0 --markdown port-0.31.md --json > port-0.31.json
+  hyperqwen-patches port --to 0.30.0 --to 0.31.0 --to 0.32.0 --markdown docs/port-matrix.md
+  hyperqwen-patches port --to 0.30.0 --rebase --fork ../fork
+  hyperqwen-patches port --rebase --continue --fork ../fork     (after resolving the paused row)
 """
+
+EPILOG = exit_codes_help(
+    ok="every row applies or is upstream (with --rebase: the branch is written with every row that "
+    "is not upstream) and the static checks find no error on the target",
+    finding="at least one row conflicts (with --rebase: the rebase paused for a person, or a row "
+    "was skipped), or a static check finds an error (a name the target removed, a call that no "
+    "longer binds: code that applies but would fail there)",
+    usage="usage or environment problem (a version not on PyPI, the pin itself, conflict markers "
+    "left at --continue)",
+)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("port", help=HELP, no_args_is_help=True)(port)
+    app.command("port", help=HELP, epilog=EPILOG, no_args_is_help=True)(port)
 
 
 def port(
@@ -214,7 +219,8 @@ def port(
         for i, report in enumerate(reports):
             if i:
                 out.print()
-            render_terminal(report, details=diffs)
+            if report.triaged:  # a --continue/--skip prints the row's outcome, not the triage again
+                render_terminal(report, details=diffs)
         if rebased is not None:
             render_rebase(rebased)
     if markdown is not None:
@@ -223,15 +229,20 @@ def port(
         # With --rebase the branch is the outcome: the triage's conflicts are what it met on the way.
         report = reports[0]
         if rebased.paused is not None:
+            todo = (
+                f"fix the {len(rebased.paused.findings)} static error(s) it adds"
+                if rebased.paused.findings
+                else "resolve the conflict markers"
+            )
             raise FindingError(
-                f"row {rebased.paused.row} needs you: resolve the conflict markers in "
-                f"{rebased.paused.worktree}",
+                f"row {rebased.paused.row} needs you: {todo} in {rebased.paused.worktree}",
                 hint=f"then `{rebased.paused.resume}` (or --skip to leave the row out, --abort)",
             )
-        if not rebased.ok or report.static_errors:
+        # The triage's static findings are of the old patch text on the new release; every row the
+        # branch holds was checked as written (port/verify.py) and would have paused on an error,
+        # so they do not decide the branch's outcome.
+        if not rebased.ok:
             what = [f"left out: {', '.join(rebased.skipped)}"] if rebased.skipped else []
-            if report.static_errors:
-                what.append(f"{report.static_errors} static error(s)")
             raise FindingError(f"{rebased.branch} is written; " + " and ".join(what))
         return
     conflicting = [r for r in reports if not r.ok]
@@ -270,23 +281,32 @@ def _abort(fork: Path, as_json: bool) -> None:
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.port.rebase import abort_rebase
 
-    saved = abort_rebase(fork)
+    saved, removed = abort_rebase(fork)
+    gone = ", ".join(str(p) for p in removed) or "no worktree"
+    if saved is None:  # the state was damaged: dropped with the worktrees the rebase had opened
+        if as_json:
+            aborted = {"to": None, "branch": None, "row": None, "worktree": None,
+                       "removed": [str(p) for p in removed]}  # fmt: skip
+            emit_json({"ok": True, "reports": [], "aborted": aborted})
+            return
+        out.print(f"dropped a damaged port --rebase state; removed {gone}; no branch was written")
+        return
     if as_json:
         aborted = {"to": saved.to_version, "branch": saved.branch, "row": saved.row,
-                   "worktree": saved.worktree}  # fmt: skip
+                   "worktree": saved.worktree, "removed": [str(p) for p in removed]}  # fmt: skip
         emit_json({"ok": True, "reports": [], "aborted": aborted})
         return
     out.print(
         f"dropped the paused port --rebase to {saved.to_version} (at row {saved.row}); "
-        f"removed {saved.worktree}; {saved.branch} was not written"
+        f"removed {gone}; {saved.branch} was not written"
     )
 
 
 def _progress() -> object:
-    """The same download progress as ``check`` (rich on a terminal, silent otherwise)."""
-    from hyperqwen_patches.commands.check import TerminalProgress
+    """The same progress as ``check`` (rich on a terminal, a line per step's start and end elsewhere)."""
+    from hyperqwen_patches.commands.progress import StderrProgress
 
-    return TerminalProgress()
+    return StderrProgress()
 
 
 STYLES = {
@@ -395,7 +415,7 @@ def render_terminal(report: object, *, details: bool) -> None:
 def render_rebase(result: object) -> None:
     from rich.text import Text
 
-    from hyperqwen_patches.console import out, show
+    from hyperqwen_patches.console import as_typed, out, show
     from hyperqwen_patches.port.model import ADJACENT_NOTE, RebaseResult
 
     assert isinstance(result, RebaseResult)
@@ -440,4 +460,8 @@ def render_rebase(result: object) -> None:
                 "modify-delete": "the row deletes it, the release changed it; the release's is there",
             }.get(f.how, f"clean ({f.how})")
             out.print(f"  {show(f.path)}: {what}")
-        out.print(f"then: {paused.resume}   (or --skip, --abort)")
+        if paused.findings:
+            out.print("  it went in, and is wrong as written; fix these there:")
+            for line in paused.findings:
+                out.print(f"    {line}", soft_wrap=True)
+        out.print(f"then: {as_typed(paused.resume)}   (or --skip, --abort)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -20,10 +22,13 @@ Examples:
   hyperqwen-patches render --check      # CI: is the ledger up to date?
 
   hyperqwen-patches render --check --json | jq -r '.differ[]'
-
-Exit codes: 0 written (or, with --check, already up to date); 1 --check found a difference;
-2 usage or an invalid manifest (every problem listed with file, line and field).
 """
+
+EPILOG = exit_codes_help(
+    ok="written (or, with --check, already up to date)",
+    finding="--check found a difference",
+    usage="usage or an invalid manifest (every problem listed with file, line and field)",
+)
 
 REPO_HELP = (
     "The repository (the directory holding patches/manifest.yaml); default: found upward from the "
@@ -86,4 +91,4 @@ def render_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("render", help=HELP)(render_command)
+    app.command("render", help=HELP, epilog=EPILOG)(render_command)

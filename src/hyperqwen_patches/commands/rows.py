@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -34,10 +36,15 @@ exported series reproduces every SHA), each later row is re-applied on top at fu
 moved, and export writes the patch files, the manifest's SHAs, series, PATCHES.md and a shipped
 patches/fork.bundle. If a later row no longer applies, nothing is changed and the row, file and hunk
 are named. --close removes the work tree afterwards.
-
-Exit codes: 0 refreshed (or nothing to refresh); 1 a later row does not apply (nothing changed);
-2 no edit open, bad input; 3 git failed.
 """
+
+REFRESH_EPILOG = exit_codes_help(
+    ok="refreshed (or nothing to refresh)",
+    finding="a later row does not apply (nothing changed)",
+    usage="no edit open, bad input",
+)
+EDIT_EPILOG = exit_codes_help(ok="the work tree is open (its path is the last line)")
+NEW_EPILOG = exit_codes_help(ok="the row is added and open for editing (its path is the last line)")
 
 
 def edit_command(
@@ -123,6 +130,6 @@ def new_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("edit", help=EDIT_HELP)(edit_command)
-    app.command("refresh", help=REFRESH_HELP)(refresh_command)
-    app.command("new", help=NEW_HELP)(new_command)
+    app.command("edit", help=EDIT_HELP, epilog=EDIT_EPILOG)(edit_command)
+    app.command("refresh", help=REFRESH_HELP, epilog=REFRESH_EPILOG)(refresh_command)
+    app.command("new", help=NEW_HELP, epilog=NEW_EPILOG)(new_command)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+from hyperqwen_patches.errors import exit_codes_help
+
 if TYPE_CHECKING:
     import typer
 
@@ -21,16 +23,18 @@ part of its pipeline; this command adds the counts. Rules: docs/static-checks.md
 Examples:
 
 \b
-  hqp statics
-  hqp statics --to 0.30.0 --to 0.33.0 --markdown statics.md
-  hqp statics --to 0.31.0 --json
-
-Exit codes: 0 no error found; 1 an error finding; 2 usage or environment problem.
+  hyperqwen-patches statics
+  hyperqwen-patches statics --to 0.30.0 --to 0.33.0 --markdown statics.md
+  hyperqwen-patches statics --to 0.31.0 --json
 """
+
+EPILOG = exit_codes_help(
+    ok="no error found", finding="an error finding", usage="usage or environment problem"
+)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("statics", help=HELP)(statics)
+    app.command("statics", help=HELP, epilog=EPILOG)(statics)
 
 
 def statics(

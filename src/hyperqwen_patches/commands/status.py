@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from hyperqwen_patches.errors import FindingError
+from hyperqwen_patches.errors import FindingError, exit_codes_help
 
 if TYPE_CHECKING:
     import typer
@@ -32,9 +32,10 @@ Examples:
   hyperqwen-patches status site-packages --repo ../series --json
 """
 
-STATUS_EPILOG = (
-    "Exit codes: 0 DIR carries rows 1..k (none, some or all); 1 DIR is in a state no run of the series "
-    "leaves; 2 bad input (no manifest, DIR not the package's parent, an interrupted write in DIR)."
+STATUS_EPILOG = exit_codes_help(
+    ok="DIR carries rows 1..k (none, some or all)",
+    finding="DIR is in a state no run of the series leaves",
+    usage="bad input (no manifest, DIR not the package's parent, an interrupted write in DIR)",
 )
 
 UNAPPLY_HELP = """Take the rows DIR carries out again, last first, all or nothing (quilt's `pop -a`).
@@ -49,9 +50,12 @@ Examples:
   hyperqwen-patches unapply site-packages --dry-run
 """
 
-UNAPPLY_EPILOG = (
-    "Exit codes: 0 the rows were taken out (or DIR carried none); 1 DIR is in a state no run of the "
-    "series leaves, nothing written; 2 bad input; 130 interrupted, DIR put back."
+UNAPPLY_EPILOG = exit_codes_help(
+    ok="the rows were taken out (or DIR carried none)",
+    finding="DIR is in a state no run of the series leaves, nothing written",
+    usage="bad input",
+    interrupted="interrupted (Ctrl-C), DIR put back",
+    terminated="terminated (SIGTERM), DIR put back",
 )
 
 

@@ -456,6 +456,14 @@ def parse_patch(data: bytes, *, name: str, strip: int = 1) -> Patch:
     return Patch(name=name, files=tuple(files), preamble=preamble)
 
 
+def _after(value: bytes, *prefixes: bytes) -> bytes | None:
+    """What follows the first of ``prefixes`` that ``value`` starts with; None when none does."""
+    for prefix in prefixes:
+        if value.startswith(prefix):
+            return value[len(prefix) :]
+    return None
+
+
 def _parse_git_section(
     lines: list[bytes], start: int, *, name: str, strip: int
 ) -> tuple[int, FilePatch | None]:
@@ -466,24 +474,26 @@ def _parse_git_section(
     while i < n:
         line = lines[i]
         value = line.rstrip(b"\r\n")
-        if line.startswith(b"old mode "):
-            head.old_mode = _mode(value[9:], patch=name, line=i + 1)
-        elif line.startswith(b"new mode "):
-            head.new_mode = _mode(value[9:], patch=name, line=i + 1)
-        elif line.startswith(b"deleted file mode "):
+        # Each value is what follows its own prefix, sliced by that prefix's length (git's older
+        # "rename old"/"rename new" are one byte shorter than "rename from"/"rename to").
+        if (rest := _after(value, b"old mode ")) is not None:
+            head.old_mode = _mode(rest, patch=name, line=i + 1)
+        elif (rest := _after(value, b"new mode ")) is not None:
+            head.new_mode = _mode(rest, patch=name, line=i + 1)
+        elif (rest := _after(value, b"deleted file mode ")) is not None:
             head.deleted = True
-            head.old_mode = _mode(value[18:], patch=name, line=i + 1)
-        elif line.startswith(b"new file mode "):
+            head.old_mode = _mode(rest, patch=name, line=i + 1)
+        elif (rest := _after(value, b"new file mode ")) is not None:
             head.new_file = True
-            head.new_mode = _mode(value[14:], patch=name, line=i + 1)
-        elif line.startswith((b"rename from ", b"rename old ")):
-            head.rename_from = value[12:]
-        elif line.startswith((b"rename to ", b"rename new ")):
-            head.rename_to = value[10:] if line.startswith(b"rename to ") else value[11:]
-        elif line.startswith(b"copy from "):
-            head.copy_from = value[10:]
-        elif line.startswith(b"copy to "):
-            head.copy_to = value[8:]
+            head.new_mode = _mode(rest, patch=name, line=i + 1)
+        elif (rest := _after(value, b"rename from ", b"rename old ")) is not None:
+            head.rename_from = rest
+        elif (rest := _after(value, b"rename to ", b"rename new ")) is not None:
+            head.rename_to = rest
+        elif (rest := _after(value, b"copy from ")) is not None:
+            head.copy_from = rest
+        elif (rest := _after(value, b"copy to ")) is not None:
+            head.copy_to = rest
         elif line.startswith((b"Binary files ", b"GIT binary patch")):
             head.binary = True
         elif line.startswith((b"similarity index ", b"dissimilarity index ", b"index ")):

@@ -105,6 +105,7 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
         ctx.pristine,
         package=manifest.package,
         version=manifest.pin,
+        progress=ctx.progress,
     )
     lenders = [cached[0]] if cached is not None else []
     scratch = stack.enter_context(forkgit.scratch_repo(borrow=borrow, also=lenders))

@@ -246,6 +246,9 @@ class PortReport:
     rows: tuple[RowPort, ...]
     # Removed names and changed signatures of the added lines (statics.report.port_statics).
     statics: Any = None
+    # False for a rebase's --continue/--skip: the rows were triaged when it started; going on needs
+    # no second triage (rows and statics are empty then).
+    triaged: bool = True
 
     @property
     def counts(self) -> dict[str, int]:
@@ -319,6 +322,7 @@ class PortReport:
             "rows": [r.to_json() for r in self.rows],
             "retirement_candidates": [c.to_json() for c in self.retirement_candidates],
             "statics": self.statics.to_json() if self.statics is not None else None,
+            "triaged": self.triaged,
         }
 
 
@@ -382,18 +386,23 @@ CommitHow = Literal["applied", "partly-upstream", "merged", "resolved"]
 
 @record(frozen=True)
 class Paused:
-    """A row that neither applies at fuzz 0 nor merges cleanly: checked out for a person."""
+    """A row that needs a person: it neither applies at fuzz 0 nor merges cleanly, or it went in and
+    the checks of the row as written found errors in it. Checked out in a worktree."""
 
     row: str
     worktree: Path
     files: tuple[Any, ...]  # threeway.FileMerge, each file of the row as written there
     resume: str  # the command that goes on after the person's resolution
+    # What the checks of the row as written found (port/verify.py): a row that went in cleanly and
+    # is still wrong pauses with these instead of conflict markers. One "path:line: message" each.
+    findings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "row": self.row,
             "worktree": str(self.worktree),
             "files": [f.to_json() for f in self.files],
+            "findings": list(self.findings),
             "continue": self.resume,
         }
 

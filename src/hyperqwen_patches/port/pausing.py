@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ class RebaseState:
     upstream: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     messages_from: str = "fork"
+    findings: list[str] = field(default_factory=list)  # the written-row checks' findings, if any
 
 
 @contextlib.contextmanager
@@ -84,17 +84,20 @@ def load(git_dir: Path) -> RebaseState | None:
     except (OSError, ValueError) as exc:
         raise GitError(
             f"{path}: unreadable state of a paused port --rebase ({exc})",
-            hint="`hqp port --rebase --abort` drops it",
+            hint="`hyperqwen-patches port --rebase --abort` drops it",
         ) from exc
     if not isinstance(raw, dict) or raw.pop("format", None) != STATE_FORMAT:
         raise GitError(
             f"{path}: not a state file this version of hyperqwen-patches wrote",
-            hint="`hqp port --rebase --abort` drops it",
+            hint="`hyperqwen-patches port --rebase --abort` drops it",
         )
     try:
         return RebaseState(**raw)
     except TypeError as exc:
-        raise GitError(f"{path}: damaged state of a paused port --rebase ({exc})") from exc
+        raise GitError(
+            f"{path}: damaged state of a paused port --rebase ({exc})",
+            hint="`hyperqwen-patches port --rebase --abort` drops it",
+        ) from exc
 
 
 def save(git_dir: Path, state: RebaseState) -> None:
@@ -125,15 +128,21 @@ def refuse_existing(worktree: Path) -> None:
         )
 
 
+# The lock reason of the worktrees a rebase opens: how --abort knows its own among the fork's linked
+# worktrees, even when the state that names one is damaged or was tampered with.
+LOCK_REASON = "hyperqwen-patches port --rebase"
+
+
 def open_worktree(git_dir: Path, worktree: Path, commit: str, files: Sequence[Any]) -> None:
-    """A linked worktree at ``commit`` (detached), then ``files`` (threeway.FileMerge) written into
-    it; nothing staged."""
+    """A linked worktree at ``commit`` (detached, locked with ``LOCK_REASON``), then ``files``
+    (threeway.FileMerge) written into it; nothing staged."""
     refuse_existing(worktree)
     gitrun.check(
-        ["worktree", "add", "--no-checkout", "--detach", str(worktree), commit],
+        ["worktree", "add", "--no-checkout", "--detach", "--lock", "--reason", LOCK_REASON,
+         str(worktree), commit],
         git_dir=git_dir,
         what=f"adding the worktree {worktree}",
-    )
+    )  # fmt: skip
     run_in(worktree, ["read-tree", commit], what="reading the last commit into the worktree")
     run_in(worktree, ["checkout-index", "--all"], what="checking out the worktree")
     for f in files:
@@ -145,10 +154,26 @@ def open_worktree(git_dir: Path, worktree: Path, commit: str, files: Sequence[An
         target.write_bytes(f.content)
 
 
+def ours(git_dir: Path) -> list[Path]:
+    """The fork's linked worktrees a rebase opened (locked with ``LOCK_REASON``), as git lists them."""
+    listed = gitrun.run(["worktree", "list", "--porcelain", "-z"], git_dir=git_dir)
+    found: list[Path] = []
+    for entry in listed.stdout.split(b"\0\0"):
+        fields = entry.split(b"\0")
+        path = next((f[len(b"worktree ") :] for f in fields if f.startswith(b"worktree ")), None)
+        if path is not None and f"locked {LOCK_REASON}".encode() in fields:
+            found.append(Path(os.fsdecode(path)))
+    return found
+
+
 def close_worktree(git_dir: Path, worktree: Path) -> None:
-    """Remove the worktree and git's record of it (a worktree already deleted by hand is fine)."""
-    if worktree.exists():
-        shutil.rmtree(worktree)
+    """Remove the worktree and git's record of it, if it is one this fork's rebase opened (git lists
+    it, locked with ``LOCK_REASON``); any other path, whatever a state file says, is left alone. A
+    worktree already deleted by hand is fine."""
+    target = worktree.resolve()
+    if any(target == known.resolve() for known in ours(git_dir)):
+        # -f -f: the worktree is locked (ours) and holds the person's unstaged files.
+        gitrun.run(["worktree", "remove", "-f", "-f", str(target)], git_dir=git_dir)
     gitrun.run(["worktree", "prune"], git_dir=git_dir)
 
 

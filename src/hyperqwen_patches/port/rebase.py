@@ -143,19 +143,34 @@ def paused_rebase(fork: Path) -> Any:
     return pausing.load(gitrun.git_dir_of(fork))
 
 
-def abort_rebase(fork: Path) -> Any:
-    """Drop a paused rebase: its worktree and state; no branch was written. Returns the state."""
+def abort_rebase(fork: Path) -> tuple[Any, list[Path]]:
+    """Drop a paused rebase: its state and the worktrees it opened; no branch was written. Returns
+    the state (None when it was damaged) and the worktrees removed.
+
+    Only worktrees git lists for this fork, locked by a rebase, are removed: a state file naming
+    another path (tampered with, or from another fork) deletes nothing. A state that cannot be read
+    is dropped too (it would otherwise wedge every later --continue and --abort)."""
     from hyperqwen_patches import gitrun
+    from hyperqwen_patches.errors import GitError
     from hyperqwen_patches.port import pausing
 
     git_dir = gitrun.git_dir_of(fork)
     with pausing.exclusive(git_dir):
-        saved = pausing.load(git_dir)
-        if saved is None:
-            raise UsageError(f"no port --rebase is paused in {fork}: nothing to abort")
-        pausing.close_worktree(git_dir, Path(saved.worktree))
-        pausing.drop(git_dir)
-    return saved
+        try:
+            saved = pausing.load(git_dir)
+        except GitError:
+            saved = None
+            damaged = True
+        else:
+            damaged = False
+            if saved is None:
+                raise UsageError(f"no port --rebase is paused in {fork}: nothing to abort")
+        removed = pausing.ours(git_dir)
+        for worktree in removed:
+            pausing.close_worktree(git_dir, worktree)
+        if damaged or saved is not None:
+            pausing.drop(git_dir)
+    return saved, removed
 
 
 def _start(
@@ -241,8 +256,9 @@ def _rebase(
     from hyperqwen_patches.fork import reading as forkgit
     from hyperqwen_patches.port import pausing
     from hyperqwen_patches.port.pristinediff import PristinePair
-    from hyperqwen_patches.port.threeway import merge_row
+    from hyperqwen_patches.port.threeway import FileMerge, merge_row
     from hyperqwen_patches.port.triage import attempt_row, touched_paths
+    from hyperqwen_patches.port.verify import RebaseChecks
     from hyperqwen_patches.sources import basecommit
 
     saved = pausing.load(git_dir)
@@ -327,6 +343,57 @@ def _rebase(
             f"{report.package} {report.from_version} + rows before",
             "",
         )
+        # Every row written (at fuzz 0, at an offset or merged) is checked as written: a clean merge
+        # can still leave a name the release renamed, a call that no longer binds or a copied body
+        # upstream changed (port/verify.py).
+        checks = RebaseChecks(
+            manifest.package,
+            old.read,
+            old.paths(),
+            new.read,
+            old_label=labels[1],
+            new_label=f"{report.package} {report.to_version} + rows",
+            accept=[a.name for a in manifest.accepted_names],
+        )
+
+        def pause(row: PortRow, files: Sequence[FileMerge], findings: Sequence[str]) -> Paused:
+            """Save the state, then put the row's files in the worktree for a person."""
+            worktree = (request.worktree or pausing.default_worktree(
+                request.fork, git_dir, report.to_version)).resolve()  # fmt: skip
+            # Runnable from anywhere (the person is likely in the worktree).
+            resume = f"hyperqwen-patches port --rebase --continue --fork {request.fork}" + (
+                f" --repo {request.repo}" if request.repo is not None else ""
+            )
+            if worktree != done_with:
+                pausing.refuse_existing(worktree)
+            pausing.save(
+                git_dir,
+                pausing.RebaseState(
+                    to_version=report.to_version,
+                    branch=branch,
+                    previous=previous,
+                    base=base,
+                    parent=parent,
+                    row=row.name,
+                    worktree=str(worktree),
+                    files=[f.to_json() for f in files],
+                    to_source=sources[0],
+                    from_source=sources[1],
+                    commits=[list(c) for c in commits],
+                    merged=[[r, [show(p) for p in ps]] for r, ps in merged],
+                    adjacent=[[r, show(p), n, w] for r, p, n, w in adjacent],
+                    upstream=upstream,
+                    skipped=skipped,
+                    messages_from="patch files" if from_patch_files else "fork",
+                    findings=list(findings),
+                ),
+            )
+            if done_with is not None:
+                pausing.close_worktree(git_dir, done_with)
+            # A failure from here on leaves the state: --abort removes what was made.
+            pausing.open_worktree(git_dir, worktree, parent, files)
+            return Paused(row.name, worktree, tuple(files), resume, tuple(findings))
+
         for row in rows[start:]:
             if row.patch is None:
                 continue
@@ -337,6 +404,9 @@ def _rebase(
                 upstream.append(row.name)
                 old_side.commit(old_changes)
                 continue
+            paths = touched_paths(row.patch)
+            before = {path: state.read(path) for path in paths}
+            merge = None
             if attempt.status != "conflicts":
                 assert attempt.carried is not None
                 replay.apply_row(state, attempt.carried, row=row.name)
@@ -354,47 +424,14 @@ def _rebase(
                     )
             else:
                 merge = merge_row(
-                    touched_paths(row.patch),
+                    paths,
                     old_side.read,
                     old_side.reader_after(old_changes),
                     state.read,
                     (labels[0], labels[1], f"row {row.name}"),
                 )
                 if not merge.clean:
-                    worktree = (request.worktree or pausing.default_worktree(
-                        request.fork, git_dir, report.to_version)).resolve()  # fmt: skip
-                    # Runnable from anywhere (the person is likely in the worktree).
-                    resume = f"hqp port --rebase --continue --fork {request.fork}" + (
-                        f" --repo {request.repo}" if request.repo is not None else ""
-                    )
-                    if worktree != done_with:
-                        pausing.refuse_existing(worktree)
-                    pausing.save(
-                        git_dir,
-                        pausing.RebaseState(
-                            to_version=report.to_version,
-                            branch=branch,
-                            previous=previous,
-                            base=base,
-                            parent=parent,
-                            row=row.name,
-                            worktree=str(worktree),
-                            files=[f.to_json() for f in merge.files],
-                            to_source=sources[0],
-                            from_source=sources[1],
-                            commits=[list(c) for c in commits],
-                            merged=[[r, [show(p) for p in ps]] for r, ps in merged],
-                            adjacent=[[r, show(p), n, w] for r, p, n, w in adjacent],
-                            upstream=upstream,
-                            skipped=skipped,
-                            messages_from="patch files" if from_patch_files else "fork",
-                        ),
-                    )
-                    if done_with is not None:
-                        pausing.close_worktree(git_dir, done_with)
-                    # A failure from here on leaves the state: --abort removes what was made.
-                    pausing.open_worktree(git_dir, worktree, parent, merge.files)
-                    paused = Paused(row.name, worktree, merge.files, resume)
+                    paused = pause(row, merge.files, ())
                     break
                 state.apply_changes(row.patch, {f.path: f.content for f in merge.files}, old_modes)
                 how = "merged"
@@ -410,6 +447,26 @@ def _rebase(
                         f"{show(p)}:{n}" for _, p, n, _ in sites
                     )
                     note += "."
+            written = checks.check(
+                row.name,
+                paths,
+                old_side.read,
+                old_side.reader_after(old_changes),
+                lambda path, before=before: before[path] if path in before else state.read(path),
+                state.read,
+            )
+            if not written.ok:
+                # As a conflict does: the row's files as written, for a person, with the findings.
+                files = merge.files if merge is not None else tuple(
+                    FileMerge(path, state.read(path), "row")
+                    for path in paths
+                    if state.read(path) != before[path]
+                )  # fmt: skip
+                if merge is not None:
+                    merged.pop()
+                    adjacent[:] = [site for site in adjacent if site[0] != row.name]
+                paused = pause(row, files, written.lines())
+                break
             old_side.commit(old_changes)
             message, env, built = _message(view, manifest, messages, row.name)
             from_patch_files |= built

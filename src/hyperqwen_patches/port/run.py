@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,14 @@ def port(
             progress=progress,
         )
         try:
-            classified = classify_rows(rows, old, new)
+            # A paused rebase going on (--continue, --skip) was triaged when it started: it resumes
+            # at its row, with no second triage.
+            resuming = rebase is not None and rebase.action != "start"
+            classified, statics = [], None
+            if not resuming:
+                with _step(progress, f"port: triaging {len(rows)} rows on {new.label}"):
+                    classified = classify_rows(rows, old, new)
+                    statics = _port_statics(manifest, old, new)
             report = PortReport(
                 package=manifest.package,
                 from_version=manifest.pin,
@@ -67,18 +76,40 @@ def port(
                 from_label=old.label,
                 to_label=new.label,
                 rows=tuple(classified),
-                statics=_port_statics(manifest, old, new),
+                statics=statics,
+                triaged=not resuming,
             )
             result = None
             if rebase is not None:
-                result = rebase_fork(
-                    manifest, report, rows, old, new, rebase, sources=(to_source, from_source)
-                )
+                with _step(progress, f"port --rebase: the rows onto {new.label}"):
+                    result = rebase_fork(
+                        manifest,
+                        report,
+                        rows,
+                        old,
+                        new,
+                        rebase,
+                        sources=_kept(to_source, from_source),
+                    )
         finally:
             new.close()
     finally:
         old.close()
     return report, result
+
+
+def _kept(*sources: str | None) -> tuple[str | None, str | None]:
+    """The sources as a paused rebase keeps them: paths absolute, so ``--continue`` from any
+    directory reads the trees the rebase started with."""
+    from hyperqwen_patches.sources.spec import absolute_source
+
+    kept = [None if s is None else absolute_source(s, Path.cwd()) for s in sources]
+    return kept[0], kept[1]
+
+
+def _step(progress: Any, label: str) -> AbstractContextManager[None]:
+    """A long step told through ``progress`` (a start and an end line in a log), if there is one."""
+    return progress.waiting(label) if progress is not None else contextlib.nullcontext()
 
 
 def _port_statics(manifest: Any, old: PristineTree, new: PristineTree) -> Any:

@@ -79,26 +79,28 @@ class LazyPattern:
         return getattr(compiled, name)
 
 
+# Patterns end in \Z, not $: "$" also matches before a final newline, so "abc\n" would pass as a name
+# (and then rewrite a branch named with a newline).
 # A registered environment knob (vllm/envs.py).
-KNOB_RE = LazyPattern(r"^[A-Z][A-Z0-9_]*$")
+KNOB_RE = LazyPattern(r"^[A-Z][A-Z0-9_]*\Z")
 
-NAME_RE = LazyPattern(r"^[a-z0-9][a-z0-9._-]*$")
-PACKAGE_RE = LazyPattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME_RE = LazyPattern(r"^[a-z0-9][a-z0-9._-]{0,99}\Z")
+PACKAGE_RE = LazyPattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 # PEP 440 public versions as vLLM writes them (0.29.0, 0.30.0rc1, 0.29.0.post1); not a full PEP 440 parser.
-VERSION_RE = LazyPattern(r"^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?$")
+VERSION_RE = LazyPattern(r"^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?\Z")
 # cut_against: a version, optionally followed by a maintainer's note after ":", ",", ";" or a space
 # ("0.31.0: adapted to #54809", "0.30.0, hand-resolved against #53110"), as shell-kept series write it.
 CUT_RE = LazyPattern(
     r"^(?P<version>[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?)"
-    r"(?:(?:\s*[:,;]|\s)\s*(?P<note>\S.*))?$",
+    r"(?:(?:\s*[:,;]|\s)\s*(?P<note>\S.*))?\Z",
     re.S,
 )
 # Full SHA-1 or SHA-256 object names only: an abbreviated SHA can become ambiguous as the fork grows.
-COMMIT_RE = LazyPattern(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
+COMMIT_RE = LazyPattern(r"^([0-9a-f]{40}|[0-9a-f]{64})\Z")
 # An environment knob prefix (VLLM_ and KVARN_ are always knobs; the manifest may add more).
-KNOB_PREFIX_RE = LazyPattern(r"^[A-Z][A-Z0-9_]*_$")
+KNOB_PREFIX_RE = LazyPattern(r"^[A-Z][A-Z0-9_]*_\Z")
 # A dotted name in the package (vllm.config.cache.CacheConfig.block_size).
-DOTTED_RE = LazyPattern(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+DOTTED_RE = LazyPattern(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 PATCH_SUFFIXES = (".patch", ".diff")
 
 _STR = "tag:yaml.org,2002:str"
@@ -145,6 +147,14 @@ class ManifestError(UsageError):
         super().__init__(
             "\n".join(lines), hint="the manifest's keys are described in docs/manifest.md"
         )
+
+    def json_fields(self) -> dict[str, object]:
+        return {
+            "problems": [
+                {"path": p.path, "line": p.line, "field": p.field, "message": p.message}
+                for p in self.problems
+            ]
+        }
 
 
 @record(frozen=True)

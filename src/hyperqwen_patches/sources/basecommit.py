@@ -19,6 +19,7 @@ index, HEAD, refs and config are not touched.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -33,6 +34,10 @@ from hyperqwen_patches import gitrun
 from hyperqwen_patches.cachedir import entry_lock, staging_dir
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.records import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from hyperqwen_patches.sources.pristine import Progress
 
 BASE_NAME = "hyperqwen-patches"
 BASE_EMAIL = "pristine@hyperqwen-patches.invalid"
@@ -205,7 +210,13 @@ _KEY_RE = re.compile(r"[^A-Za-z0-9._=-]+")
 
 
 def cached_base(
-    cache_root: Path, label: str, tree: TreeSource, *, package: str, version: str
+    cache_root: Path,
+    label: str,
+    tree: TreeSource,
+    *,
+    package: str,
+    version: str,
+    progress: Progress | None = None,
 ) -> tuple[Path, str] | None:
     """A bare repository in the cache holding the base commit of an immutable source, and its SHA.
 
@@ -216,7 +227,9 @@ def cached_base(
     ``check`` borrows the entry through alternates instead of writing 97 MB of blobs on every run.
     """
     if label.startswith("dir:"):
-        return _cached_dir_base(cache_root, label, tree, package=package, version=version)
+        return _cached_dir_base(
+            cache_root, label, tree, package=package, version=version, progress=progress
+        )
     if not label.startswith("pypi:"):
         return None
     root = cache_root / "base"
@@ -232,7 +245,13 @@ def cached_base(
         tmp = staging_dir(root, entry.name)
         try:
             gitrun.init_bare(tmp)
-            commit = write_base_commit(tmp, tree, package=package, version=version).commit
+            building = (
+                progress.waiting(f"building the base commit of {label}")
+                if progress is not None
+                else contextlib.nullcontext()
+            )
+            with building:
+                commit = write_base_commit(tmp, tree, package=package, version=version).commit
             (tmp / BASE_MARKER).write_text(commit + "\n")
             if entry.exists():  # unusable (no marker, or a missing object): replace it
                 shutil.rmtree(entry, ignore_errors=True)
@@ -313,7 +332,13 @@ def dir_fingerprint(top: Path) -> DirFingerprint:
 
 
 def _cached_dir_base(
-    cache_root: Path, label: str, tree: TreeSource, *, package: str, version: str
+    cache_root: Path,
+    label: str,
+    tree: TreeSource,
+    *,
+    package: str,
+    version: str,
+    progress: Progress | None = None,
 ) -> tuple[Path, str] | None:
     """:func:`cached_base` for a ``dir:`` source: an entry per state of the directory's files.
 
@@ -341,7 +366,13 @@ def _cached_dir_base(
         tmp = staging_dir(root, entry.name)
         try:
             gitrun.init_bare(tmp)
-            commit = write_base_commit(tmp, tree, package=package, version=version).commit
+            building = (
+                progress.waiting(f"building the base commit of {label}")
+                if progress is not None
+                else contextlib.nullcontext()
+            )
+            with building:
+                commit = write_base_commit(tmp, tree, package=package, version=version).commit
             (tmp / FINGERPRINT).write_text(fingerprint.digest + "\n")
             (tmp / BASE_MARKER).write_text(commit + "\n")
             if entry.exists():

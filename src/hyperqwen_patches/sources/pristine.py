@@ -590,27 +590,27 @@ class PypiCache:
             thread.join()
             size = _tree_size(dl)
             update(size, size)
-        files = sorted(dl.iterdir())
-        if proc.returncode == 0 and len(files) == 1:
-            return files[0]
-        out = bytes(output)
-        tail = out.decode(errors="replace").strip().splitlines()
-        # With -vv pip's last line is housekeeping ("Removed build tracker"); quote the line that says why.
-        errors = [line for line in tail if line.startswith("ERROR:")]
-        said = [line for line in errors if _NOT_FOUND.search(line.encode())] or errors
-        last = (said or tail or [f"pip exited with {proc.returncode}"])[-1].strip()
-        if _NOT_FOUND.search(out) and not _NET_ERRORS.search(out):
-            raise UsageError(
-                f"{package}=={version} has no wheel on the package index ({last})",
-                hint="check the version (pip index versions vllm), or pass --source dir:PATH / git:PATH@REF",
-            )
-        if _NET_ERRORS.search(out) or _NOT_FOUND.search(out):
-            raise EnvironmentProblem(
-                f"{label} is not in the cache ({self.root}) and the package index cannot be reached",
-                hint="connect to the index once (or set PIP_INDEX_URL / PIP_FIND_LINKS), or pass "
-                "--source dir:PATH or git:PATH@REF",
-            )
-        raise EnvironmentProblem(f"pip download of {package}=={version} failed: {last}")
+            files = sorted(dl.iterdir())
+            if proc.returncode == 0 and len(files) == 1:
+                return files[0]
+            out = bytes(output)
+            tail = out.decode(errors="replace").strip().splitlines()
+            # With -vv pip's last line is housekeeping ("Removed build tracker"); quote the line that says why.
+            errors = [line for line in tail if line.startswith("ERROR:")]
+            said = [line for line in errors if _NOT_FOUND.search(line.encode())] or errors
+            last = (said or tail or [f"pip exited with {proc.returncode}"])[-1].strip()
+            if _NOT_FOUND.search(out) and not _NET_ERRORS.search(out):
+                raise UsageError(
+                    f"{package}=={version} has no wheel on the package index ({last})",
+                    hint="check the version (pip index versions vllm), or pass --source dir:PATH / git:PATH@REF",
+                )
+            if _NET_ERRORS.search(out) or _NOT_FOUND.search(out):
+                raise EnvironmentProblem(
+                    f"{label} is not in the cache ({self.root}) and the package index cannot be reached",
+                    hint="connect to the index once (or set PIP_INDEX_URL / PIP_FIND_LINKS), or pass "
+                    "--source dir:PATH or git:PATH@REF",
+                )
+            raise EnvironmentProblem(f"pip download of {package}=={version} failed: {last}")
 
     def _fill_wheel(self, entry: Path, package: str, version: str, label: str) -> None:
         """Download, verify and index the wheel under a temporary name, then rename it into place."""

@@ -5,6 +5,7 @@ the release reader (pristine.py, docs/manifest.md)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.records import record
@@ -57,3 +58,13 @@ def parse_source(text: str) -> SourceSpec:
     if scheme == "dir" and sep and rest:
         return SourceSpec("dir", path=rest)
     raise SourceSpecError(f"source {text!r} is not understood; the forms are {SOURCE_FORMS}")
+
+
+def absolute_source(text: str, cwd: Path) -> str:
+    """``text`` with a ``dir:``/``git:`` path made absolute against ``cwd``: what a saved state keeps,
+    so a later run from another directory reads the same tree (never a decoy at the relative path)."""
+    spec = parse_source(text)
+    if spec.kind == "pypi" or spec.path is None or "://" in spec.path:
+        return text
+    path = (cwd / Path(spec.path).expanduser()).resolve()
+    return f"dir:{path}" if spec.kind == "dir" else f"git:{path}@{spec.ref}"

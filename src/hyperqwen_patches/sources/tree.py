@@ -220,10 +220,12 @@ class Tree:
             if renamed and not journal.exists(root):
                 # The signal came after the commit point: the write is whole, nothing to put back.
                 raise Interrupted(
-                    f"interrupted by {signame} after writing to {self.root}: every file was written"
+                    f"interrupted by {signame} after writing to {self.root}: every file was written",
+                    signal=signame,
                 ) from None
             raise Interrupted(
-                f"interrupted by {signame} while writing to {self.root}; " + self._put_back()
+                f"interrupted by {signame} while writing to {self.root}; " + self._put_back(),
+                signal=signame,
             ) from None
         except BaseException:
             if not (renamed and not journal.exists(root)):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
@@ -73,6 +74,16 @@ def no_gc() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """No warnings while parsing a release's files (an invalid escape in a string warns; from 3.12
+    on as a SyntaxWarning, shown by default): nothing below the CLI prints, and a warning about a
+    file parsed for its names is nobody's finding."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 class Analysis:
