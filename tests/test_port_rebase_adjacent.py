@@ -170,6 +170,6 @@ def test_rows_that_only_touch_upstream_changes_go_through_where_cherry_pick_paus
     assert "warm-up: vllm/runner.py:8: merged next to an upstream change: review" in table.stdout
     assert "vllm/loop.py: merged next to an upstream change at line 2: review" in table.stdout
     assert (
-        "vllm/knobs.py: 1 conflict(s), markers left (both sides change the same base line (line 1 "
-        "before the row))" in table.stdout
+        "vllm/knobs.py: 1 conflict(s), markers left: both sides change the same base line (line 1 "
+        "before the row)" in table.stdout
     )

@@ -452,7 +452,7 @@ def render_rebase(result: object) -> None:
         for f in paused.files:
             what = {
                 "conflict": f"{f.conflicts} conflict(s), markers left"
-                + (f" ({'; '.join(f.why)})" if f.why else ""),
+                + (f": {'; '.join(f.why)}" if f.why else ""),
                 "adjacent": "merged next to an upstream change at "
                 + ", ".join(f"line {n}" for n, _ in f.review)
                 + ": review",
