@@ -506,3 +506,25 @@ def test_a_line_of_backslashes_does_not_stall_the_name_check() -> None:
     start = time.perf_counter()
     assert _names([b'x = "' + b"\\" * 60 + b"a\n"]) == {b"x", b"a"}
     assert time.perf_counter() - start < 1.0
+
+
+def test_a_row_editing_a_block_upstream_moved_pauses() -> None:
+    # Upstream moved the method the row edits to the end of the class: the row's base lines are
+    # deleted in one place and inserted in another. git pauses; so does the merge, never editing
+    # one copy and leaving the other.
+    base = (
+        "class A:\n"
+        "    def first(self):\n        return compute_first(self)\n\n"
+        "    def second(self):\n        return compute_second(self)\n\n"
+        "    def third(self):\n        return compute_third(self)\n"
+    )
+    upstream = (
+        "class A:\n"
+        "    def second(self):\n        return compute_second(self)\n\n"
+        "    def third(self):\n        return compute_third(self)\n\n"
+        "    def first(self):\n        return compute_first(self)\n"
+    )
+    row = base.replace("compute_first(self)", "compute_first(self, kvarn=True)")
+    result = merge(base.encode(), upstream.encode(), row.encode())
+    assert result.content is None
+    assert git_merge(base.encode(), upstream.encode(), row.encode())[1] > 0
