@@ -42,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import port_scenario
@@ -99,7 +100,7 @@ def show(fork: Path, commit: str, path: str) -> str | None:
 
 
 def score(
-    fork: Path, truth: list[dict], base: str, after: dict[str, str], paused: set[str]
+    fork: Path, truth: list[dict[str, Any]], base: str, after: dict[str, str], paused: set[str]
 ) -> dict[str, str]:
     """Row -> right / WRONG / paused; ``after`` maps a row to the commit that carries it (a row
     without one leaves the branch where the row before it did). A WRONG row whose own change (its
@@ -130,7 +131,9 @@ def _change(before: str | None, after: str | None) -> list[str]:
     return [x for x in lines if x[:1] in "+-" and not x.startswith(("+++", "---"))]
 
 
-def run_hqp(work: Path, truth: dict, clock: Clock) -> tuple[dict[str, str], str]:
+def run_hqp(
+    work: Path, truth: dict[str, Any], clock: Clock
+) -> tuple[dict[str, str], str, list[dict[str, Any]]]:
     repo, fork = work / "repo", work / "fork"
     rows = {r["row"]: r for r in truth["rows"]}
     made = clock.run(
@@ -158,10 +161,10 @@ def run_hqp(work: Path, truth: dict, clock: Clock) -> tuple[dict[str, str], str]
             proc = clock.run("continue", [*go_on, "--skip"], work)
     after = {c["row"]: c["commit"] for c in rebase["commits"]}
     scores = score(fork, truth["rows"], rebase["base"], after, paused)
-    return scores, rebase["base"], rebase["adjacent"]  # type: ignore[return-value]
+    return scores, rebase["base"], rebase["adjacent"]
 
 
-def run_git(work: Path, truth: dict, base: str, clock: Clock) -> dict[str, str]:
+def run_git(work: Path, truth: dict[str, Any], base: str, clock: Clock) -> dict[str, str]:
     fork = work / "fork"
     rows = {r["row"]: r for r in truth["rows"]}
     tree = work / "cherry-pick"
@@ -206,7 +209,7 @@ def trailers(cwd: Path, revs: str) -> dict[str, str]:
     return out
 
 
-def summary(name: str, scores: dict[str, str], clock: Clock) -> dict[str, object]:
+def summary(name: str, scores: dict[str, str], clock: Clock) -> dict[str, Any]:
     counts = {
         k: sum(1 for v in scores.values() if v.startswith(k)) for k in ("right", "WRONG", "paused")
     }
@@ -233,7 +236,7 @@ def main() -> int:
             raise SystemExit(f"{work} is not empty")
         truth = port_scenario.write(port_scenario.build(args.seed), work)
         ours, theirs = Clock(), Clock()
-        hqp_scores, base, adjacent = run_hqp(work, truth, ours)  # type: ignore[misc]
+        hqp_scores, base, adjacent = run_hqp(work, truth, ours)
         git_scores = run_git(work, truth, base, theirs)
     finally:
         if args.keep is None:
@@ -247,15 +250,11 @@ def main() -> int:
         }
         for r in truth["rows"]
     ]
-    records = {
-        "seed": args.seed,
-        "rows": rows,
-        "tools": [
-            summary("hqp port --rebase", hqp_scores, ours),
-            summary("git cherry-pick", git_scores, theirs),
-        ],
-        "adjacent": adjacent,
-    }
+    tools = [
+        summary("hqp port --rebase", hqp_scores, ours),
+        summary("git cherry-pick", git_scores, theirs),
+    ]
+    records = {"seed": args.seed, "rows": rows, "tools": tools, "adjacent": adjacent}
     if args.json:
         print(json.dumps(records, indent=1, sort_keys=True))
         return 0
@@ -269,7 +268,7 @@ def main() -> int:
     print()
     print("| tool | right, no person | WRONG, no person | needed a person | time |")
     print("|---|---|---|---|---|")
-    for t in records["tools"]:  # type: ignore[union-attr]
+    for t in tools:
         parts = ", ".join(f"{k} {sum(v):.2f} s" + (f" ({len(v)}x)" if len(v) > 1 else "")
                           for k, v in t["spent"].items())  # fmt: skip
         wrong = f"{t['WRONG']}" + (f" ({t['WRONG_carried']} carried)" if t["WRONG_carried"] else "")

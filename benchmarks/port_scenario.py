@@ -29,6 +29,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 OLD_VERSION = "0.30.0"
 NEW_VERSION = "0.31.0"
@@ -40,6 +41,7 @@ KINDS = {
     "preamble": "only moved, and the maintainer rewrote its message",
     "context": "kept every +/- line; upstream changed a line one unchanged line away",
     "adjacent": "kept every +/- line; upstream changed a line right next to the row's change",
+    "anchor-gone": "kept every +/- line, but the line next to it was deleted or moved upstream",
     "rewrite": "rewritten by the maintainer (its +/- lines differ)",
     "upstream": "taken upstream: retired in the re-cut",
     "partly-upstream": "one hunk taken upstream, dropped in the re-cut",
@@ -518,8 +520,30 @@ def upstream_special() -> list[Edit]:
             "        if not scheduler_output.total_num_scheduled_tokens:",
             "            return {}, False",
         ),
-        after(
-            C, "        self.scheduler.finish_requests(request_ids)", "        self.step_count += 0"
+        # core: abort_requests moved below shutdown (a row adds a method right above it).
+        replace(
+            C,
+            [
+                "    def abort_requests(self, request_ids):",
+                "        self.scheduler.finish_requests(request_ids)",
+                "",
+                "    def shutdown(self) -> None:",
+                "        self.executor.shutdown()",
+            ],
+            "    def shutdown(self) -> None:",
+            "        self.executor.shutdown()",
+            "",
+            "    def abort_requests(self, request_ids):",
+            "        self.scheduler.finish_requests(request_ids)",
+        ),
+        # gpu_worker: graph capture leaves the warm-up (a row logs right after it).
+        replace(
+            W,
+            [
+                "            self.model_runner.dummy_forward(size)",
+                "        self.model_runner.capture_model()",
+            ],
+            "            self.model_runner.dummy_forward(size)",
         ),
         # envs: a knob at the end of the dict where a row adds its own (case 3), a default changed.
         after(E, knob(*KNOBS[-1]), UPSTREAM_KNOB),
@@ -574,6 +598,11 @@ def special_rows() -> list[Row]:
         "            sampler.cached_candidate_ids = torch.topk(logits, self.top_k).indices",
         "        return sampler.cached_candidate_ids[:, : 1 << bits]",
     )
+    core_stats = (
+        "    def stats(self) -> dict[str, int]:",
+        '        return {"steps": self.step_count}',
+        "",
+    )
     docstring = (
         '    """Runs the model on one device, one step at a time.',
         '    Owns the cache engine and the model runner."""',
@@ -612,6 +641,12 @@ def special_rows() -> list[Row]:
             after_row="step-log"),
         Row("kvarn-knobs", "adjacent", "KVarN's knobs",
             [after(E, knob(*KNOBS[-1]), *kvarn_knobs)], [after(E, UPSTREAM_KNOB, *kvarn_knobs)]),
+        Row("warmup-log", "anchor-gone", "log when the warm-up is done",
+            [after(W, "        self.model_runner.capture_model()", '        logger.info("warm-up done")')],
+            [after(W, "            self.model_runner.dummy_forward(size)", '        logger.info("warm-up done")')]),
+        Row("core-stats", "anchor-gone", "the engine core reports its step count",
+            [before(C, "    def abort_requests(self, request_ids):", *core_stats)],
+            [before(C, "    def shutdown(self) -> None:", *core_stats)]),
         Row("host-knob", "moved", "a knob for the advertised host",
             [after(E, knob(*KNOBS[0]), knob("VLLM_ADVERTISED_HOST", 'os.getenv("VLLM_ADVERTISED_HOST", "")'))]),
         Row("seqs-512", "rewrite", "512 sequences by default",
@@ -764,7 +799,7 @@ def unified(path: str, before_text: str | None, after_text: str | None) -> str:
     return head + body
 
 
-def write(scenario: Scenario, out: Path) -> dict[str, object]:
+def write(scenario: Scenario, out: Path) -> dict[str, Any]:
     """The two releases, the series repository and the truth; returns the truth."""
     for name, files in (("old", scenario.old), ("new", scenario.new)):
         for path, lines in files.items():
@@ -817,9 +852,9 @@ def main() -> int:
     args = parser.parse_args()
     truth = write(build(args.seed), args.out)
     counts: dict[str, int] = {}
-    for row in truth["rows"]:  # type: ignore[union-attr]
+    for row in truth["rows"]:
         counts[row["kind"]] = counts.get(row["kind"], 0) + 1
-    print(f"{len(truth['rows'])} rows: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))  # type: ignore[arg-type]
+    print(f"{len(truth['rows'])} rows: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     return 0
 
 

@@ -405,6 +405,9 @@ def test_merge_row_combines_touching_changes_and_keeps_real_conflicts() -> None:
     assert hows[b"a.py"][0] == "adjacent" and hows[b"a.py"][1][0][0] == 2
     assert hows[b"b.py"] == ("conflict", ())
     assert hows[b"c.py"] == ("conflict", ())  # both created it: nothing to be adjacent in
+    why = {f.path: f.why for f in merged.files}
+    assert why[b"b.py"] == ("both sides change the same base line (line 2 before the row)",)
+    assert why[b"c.py"] == ("both sides created the file",)
     assert merged.adjacent == ((b"a.py", 2, hows[b"a.py"][1][0][1]),)
     assert merged.merged_paths == (b"a.py",) and not merged.clean
 
@@ -415,3 +418,113 @@ def test_merge_row_combines_touching_changes_and_keeps_real_conflicts() -> None:
     assert not fits_outside_conflicts(combined.replace(b"def step", b"def stop"), marked, LABELS)
     assert not fits_outside_conflicts(combined + b"extra\n", marked, LABELS)
     assert not fits_outside_conflicts(combined, combined, LABELS)  # no conflict block at all
+
+
+def test_a_name_upstream_renamed_next_to_the_rows_insertion_pauses() -> None:
+    # `x = compute()` became `y = compute()`: the anchor is still there, reworded, but the row's
+    # line logs `x`, which no longer exists. Merged, the file reads well and fails at run time.
+    base = "def run(self):\n    x = self.compute()\n    return self.finish()\n"
+    upstream = base.replace("    x = self.compute()", "    y = self.compute()")
+    row = base.replace("    return", '    logger.info("computed %s", x)\n    return')
+    assert (
+        clash(base, upstream, row) == "upstream drops x next to the row's insertion, which uses it"
+    )
+    # Kept, the same name merges.
+    widened = base.replace("self.compute()", "self.compute(strict=True)")
+    assert adjacent(base, widened, row).clean
+
+
+def test_an_anchor_deleted_inside_a_reworded_block_pauses() -> None:
+    # Upstream renamed the loop's call and deleted the capture right after it, in one block; the row
+    # logs after the capture. The block's text still resembles the old one, its last line does not.
+    base = (
+        "def warm_up(self):\n"
+        "    for size in self.sizes:\n"
+        "        self.runner.dummy_run(size)\n"
+        "    self.runner.capture_model()\n"
+        "    return self.sizes\n"
+    )
+    upstream = base.replace(
+        "        self.runner.dummy_run(size)\n    self.runner.capture_model()\n",
+        "        self.runner.dummy_forward(size)\n",
+    )
+    row = base.replace("    return", '    logger.info("warm-up done")\n    return')
+    reason = clash(base, upstream, row)
+    assert reason == "upstream replaced the line next to the row's insertion with other code"
+
+
+def test_a_call_wrapped_over_lines_still_anchors() -> None:
+    upstream = PROFILE.replace(
+        "    self.profile_run()\n",
+        "    self.profile_run(\n        randomize_inputs=True,\n    )\n",
+    )
+    row = PROFILE.replace("    return self.peak", "    self.synchronize()\n    return self.peak")
+    result = adjacent(PROFILE, upstream, row)
+    assert (
+        result.content
+        == upstream.replace(
+            "    return self.peak", "    self.synchronize()\n    return self.peak"
+        ).encode()
+    )
+
+
+def test_both_insert_where_the_rows_lines_would_change_block_pauses() -> None:
+    # The row logs at the end of the `if a` body; upstream adds a new `if c` block at the same
+    # place. Upstream's lines first would put the row's call inside `if c`.
+    base = "def f(a, b, c):\n    if a:\n        do_a()\n    if b:\n        do_b()\n"
+    upstream = base.replace("    if b:", "    if c:\n        do_c()\n    if b:")
+    row = base.replace("        do_a()\n", "        do_a()\n        log_a()\n")
+    reason = clash(base, upstream, row)
+    assert reason.startswith("the row's lines are indented deeper than upstream's")
+    # Upstream's line at the body's depth, the row's at the `if` level: nothing changes block.
+    deeper = base.replace("        do_a()\n", "        do_a()\n        cleanup_a()\n")
+    outer = base.replace("    if b:", "    log_step()\n    if b:")
+    merged = adjacent(base, deeper, outer)
+    assert merged.content == deeper.replace("    if b:", "    log_step()\n    if b:").encode()
+
+
+def test_blank_lines_in_both_insertions_are_not_taken_for_the_same_lines() -> None:
+    # Both blocks open with a blank line: a blank line is no evidence that upstream has the row's.
+    base = "def f():\n    a()\n\n    b()\n"
+    upstream = base.replace("\n    b()", "\n    if done():\n        return\n\n    b()")
+    row = base.replace("\n    b()", "\n    log()\n\n    b()")
+    result = adjacent(base, upstream, row)
+    assert (
+        result.content
+        == base.replace(
+            "\n    b()", "\n    if done():\n        return\n\n    log()\n\n    b()"
+        ).encode()
+    )
+
+
+def test_a_line_of_backslashes_does_not_stall_the_name_check() -> None:
+    # An unterminated string of 60 backslashes took minutes with overlapping regex alternatives.
+    import time
+
+    from hyperqwen_patches.port.adjacent import _names
+
+    start = time.perf_counter()
+    assert _names([b'x = "' + b"\\" * 60 + b"a\n"]) == {b"x", b"a"}
+    assert time.perf_counter() - start < 1.0
+
+
+def test_a_row_editing_a_block_upstream_moved_pauses() -> None:
+    # Upstream moved the method the row edits to the end of the class: the row's base lines are
+    # deleted in one place and inserted in another. git pauses; so does the merge, never editing
+    # one copy and leaving the other.
+    base = (
+        "class A:\n"
+        "    def first(self):\n        return compute_first(self)\n\n"
+        "    def second(self):\n        return compute_second(self)\n\n"
+        "    def third(self):\n        return compute_third(self)\n"
+    )
+    upstream = (
+        "class A:\n"
+        "    def second(self):\n        return compute_second(self)\n\n"
+        "    def third(self):\n        return compute_third(self)\n\n"
+        "    def first(self):\n        return compute_first(self)\n"
+    )
+    row = base.replace("compute_first(self)", "compute_first(self, kvarn=True)")
+    result = merge(base.encode(), upstream.encode(), row.encode())
+    assert result.content is None
+    assert git_merge(base.encode(), upstream.encode(), row.encode())[1] > 0

@@ -121,6 +121,9 @@ def test_rows_that_only_touch_upstream_changes_go_through_where_cherry_pick_paus
     assert files["vllm/loop.py"]["how"] == "adjacent"
     assert files["vllm/loop.py"]["adjacent"][0]["line"] == 2
     assert files["vllm/knobs.py"]["how"] == "conflict"
+    assert files["vllm/knobs.py"]["why"] == [
+        "both sides change the same base line (line 1 before the row)"
+    ]
     worktree = Path(rebase["paused"]["worktree"])
     assert (worktree / "vllm/loop.py").read_text() == LOOP_NEW.replace(
         "    outputs", LOGGED + "    outputs"
@@ -153,7 +156,20 @@ def test_rows_that_only_touch_upstream_changes_go_through_where_cherry_pick_paus
     message = git(fork, "log", "-1", "--format=%B", f"{branch}~2").stdout
     assert "Merged next to an upstream change (review): vllm/runner.py:8." in message
 
-    table = hqp(repo, "--to", "0.30.0", *src, "--rebase", "--fork", str(fork), "--branch", "t")
-    assert table.returncode == 1
+    md = tmp_path / "port.md"
+    table = hqp(
+        repo, "--to", "0.30.0", *src, "--rebase", "--fork", str(fork), "--branch", "t",
+        "--markdown", str(md),
+    )  # fmt: skip
+    assert table.returncode == 1, table.stderr
+    assert "Traceback" not in table.stderr  # --markdown with --rebase once crashed here
+    assert (
+        "- warm-up: `vllm/runner.py:8` merged next to an upstream change (the row inserts next to "
+        "lines upstream changed): review" in md.read_text()
+    )
     assert "warm-up: vllm/runner.py:8: merged next to an upstream change: review" in table.stdout
     assert "vllm/loop.py: merged next to an upstream change at line 2: review" in table.stdout
+    assert (
+        "vllm/knobs.py: 1 conflict(s), markers left: both sides change the same base line (line 1 "
+        "before the row)" in table.stdout
+    )

@@ -451,7 +451,8 @@ def render_rebase(result: object) -> None:
         out.print(Text(f"row {paused.row} needs you, in {paused.worktree}:", style="red bold"))
         for f in paused.files:
             what = {
-                "conflict": f"{f.conflicts} conflict(s), markers left",
+                "conflict": f"{f.conflicts} conflict(s), markers left"
+                + (f": {'; '.join(f.why)}" if f.why else ""),
                 "adjacent": "merged next to an upstream change at "
                 + ", ".join(f"line {n}" for n, _ in f.review)
                 + ": review",

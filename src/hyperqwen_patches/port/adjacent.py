@@ -9,10 +9,13 @@ insertion is still there (reworded at most). Everything else stays a clash for a
 
 - both sides change the same base line (or one inserts inside a block the other replaces);
 - the line an insertion sits next to is deleted by the other side, or replaced by something that
-  no longer resembles it (the anchor is gone);
+  no longer resembles it (the anchor is gone), or reworded so that a name the inserted lines use is
+  gone from it (a variable renamed where it is assigned);
 - both sides replace lines that touch (a rewrite next to a rewrite: each may assume the other line);
 - the lines next to the meeting point were moved (deleted in one place and inserted in another);
-- both sides insert the same line next to each other (part of the row already upstream).
+- both sides insert the same line next to each other (part of the row already upstream);
+- both insert at one place and the row's lines are indented deeper than upstream's (they continue
+  the block before; after upstream's lines they would join upstream's block).
 
 Where the sides do not touch, the merge is diff3's: the same bytes as ``git merge-file`` where that
 merges cleanly (tests/test_port_adjacent.py checks it against git). Diffs are difflib's longest
@@ -40,6 +43,10 @@ Side = Literal["upstream", "row"]
 REWORDED = 0.6
 _TOKEN = re.compile(rb"\w+|[^\w\s]")
 _WORD = re.compile(rb"\w")
+_NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# A quoted string; an escape and any other character are disjoint alternatives, so an unterminated
+# run of backslashes fails in linear time (overlapping ones backtrack exponentially).
+_STRING = re.compile(rb"""(["'])(?:\\.|(?!\1)[^\\])*\1""")
 # Lines shorter than this (stripped) are not evidence of a move or of a duplicate: `)`, `else:`,
 # `pass`, blank lines recur everywhere. The same bar as the triage's "upstream in changed form".
 SIGNIFICANT = 6
@@ -243,7 +250,7 @@ def _why_not(group: Sequence[Hunk], moved: set[bytes]) -> str | None:
     for h in group:
         if any(_key(x) in moved for x in h.lines + h.old):
             return f"{_who(h.side)} moved lines here from elsewhere in the file, or from here"
-    added_up = {_key(x) for h in group if h.side == "upstream" for x in h.lines}
+    added_up = {_key(x) for h in group if h.side == "upstream" for x in h.lines} - {b""}
     if any(_key(x) in added_up for h in group if h.side == "row" for x in h.lines):
         return "upstream adds some of the row's lines right there: part of the row may be upstream"
     return None
@@ -257,20 +264,35 @@ def _pair(u: Hunk, r: Hunk) -> str | None:
         return "the row inserts inside lines upstream replaced"
     if r.start < u.start < r.end and u.inserts:
         return "upstream inserts inside lines the row replaces"
-    touching = u.end == r.start or r.end == u.start or (u.inserts and r.inserts)
-    if not touching:
+    if u.end != r.start and r.end != u.start:
         return None  # joined through other hunks of the group, apart from each other
-    if u.inserts and r.inserts:
+    if u.inserts and r.inserts:  # at one place
+        # Upstream's lines go first. Lines of the row indented deeper than upstream's continue the
+        # block before the insertion point (a call at the end of an `if` body); after upstream's
+        # new block they would join it.
+        if _indent(r.lines) > _indent(u.lines):
+            return (
+                "the row's lines are indented deeper than upstream's, inserted at the same place: "
+                "after them they would join upstream's block"
+            )
         return None
     if not u.inserts and not r.inserts:
         return "both sides replace lines that touch"
     insertion, other = (u, r) if u.inserts else (r, u)
     if other.deletes:
         return f"{_who(other.side)} deletes the line next to {_whose(insertion.side)} insertion"
-    if _kept(other.old, other.lines) < REWORDED:
+    if not _anchor_kept(other, at_end=insertion.start == other.end):
         return (
             f"{_who(other.side)} replaced the line next to {_whose(insertion.side)} insertion "
             "with other code"
+        )
+    # A reworded line may rename what the inserted lines use (`x = f()` became `y = f()`, and the
+    # row logs `x`): the merge would be well-formed text and wrong code.
+    gone = sorted((_names(other.old) - _names(other.lines)) & _names(insertion.lines))
+    if gone:
+        return (
+            f"{_who(other.side)} drops {b', '.join(gone).decode('ascii')} next to "
+            f"{_whose(insertion.side)} insertion, which uses it"
         )
     return None
 
@@ -312,6 +334,37 @@ def _moved_lines(hunks: Sequence[Hunk]) -> set[bytes]:
         gone |= old - new
         added |= new - old
     return gone & added
+
+
+def _anchor_kept(block: Hunk, *, at_end: bool) -> bool:
+    """Whether the line of ``block`` that an insertion touches (its last, ``at_end``, else its
+    first) is still there, reworded at most. A single line may become several (a comment split, a
+    call wrapped): then the whole block counts. Of several lines, the boundary line must match the
+    new boundary line, and better than any other old line does: `run(size)` + `capture()` becoming
+    `forward(size)` is the first reworded and the second, the anchor, deleted."""
+    if len(block.old) == 1:
+        return _kept(block.old, block.lines) >= REWORDED
+    old, rest = (block.old[-1], block.old[:-1]) if at_end else (block.old[0], block.old[1:])
+    new = block.lines[-1] if at_end else block.lines[0]
+    kept = _kept([old], [new])
+    return kept >= REWORDED and all(_kept([other], [new]) <= kept for other in rest)
+
+
+def _indent(lines: Sequence[bytes]) -> int:
+    """The indentation of the first line that is not blank (-1: all blank)."""
+    for line in lines:
+        if line.strip():
+            return len(line.expandtabs(8)) - len(line.expandtabs(8).lstrip())
+    return -1
+
+
+def _names(lines: Sequence[bytes]) -> set[bytes]:
+    """The identifiers of some lines' code (string literals and comments left out)."""
+    names: set[bytes] = set()
+    for line in lines:
+        code = _STRING.sub(b"", line).split(b"#", 1)[0]
+        names.update(_NAME.findall(code))
+    return names
 
 
 def _kept(old: Sequence[bytes], new: Sequence[bytes]) -> float:

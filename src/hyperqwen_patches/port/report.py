@@ -186,7 +186,7 @@ def render_markdown(
             f"{len(rebased.commits)} commit(s), tip `{rebased.tip}`.",
             "",
         ]
-        lines += [f"- `{sha}` {row}" for row, sha in rebased.commits]
+        lines += [f"- `{sha}` {row} ({how})" for row, sha, how in rebased.commits]
         lines.append("")
         if rebased.adjacent:
             lines += [

@@ -43,6 +43,8 @@ class FileMerge:
     conflicts: int = 0  # conflict blocks merge-file left
     # "adjacent": (line in the merged file, which changes met there), one per combined region
     review: tuple[tuple[int, str], ...] = ()
+    # "conflict": why the conflicts could not be merged as changes that only touch
+    why: tuple[str, ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -54,6 +56,7 @@ class FileMerge:
             "how": self.how,
             "conflicts": self.conflicts,
             "adjacent": [{"line": line, "what": what} for line, what in self.review],
+            "why": list(self.why),
         }
 
 
@@ -125,12 +128,14 @@ def merge_row(
             files.append(FileMerge(path, theirs, "removed-upstream"))
         else:
             merged, conflicts = merge_text(ours, base or b"", theirs, labels)
-            touching = _touching(path, base, ours, theirs, merged, labels) if conflicts else None
-            if touching is not None:
-                files.append(touching)
+            if not conflicts:
+                files.append(FileMerge(path, merged, "merged"))
                 continue
-            how = "conflict" if conflicts else "merged"
-            files.append(FileMerge(path, merged, how, conflicts))
+            touching = _touching(path, base, ours, theirs, merged, labels)
+            if isinstance(touching, FileMerge):
+                files.append(touching)
+            else:
+                files.append(FileMerge(path, merged, "conflict", conflicts, why=touching))
     return RowMerge(tuple(files))
 
 
@@ -141,16 +146,17 @@ def _touching(
     theirs: bytes,
     marked: bytes,
     labels: Sequence[str],
-) -> FileMerge | None:
+) -> FileMerge | tuple[str, ...]:
     """The file merged where merge-file's conflicts are only changes that touch (adjacent.py), or
-    None: a real conflict, or a file both sides created (no base to be adjacent in)."""
+    why it stays a conflict, for the person who resolves it."""
     if base is None:
-        return None
+        return ("both sides created the file",)
     combined = adjacent.merge(base, ours, theirs)
-    if not combined.adjacent or combined.content is None:
-        return None
-    if not fits_outside_conflicts(combined.content, marked, labels):
-        return None
+    if combined.content is None:
+        return tuple(dict.fromkeys(f"{c.reason} (line {c.base_line} before the row)"
+                                   for c in combined.clashes))  # fmt: skip
+    if not combined.adjacent or not fits_outside_conflicts(combined.content, marked, labels):
+        return ()  # the two diffs aligned lines differently: git's conflict stands, unexplained
     review = tuple((a.line, a.what) for a in combined.adjacent)
     return FileMerge(path, combined.content, "adjacent", 0, review)
 
