@@ -245,13 +245,7 @@ def cached_base(
         tmp = staging_dir(root, entry.name)
         try:
             gitrun.init_bare(tmp)
-            building = (
-                progress.waiting(f"building the base commit of {label}")
-                if progress is not None
-                else contextlib.nullcontext()
-            )
-            with building:
-                commit = write_base_commit(tmp, tree, package=package, version=version).commit
+            commit = _build(tmp, tree, label, package=package, version=version, progress=progress)
             (tmp / BASE_MARKER).write_text(commit + "\n")
             if entry.exists():  # unusable (no marker, or a missing object): replace it
                 shutil.rmtree(entry, ignore_errors=True)
@@ -266,6 +260,25 @@ def cached_base(
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build(
+    git_dir: Path,
+    tree: TreeSource,
+    label: str,
+    *,
+    package: str,
+    version: str,
+    progress: Progress | None,
+) -> str:
+    """Write the base commit into ``git_dir``, told through ``progress`` (seconds on a release)."""
+    telling = (
+        progress.waiting(f"building the base commit of {label}")
+        if progress is not None
+        else contextlib.nullcontext()
+    )
+    with telling:
+        return write_base_commit(git_dir, tree, package=package, version=version).commit
 
 
 def _valid_entry(entry: Path) -> str | None:
@@ -366,13 +379,7 @@ def _cached_dir_base(
         tmp = staging_dir(root, entry.name)
         try:
             gitrun.init_bare(tmp)
-            building = (
-                progress.waiting(f"building the base commit of {label}")
-                if progress is not None
-                else contextlib.nullcontext()
-            )
-            with building:
-                commit = write_base_commit(tmp, tree, package=package, version=version).commit
+            commit = _build(tmp, tree, label, package=package, version=version, progress=progress)
             (tmp / FINGERPRINT).write_text(fingerprint.digest + "\n")
             (tmp / BASE_MARKER).write_text(commit + "\n")
             if entry.exists():
