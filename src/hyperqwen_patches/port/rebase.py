@@ -62,7 +62,6 @@ def _fork_messages(git_dir: Path, manifest: Any) -> dict[str, tuple[bytes, dict[
 
     Only commits are read: whatever the fork's work tree or index hold is not looked at.
     """
-    from hyperqwen_patches import gitrun
     from hyperqwen_patches.fork import exporting
     from hyperqwen_patches.fork import reading as forkgit
 
@@ -74,14 +73,15 @@ def _fork_messages(git_dir: Path, manifest: Any) -> dict[str, tuple[bytes, dict[
         base = exporting.find_base(
             git_dir, tip, package=manifest.package, pin=manifest.pin, branch=point.branch
         )
-        for commit in forkgit.list_commits(git_dir, base, tip):
-            if commit.row is None or commit.row in found:
-                continue
-            raw = gitrun.check(
-                ["cat-file", "commit", commit.sha], git_dir=git_dir, what="reading a fork commit"
-            )
-            header = raw.partition(b"\n\n")[0]
-            found[commit.row] = (commit.message, _author_env(header))
+        wanted = [
+            c for c in forkgit.list_commits(git_dir, base, tip) if c.row and c.row not in found
+        ]
+        # One cat-file for all of the point's commits (a process each cost ~6 ms a row).
+        raw = forkgit.read_objects(git_dir, [c.sha for c in wanted], kind="commit")
+        for commit in wanted:
+            if commit.row not in found:
+                header = raw[commit.sha].partition(b"\n\n")[0]
+                found[commit.row] = (commit.message, _author_env(header))
     return found
 
 

@@ -68,7 +68,10 @@ def port(
             if not resuming:
                 with _step(progress, f"port: triaging {len(rows)} rows on {new.label}"):
                     classified = classify_rows(rows, old, new)
-                    statics = _port_statics(manifest, old, new)
+                    # With --rebase every row is checked as the branch has it (port/verify.py):
+                    # the static checks of the old patch text would only add false findings.
+                    if rebase is None:
+                        statics = _port_statics(manifest, old, new)
             report = PortReport(
                 package=manifest.package,
                 from_version=manifest.pin,
