@@ -403,3 +403,35 @@ def test_list_reads_the_manifest_only(project: Project) -> None:
     assert [r["patch"] for r in rows[:52]] == project.series_files
     table = hqp("list", cwd=project.root).stdout
     assert "0.31.0 (adapted to #54809)" in table
+
+
+@pytest.mark.parametrize("json_flag", [False, True])
+def test_a_nul_in_a_series_line_or_a_device_listed_is_refused_by_file_and_line(
+    project: Project, json_flag: bool
+) -> None:
+    series = project.root / "patches/series"
+    lines = series.read_text().splitlines()
+    _append(series, "bad\0name.patch\n")
+    extra = ("--json",) if json_flag else ()
+    proc = adopt(project, *extra)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"patches/series:{len(lines) + 1}: a NUL byte in the line" in proc.stderr + proc.stdout
+    if json_flag:  # one error document, nothing else on stdout
+        import json
+
+        doc = json.loads(proc.stdout)
+        assert doc["ok"] is False and doc["exit_code"] == 2
+    series.write_text("\n".join(lines) + "\n")
+    import os
+    import stat
+
+    if os.geteuid() != 0:
+        return  # a character device inside the repository needs root to make
+    # /dev/zero's twin inside the repository: read whole, it would never end
+    os.mknod(project.root / "patches/zero.patch", stat.S_IFCHR | 0o600, os.makedev(1, 5))
+    _append(series, "zero.patch\n")
+    proc = adopt(project)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "patches/zero.patch is not a file" in proc.stderr  # refused before it is read
+    assert not (project.root / "patches/manifest.yaml").exists()

@@ -19,6 +19,7 @@ SHARED: tuple[str, ...] = (
     "atomicfile",
     "layers",
     "records",
+    "inputfile",
 )
 
 # Lowest first. Data flows the same way: a release and the series are read (sources, series), the

@@ -101,26 +101,15 @@ def refuse_misplaced(directory: Path, patches: list[Patch]) -> None:
         )
 
 
-# A patch file larger than this is refused rather than read into memory (vLLM's largest release diff
-# is a few MB; the 1,000-patch benchmark series is 3 MB in all).
-MAX_PATCH_BYTES = 1 << 30
-
-
 def load_patch(path: Path, *, strip: int = 1) -> Patch:
     """Read and parse one patch file; an unreadable file is a usage error naming it."""
-    import stat
-
     from hyperqwen_patches.engine.patchset import parse_patch
+    from hyperqwen_patches.inputfile import read_input
 
     try:
-        mode = path.stat().st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISDIR(mode)):
-            # /dev/zero would be read until memory runs out; a pipe (`--patch <(git diff)`) ends.
-            raise UsageError(f"patch file {path} is not a regular file or a pipe")
-        with path.open("rb") as fh:
-            data = fh.read(MAX_PATCH_BYTES + 1)
-        if len(data) > MAX_PATCH_BYTES:
-            raise UsageError(f"patch file {path} is larger than {MAX_PATCH_BYTES >> 20} MiB")
+        data = read_input(path, "patch file")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     except FileNotFoundError:
         raise UsageError(f"patch file {path} does not exist") from None
     except IsADirectoryError:

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from hyperqwen_patches.atomicfile import write_atomic
 from hyperqwen_patches.engine.patchset import PatchParseError, parse_patch
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.inputfile import read_input
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import (
     CUT_RE,
@@ -156,7 +157,9 @@ def plan_adopt(
     for path, origin in entries:
         rel = _rel(root, path)
         try:
-            data = path.read_bytes()
+            data = read_input(path, "patch file")
+        except ValueError as exc:
+            raise AdoptError(f"{origin}: {exc}") from None
         except OSError as exc:
             raise AdoptError(f"{origin}: cannot read {rel}: {exc.strerror}") from None
         try:
@@ -274,7 +277,9 @@ def _list_entries(root: Path, list_file: Path) -> list[tuple[Path, str]]:
     """quilt's series format: one patch per line, ``#`` comments, blank lines, an optional ``-p1``."""
     shown = _rel(root, list_file)
     try:
-        text = list_file.read_bytes().decode("utf-8")
+        text = read_input(list_file, "series file").decode("utf-8")
+    except ValueError as exc:
+        raise AdoptError(str(exc)) from None
     except FileNotFoundError:
         raise AdoptError(f"{shown} does not exist") from None
     except IsADirectoryError:
@@ -288,6 +293,8 @@ def _list_entries(root: Path, list_file: Path) -> list[tuple[Path, str]]:
         if not line:
             continue
         origin = f"{shown}:{number}"
+        if "\0" in line:
+            raise AdoptError(f"{origin}: a NUL byte in the line (no file name holds one)")
         name, *options = line.split()
         for option in options:
             if option != "-p1":
