@@ -50,3 +50,41 @@ def test_sizes_then_prune(tmp_path: Path) -> None:
     assert done.returncode == 0 and "cache --prune: 3 entries" in done.stdout
     assert not old_result.exists() and not old_base.exists() and not debris.exists()
     assert old_release.exists() and new_result.exists()
+
+
+def test_prune_leaves_what_a_running_build_holds(tmp_path: Path) -> None:
+    """A staging directory whose entry's lock a build holds is its work, not debris: kept until the
+    lock is free. An old entry in use by its builder likewise."""
+    import fcntl
+
+    cache = tmp_path / "cache"
+    staging = cache / "base/.pypi_vllm==0.29.0.git.staging-7-cd"
+    make(staging / "objects/x", b"being written")
+    old = cache / "bundles/b1"
+    make(old / "x", b"old", age_days=90)
+    os.utime(old, (time.time() - 90 * 86400,) * 2)
+    (cache / "locks").mkdir(parents=True)
+    with (
+        open(cache / "locks/pypi_vllm==0.29.0.git.lock", "a+b") as a,
+        open(cache / "locks/b1.lock", "a+b") as b,
+    ):
+        fcntl.flock(a, fcntl.LOCK_EX)  # as basecommit.cached_base holds it while it builds
+        fcntl.flock(b, fcntl.LOCK_EX)
+        held = json.loads(hqp(cache, "--prune", "--days", "0", "--json").stdout)
+        assert held["removed"] == [] and staging.exists() and old.exists()
+    freed = json.loads(hqp(cache, "--prune", "--days", "0", "--json").stdout)
+    assert sorted(freed["removed"]) == sorted([str(old), str(staging)])
+    assert not staging.exists() and not old.exists()
+
+
+def test_prune_never_follows_an_area_that_is_a_link(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    outside = tmp_path / "elsewhere"
+    victim = make(outside / "old-entry/file", b"not the cache's", age_days=90)
+    os.utime(outside / "old-entry", (time.time() - 90 * 86400,) * 2)
+    cache.mkdir()
+    (cache / "base").symlink_to(outside)
+    done = hqp(cache, "--prune", "--days", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["removed"] == []
+    assert victim.read_bytes() == b"not the cache's"

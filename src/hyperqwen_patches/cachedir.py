@@ -36,6 +36,40 @@ def entry_lock(cache_root: Path, name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def entry_lock_if_free(cache_root: Path, name: str) -> Iterator[bool]:
+    """The entry's lock (:func:`entry_lock`) if no process holds it, without waiting: yields whether
+    it was taken. ``cache --prune`` removes an entry or its staging debris only under it, so it
+    never deletes what a running build is writing or a running check is using."""
+    import fcntl
+
+    locks = cache_root / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{name}.lock", "a+b") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def entry_name(path: Path) -> str | None:
+    """The cache entry a prunable path belongs to (its lock's name): the entry itself, or the entry
+    a staging directory (``.NAME.staging-…``) or a download's temporary (``.tmp-NAME-PID-ID``) was
+    building; None for a result cache temporary, which has no lock (its writer renames it whole)."""
+    name = path.name
+    if ".staging-" in name and name.startswith("."):
+        return name[1:].partition(".staging-")[0]
+    if name.startswith(".tmp-"):
+        parts = name[len(".tmp-") :].rsplit("-", 2)
+        return parts[0] if len(parts) == 3 else None
+    return name
+
+
 KEY_BYTES = 32
 
 
@@ -135,6 +169,10 @@ def tree_size(path: Path) -> tuple[int, int]:
     return files, size
 
 
+# A temporary without a lock of its own counts as a killed run's debris only after this long.
+DEBRIS_AGE = 600
+
+
 def prunable(root: Path, *, older_than_days: float, now: float) -> list[Path]:
     """What ``cache --prune`` removes: staging debris of killed runs (any age), and entries that are
     made again locally (``AREAS``' rebuildable ones: result entries, base commits, bundles) not
@@ -144,11 +182,13 @@ def prunable(root: Path, *, older_than_days: float, now: float) -> list[Path]:
     cutoff = now - older_than_days * 86400
     for area, (_, rebuildable) in AREAS.items():
         top = root / area
-        if not top.is_dir():
-            continue
+        if top.is_symlink() or not top.is_dir():
+            continue  # an area that is a link leads outside the cache: never pruned through
         for entry in sorted(top.iterdir()):
             debris = ".staging-" in entry.name or entry.name.startswith((".tmp-", ".tmp"))
-            if area == "results" and entry.is_dir():  # one directory per check: its entries
+            if debris and entry_name(entry) is None and not _older(entry, now - DEBRIS_AGE):
+                continue  # a result being written right now (it has no lock to ask)
+            if area == "results" and entry.is_dir() and not entry.is_symlink():
                 out += [f for f in sorted(entry.iterdir()) if _older(f, cutoff)]
             elif debris or (rebuildable and area != "locks" and _older(entry, cutoff)):
                 out.append(entry)

@@ -44,23 +44,40 @@ def cache_command(
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
+    import contextlib
+    import os
     import shutil
     import time
 
-    from hyperqwen_patches.cachedir import AREAS, cache_dir, prunable, tree_size
+    from hyperqwen_patches.cachedir import (
+        AREAS,
+        cache_dir,
+        entry_lock_if_free,
+        entry_name,
+        prunable,
+        tree_size,
+    )
     from hyperqwen_patches.console import emit_json, out, table_lines
 
     root = cache_dir()
     if prune:
-        doomed = prunable(root, older_than_days=days, now=time.time())
+        doomed = []
         freed = 0
-        for path in doomed:
-            freed += tree_size(path)[1] if path.is_dir() else path.lstat().st_size
-            if not dry_run:
-                if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    path.unlink(missing_ok=True)
+        for path in prunable(root, older_than_days=days, now=time.time()):
+            name = entry_name(path) if path.parent.name != "locks" else None
+            # Under the entry's lock, taken without waiting: an entry a running build writes or a
+            # running check uses (it holds the lock) is left for a later prune.
+            held = entry_lock_if_free(root, name) if name else contextlib.nullcontext(True)
+            with held as free:
+                if not free or not os.path.lexists(path):
+                    continue
+                doomed.append(path)
+                freed += tree_size(path)[1] if path.is_dir() else path.lstat().st_size
+                if not dry_run:
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        path.unlink(missing_ok=True)
         if json_output:
             emit_json({"cache": str(root), "dry_run": dry_run, "removed": [str(p) for p in doomed],
                        "bytes": freed})  # fmt: skip
