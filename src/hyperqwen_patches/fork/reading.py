@@ -115,8 +115,26 @@ def is_ancestor(git_dir: Path, ancestor: str, descendant: str) -> bool:
 
 
 def commit_exists(git_dir: Path, sha: str) -> bool:
-    result = gitrun.run(["cat-file", "-e", f"{sha}^{{commit}}"], git_dir=git_dir)
-    return result.ok
+    return sha in commits_existing(git_dir, [sha])
+
+
+def commits_existing(git_dir: Path, shas: Sequence[str]) -> set[str]:
+    """Which of ``shas`` name commits in the fork: one ``cat-file --batch-check`` for all of them (a
+    process per SHA cost 105 s for a manifest of 10,000 rows)."""
+    if not shas:
+        return set()
+    out = gitrun.check(
+        ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
+        git_dir=git_dir,
+        input="".join(f"{sha}\n" for sha in shas).encode(),
+        what=f"looking up {len(shas)} commits",
+    )
+    found: set[str] = set()
+    for sha, line in zip(shas, out.decode("ascii", "replace").splitlines(), strict=False):
+        # "<sha> commit", or "<sha> missing" / "<name> ambiguous" for what is not one
+        if line.split(" ")[-1] == "commit" and line.split(" ")[0].startswith(sha.lower()):
+            found.add(sha)
+    return found
 
 
 def row_trailer(message: bytes) -> str | None:

@@ -541,6 +541,8 @@ def check_replay(
                 f"fork: {', '.join(order)}\nmanifest: {', '.join(row_order)}",
             )
         )
+    unpaired = [r for n, r, _ in rows if r and paired.get(n) is None]
+    existing = forkgit.commits_existing(view_dir, unpaired)
     for name, recorded, _ in rows:
         commit = paired.get(name)
         if commit is not None and recorded and recorded != commit.sha:
@@ -553,7 +555,7 @@ def check_replay(
                     f"{commit.sha[:12]} (run export to update the manifest)",
                 )
             )
-        elif recorded and commit is None and not forkgit.commit_exists(view_dir, recorded):
+        elif recorded and commit is None and recorded not in existing:
             add(
                 Problem(
                     "fork-commits",
