@@ -302,6 +302,17 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
         fp = _in_place(fp, state)
     source = fp.old_path
     assert source is not None
+    if (fp.rename or fp.copy) and source in state.changes:
+        # A chain inside one patch (a -> b, then b -> c): GNU patch 2.7.6 says "Cannot rename file
+        # without two valid file names" and git apply refuses; so do we, rather than follow it.
+        return FileResult(
+            fp.path,
+            action,
+            "failed",
+            error=f"{_show(source)} was written by an earlier section of this patch: cannot "
+            f"{action} it again (GNU patch and git apply refuse it too)",
+            old_path=source,
+        )
     content = state.read(source)
     if content is None:
         return _missing_source(fp, state, policy)
