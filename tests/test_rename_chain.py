@@ -26,6 +26,18 @@ similarity index 100%
 rename from a
 rename to b
 """
+# A rename, then a section on the old name: the old name is gone (GNU: "can't find file").
+RENAME_THEN_OLD = b"""diff --git a/a b/b
+similarity index 100%
+rename from a
+rename to b
+diff --git a/a b/a
+--- a/a
++++ b/a
+@@ -1 +1 @@
+-one
++uno
+"""
 COPY_THEN_RENAME = b"""diff --git a/a b/b
 similarity index 100%
 copy from a
@@ -64,7 +76,13 @@ def tools_accept(tmp_path: Path, patch: bytes) -> tuple[bool, bool]:
 
 
 @pytest.mark.parametrize(
-    ("name", "patch"), [("chain", CHAIN), ("single", SINGLE), ("copy+rename", COPY_THEN_RENAME)]
+    ("name", "patch"),
+    [
+        ("chain", CHAIN),
+        ("single", SINGLE),
+        ("rename+old name", RENAME_THEN_OLD),
+        ("copy+rename", COPY_THEN_RENAME),
+    ],
 )
 def test_renames_in_one_patch_as_gnu_and_git_take_them(
     name: str, patch: bytes, tmp_path: Path
