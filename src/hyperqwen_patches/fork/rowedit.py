@@ -78,11 +78,15 @@ class RefreshResult:
 
 def kept_fork(manifest: Manifest) -> Path:
     """The fork the tool keeps for a repository that names none (``.hqp/fork``, ignored by git)."""
-    return manifest.root / WORK_DIR / "fork"
+    from hyperqwen_patches.series.manifest import inside_repo
+
+    return inside_repo(manifest.root, WORK_DIR) / "fork"
 
 
 def _work_dir(manifest: Manifest) -> Path:
-    work = manifest.root / WORK_DIR
+    from hyperqwen_patches.series.manifest import inside_repo
+
+    work = inside_repo(manifest.root, WORK_DIR)
     work.mkdir(exist_ok=True)
     ignore = work / ".gitignore"
     if not ignore.exists():

@@ -36,6 +36,7 @@ from hyperqwen_patches.series.manifest import (
     NAME_RE,
     PACKAGE_RE,
     VERSION_RE,
+    inside_repo,
     parse_manifest,
     yaml_scalar,
 )
@@ -131,6 +132,7 @@ def plan_adopt(
     root = root.resolve()
     if not PACKAGE_RE.match(package):
         raise AdoptError(f"--package {package!r} is not a package name")
+    inside_repo(root, "patches")  # what adopt writes (manifest, series, ledger) stays in the repo
     manifest_path = root / MANIFEST_RELPATH
     if manifest_path.exists() and not force:
         raise AdoptError(

@@ -354,8 +354,24 @@ def resolve_repo(repo: Path | None) -> Path:
     return found
 
 
+def inside_repo(root: Path, name: str) -> Path:
+    """``root / name``, refused (UsageError) when it is a link leading out of the repository: the
+    series' files (``patches/``) and the tool's work (``.hqp/``) are read and written there, and a
+    link would carry those reads and writes to wherever it points."""
+    path = root / name
+    if path.is_symlink():
+        target = path.resolve()
+        if not target.is_relative_to(root.resolve()):
+            raise UsageError(
+                f"{path} is a link to {target}, outside the repository {root}",
+                hint=f"make {name} a directory of the repository (or a link inside it)",
+            )
+    return path
+
+
 def load_manifest(root: Path) -> Manifest:
     """Read and validate ``<root>/patches/manifest.yaml``; raise :class:`ManifestError` with every problem."""
+    inside_repo(root, "patches")
     path = root / MANIFEST_RELPATH
     shown = MANIFEST_RELPATH
     try:
