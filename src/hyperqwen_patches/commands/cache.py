@@ -17,7 +17,9 @@ downloaded again).
 
 --prune removes the debris of killed runs, and the entries that are made again without the network
 (result entries, base commits, fetched bundles) not written for --days days (default 30); releases
-and test environments are kept. --dry-run lists what would go.
+and test environments are kept. --dry-run lists what would go. An entry is removed only under its
+lock, taken without waiting: what a running command is building is left for a later prune. An area
+that is a link is never pruned through.
 
 Examples:
 

@@ -126,15 +126,6 @@ _DIFFISH = re.compile(
 )
 
 
-@record(frozen=True)
-class ExportRefusal:
-    """Why a commit cannot be exported, with what to do about it."""
-
-    sha: str
-    subject: str
-    message: str
-
-
 def format_patch_argv(sha: str) -> list[str]:
     args = ["format-patch"]
     args += [opt for opt, _pin, _why in FORMAT_PATCH_OPTIONS if opt is not None]
@@ -403,13 +394,6 @@ def export_commits(
             else:
                 result[commit.sha] = formatted[commit.sha]
     return result
-
-
-def check_message_encoding(message: bytes, where: str) -> None:
-    try:
-        message.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{where}: the commit message is not UTF-8 ({exc})") from exc
 
 
 # --- the export operation: fork → patch files, manifest SHAs, series and ledger ------------------------

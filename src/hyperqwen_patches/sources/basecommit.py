@@ -26,7 +26,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -183,24 +183,6 @@ def write_base_commit(
         git_dir, tree_sha, message=base_message(package, version), env=fixed_identity_env()
     )
     return BaseCommit(commit=commit, tree=tree_sha, files=len(paths))
-
-
-def base_for_pin(
-    git_dir: Path,
-    *,
-    source: str,
-    package: str,
-    version: str,
-    cache: Path | None = None,
-    opener: Callable[..., TreeSource] | None = None,
-) -> BaseCommit:
-    """Open the pristine tree from ``source`` (``pypi:vllm==0.29.0``, ``dir:PATH``, ...) and write its base."""
-    if opener is None:
-        from hyperqwen_patches.sources.pristine import open_pristine
-
-        opener = open_pristine
-    tree = opener(source, package=package, version=version, cache=cache)
-    return write_base_commit(git_dir, tree, package=package, version=version)
 
 
 # --- a cache of base commits for immutable sources ----------------------------------------------------

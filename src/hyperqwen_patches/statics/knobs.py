@@ -340,13 +340,6 @@ def uses_at(sites: dict[str, Any], path: bytes, analysis: Analysis) -> list[Knob
     return out
 
 
-def knob_uses(
-    tree: ast.Module, path: bytes, analysis: Analysis, prefixes: tuple[str, ...]
-) -> list[KnobUse]:
-    """Every knob read (bare, through vllm.envs, or through an ``environ`` variable) on added lines."""
-    return uses_at(knob_sites(tree, prefixes), path, analysis)
-
-
 def _sites_of(analysis: Analysis, path: bytes, data: bytes, prefixes: tuple[str, ...]) -> Any:
     """knob_sites of a patched file through the result cache (None: it does not parse)."""
 
