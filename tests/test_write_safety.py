@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_apply_cli import snapshot
 
 from hyperqwen_patches.sources import journal
 from hyperqwen_patches.sources.tree import Tree, TreeBusy, TreeError, TreeWriteError
@@ -47,23 +48,6 @@ def run(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.Comp
         check=False,
         env={**os.environ, "COLUMNS": "400", **(env or {})},
     )
-
-
-def snapshot(root: Path) -> dict[str, tuple[int, bytes | str]]:
-    """Every entry under root: mode and bytes (files), link target (links), mode (the rest)."""
-    out: dict[str, tuple[int, bytes | str]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            info = path.lstat()
-            rel = str(path.relative_to(root))
-            if stat.S_ISLNK(info.st_mode):
-                out[rel] = (info.st_mode, os.readlink(path))
-            elif stat.S_ISREG(info.st_mode):
-                out[rel] = (info.st_mode, path.read_bytes())
-            else:
-                out[rel] = (info.st_mode, "")
-    return out
 
 
 def debris(root: Path) -> list[str]:

@@ -7,6 +7,8 @@ would be held whole: both are refused, naming the file, before anything is parse
 
 from __future__ import annotations
 
+import errno
+import os
 import stat
 from pathlib import Path
 
@@ -20,7 +22,7 @@ def read_input(path: Path, what: str, *, limit: int = MAX_INPUT_BYTES) -> bytes:
     through for the caller to word."""
     mode = path.stat().st_mode
     if stat.S_ISDIR(mode):
-        raise IsADirectoryError(21, "Is a directory", str(path))
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
         raise ValueError(f"{what} {path} is not a regular file or a pipe")
     with path.open("rb") as fh:

@@ -159,17 +159,14 @@ def abort_rebase(fork: Path) -> tuple[Any, list[Path]]:
         try:
             saved = pausing.load(git_dir)
         except GitError:
-            saved = None
-            damaged = True
+            saved = None  # damaged: dropped all the same, with the worktrees the rebase opened
         else:
-            damaged = False
             if saved is None:
                 raise UsageError(f"no port --rebase is paused in {fork}: nothing to abort")
         removed = pausing.ours(git_dir)
         for worktree in removed:
             pausing.close_worktree(git_dir, worktree)
-        if damaged or saved is not None:
-            pausing.drop(git_dir)
+        pausing.drop(git_dir)
     return saved, removed
 
 
