@@ -26,6 +26,7 @@ import os
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from hyperqwen_patches.errors import EnvironmentProblem, GitError
 from hyperqwen_patches.records import record
@@ -172,20 +173,7 @@ def run(
     stream of 100 MB for ``fast-import`` is never held whole); an exception while it is consumed
     stops git and propagates.
     """
-    argv: list[str | bytes] = ["git"]
-    for key, value in (*PINNED_CONFIG, *config):
-        argv += ["-c", f"{key}={value}"]
-    argv += list(args)
-    full_env = isolated_env(git_dir, index=index, extra=env)
-    log.debug("git %s (GIT_DIR=%s, cwd=%s)", _show_argv(argv[1:]), git_dir, cwd)
-    work = str(cwd) if cwd is not None else (str(git_dir) if git_dir is not None else None)
-    command = [os.fsdecode(a) if isinstance(a, bytes) else a for a in argv]
-    # The isolation overrides on top of the caller's environment (PATH, HOME, TMPDIR).
-    run_env = {**os.environ, **full_env}
-    if "GIT_WORK_TREE" not in full_env or ("--bare" in args and args[:1] == ["init"]):
-        # A leaked GIT_WORK_TREE goes: without a git dir the cwd is the work tree, and a bare
-        # repository has none (git refuses one given).
-        run_env.pop("GIT_WORK_TREE", None)
+    command, work, run_env = _prepare(args, git_dir, cwd, index, env, config)
     try:
         if input is not None and not isinstance(input, (bytes, bytearray, memoryview)):
             return _streamed(command, work, run_env, input)
@@ -206,6 +194,52 @@ def run(
             "git is not installed or not on PATH", hint="install git 2.39 or later"
         ) from exc
     return GitResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _prepare(
+    args: Sequence[str | bytes],
+    git_dir: Path | None,
+    cwd: Path | None,
+    index: Path | None,
+    env: Mapping[str, str] | None,
+    config: Sequence[tuple[str, str]],
+) -> tuple[list[str], str | None, dict[str, str]]:
+    """(argv, cwd, environment) of one isolated git call."""
+    argv: list[str | bytes] = ["git"]
+    for key, value in (*PINNED_CONFIG, *config):
+        argv += ["-c", f"{key}={value}"]
+    argv += list(args)
+    full_env = isolated_env(git_dir, index=index, extra=env)
+    log.debug("git %s (GIT_DIR=%s, cwd=%s)", _show_argv(argv[1:]), git_dir, cwd)
+    work = str(cwd) if cwd is not None else (str(git_dir) if git_dir is not None else None)
+    command = [os.fsdecode(a) if isinstance(a, bytes) else a for a in argv]
+    # The isolation overrides on top of the caller's environment (PATH, HOME, TMPDIR).
+    run_env = {**os.environ, **full_env}
+    if "GIT_WORK_TREE" not in full_env or ("--bare" in args and args[:1] == ["init"]):
+        # A leaked GIT_WORK_TREE goes: without a git dir the cwd is the work tree, and a bare
+        # repository has none (git refuses one given).
+        run_env.pop("GIT_WORK_TREE", None)
+    return command, work, run_env
+
+
+def start(
+    args: Sequence[str | bytes],
+    *,
+    git_dir: Path | None,
+    stderr: IO[bytes],
+    config: Sequence[tuple[str, str]] = (),
+) -> subprocess.Popen[bytes]:
+    """Start ``git <args>`` isolated as :func:`run` does, talking to it over pipes (stdin, stdout);
+    its stderr goes to ``stderr`` (a file: git may write there while we wait on stdout). The caller
+    closes stdin and waits."""
+    command, work, run_env = _prepare(args, git_dir, None, None, None, config)
+    try:
+        return subprocess.Popen(command, cwd=work, env=run_env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=stderr)  # fmt: skip
+    except FileNotFoundError as exc:
+        raise EnvironmentProblem(
+            "git is not installed or not on PATH", hint="install git 2.39 or later"
+        ) from exc
 
 
 def _streamed(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
+from hyperqwen_patches.fork.commitstream import CommitStream
 from hyperqwen_patches.fork import replay
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import ExportPoint, Manifest, Row
@@ -149,17 +150,20 @@ def commit_for_row(view: Path, manifest: Manifest, row: Row) -> tuple[bytes, dic
 
 
 def write_state_commit(
-    git_dir: Path, state: replay.TreeState, parent: str, message: bytes, env: dict[str, str]
+    git_dir: Path,
+    state: replay.TreeState,
+    parent: str,
+    message: bytes,
+    env: dict[str, str],
+    *,
+    stream: CommitStream | None = None,
 ) -> str:
-    """Write the state's new blobs, its tree and a commit on ``parent``."""
-    paths = sorted(state.content)
-    shas = basecommit.write_blobs(git_dir, (state.content[p] for p in paths))
-    for path, sha in zip(paths, shas, strict=True):
-        assert state.entries[path][1] == sha, path
-    tree = basecommit.write_tree(
-        git_dir, ((p, b"%o" % mode, sha) for p, (mode, sha) in sorted(state.entries.items()))
-    )
-    return basecommit.commit_tree(git_dir, tree, parents=[parent], message=message, env=env)
+    """A commit on ``parent`` of what changed in the state since its last commit; ``stream`` writes
+    it (one git process for a whole chain), else a stream of its own."""
+    if stream is not None:
+        return stream.commit(parent, state.take_changes(), message, env)
+    with CommitStream(git_dir) as own:
+        return own.commit(parent, state.take_changes(), message, env)
 
 
 def build_branch(
@@ -174,11 +178,11 @@ def build_branch(
     state = replay.TreeState(replay.tree_entries(git_dir, base), tree.read)
     parent = base
     out: list[ImportedRow] = []
-    with forkgit.scratch_repo() as view:
+    with forkgit.scratch_repo() as view, CommitStream(git_dir) as stream:
         for row in rows_of(manifest, point):
             replay.apply_row(state, patches[row.name], row=row.name)
             message, env = commit_for_row(view, manifest, row)
-            parent = write_state_commit(git_dir, state, parent, message, env)
+            parent = write_state_commit(git_dir, state, parent, message, env, stream=stream)
             out.append(ImportedRow(row.name, parent))
     return out
 

@@ -139,10 +139,25 @@ class TreeState:
         self._read_base = read_base
         # Paths whose entry may have changed since the last take_dirty() (what a comparison rechecks).
         self.dirty: set[bytes] = set()
+        # Paths whose entry may have changed since the last commit written (take_changes()).
+        self.uncommitted: set[bytes] = set()
 
     def take_dirty(self) -> set[bytes]:
         dirty, self.dirty = self.dirty, set()
         return dirty
+
+    def take_changes(self) -> list[tuple[bytes, int | None, bytes | str | None]]:
+        """What changed since the last call, as ``commitstream.Change``: (path, mode, content or
+        blob SHA) for a path the tree has, (path, None, None) for one it no longer has."""
+        out: list[tuple[bytes, int | None, bytes | str | None]] = []
+        for path in sorted(self.uncommitted):
+            if path in self.entries:
+                mode, sha = self.entries[path]
+                out.append((path, mode, self.content.get(path, sha)))
+            else:
+                out.append((path, None, None))
+        self.uncommitted = set()
+        return out
 
     def read(self, path: bytes) -> bytes | None:
         if path in self.content:
@@ -161,6 +176,8 @@ class TreeState:
                 carried[fp.new_path] = self.entries[fp.old_path][0]
         self.dirty.update(changes)
         self.dirty.update(modes)
+        self.uncommitted.update(changes)
+        self.uncommitted.update(modes)
         for path, data in changes.items():
             if data is None:
                 self.entries.pop(path, None)

@@ -250,6 +250,7 @@ def _rebase(
 ) -> RebaseResult:
     from hyperqwen_patches.errors import GitError
     from hyperqwen_patches.fork import importing, replay
+    from hyperqwen_patches.fork.commitstream import CommitStream
     from hyperqwen_patches.fork import reading as forkgit
     from hyperqwen_patches.port import pausing
     from hyperqwen_patches.port.pristinediff import PristinePair
@@ -269,7 +270,7 @@ def _rebase(
     names = [r.name for r in rows]
     done_with: Path | None = None  # the worktree of the row --continue/--skip just took
     paused: Paused | None = None
-    with forkgit.scratch_repo() as view:
+    with forkgit.scratch_repo() as view, CommitStream(git_dir) as stream:
         if request.action == "start":
             if saved is not None:
                 raise GitError(
@@ -363,6 +364,8 @@ def _rebase(
             )
             if worktree != done_with:
                 pausing.refuse_existing(worktree)
+            # The commits so far into the object store before the state names them.
+            stream.close()
             pausing.save(
                 git_dir,
                 pausing.RebaseState(
@@ -469,8 +472,11 @@ def _rebase(
             from_patch_files |= built
             if note:
                 message = _with_port_note(message, note.encode())
-            parent = importing.write_state_commit(git_dir, state, parent, message, env)
+            parent = importing.write_state_commit(
+                git_dir, state, parent, message, env, stream=stream
+            )
             commits.append((row.name, parent, how))
+        stream.close()
     if paused is None:
         _write_branch(git_dir, branch, parent, previous, report.to_version)
         if done_with is not None:
