@@ -52,7 +52,11 @@ HQP = [str(Path(sys.executable).parent / "hyperqwen-patches")]
 
 def git_env() -> dict[str, str]:
     env = dict(os.environ)
+    # As on a user's machine, where `pip install` compiled the package's bytecode: this machine's
+    # PYTHONDONTWRITEBYTECODE=1 would have every hqp process compile its modules again.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(
+        HQP_CACHE=os.environ.get("HQP_BENCH_CACHE", ""),
         GIT_CONFIG_GLOBAL=os.devnull,
         GIT_CONFIG_NOSYSTEM="1",
         GIT_AUTHOR_NAME="Bench",
@@ -132,9 +136,9 @@ def _change(before: str | None, after: str | None) -> list[str]:
 
 
 def run_hqp(
-    work: Path, truth: dict[str, Any], clock: Clock
+    work: Path, truth: dict[str, Any], clock: Clock, fork_name: str = "fork"
 ) -> tuple[dict[str, str], str, list[dict[str, Any]]]:
-    repo, fork = work / "repo", work / "fork"
+    repo, fork = work / "repo", work / fork_name
     rows = {r["row"]: r for r in truth["rows"]}
     made = clock.run(
         "import", [*HQP, "import", "--into", str(fork), "--create", "--repo", str(repo)], work
@@ -222,11 +226,27 @@ def summary(name: str, scores: dict[str, str], clock: Clock) -> dict[str, Any]:
     }
 
 
+def compile_package() -> None:
+    """The package's bytecode, as ``pip install`` leaves it (an editable install compiles nothing)."""
+    import compileall
+
+    import hyperqwen_patches
+
+    compileall.compile_dir(Path(hyperqwen_patches.__file__).parent, quiet=1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--seed", type=int, default=37)
+    parser.add_argument(
+        "--pad",
+        type=int,
+        default=0,
+        help="files no row touches added to both releases: "
+        f"{port_scenario.VLLM_FILES} gives a tree of vLLM's size",
+    )
     parser.add_argument("--json", action="store_true", help="print the records as JSON")
     parser.add_argument("--keep", type=Path, help="build the scenario here and leave it")
     args = parser.parse_args()
@@ -234,9 +254,20 @@ def main() -> int:
     try:
         if work.exists() and any(work.iterdir()):
             raise SystemExit(f"{work} is not empty")
-        truth = port_scenario.write(port_scenario.build(args.seed), work)
-        ours, theirs = Clock(), Clock()
+        truth = port_scenario.write(
+            port_scenario.build(args.seed), work, pad=args.pad, seed=args.seed
+        )
+        compile_package()
+        # A cache of our own: the first hqp run is cold (the releases' base commits built), the
+        # second warm (as on a machine that ran `check` or an earlier port of these releases).
+        os.environ["HQP_BENCH_CACHE"] = str(work / "cache")
+        # A release directory written this instant is not cached (its files could still change
+        # within one timestamp tick); a real release was unpacked long before.
+        time.sleep(2.5)
+        ours, warm, theirs = Clock(), Clock(), Clock()
         hqp_scores, base, adjacent = run_hqp(work, truth, ours)
+        warm_scores, warm_base, _ = run_hqp(work, truth, warm, "fork-warm")
+        assert (warm_scores, warm_base) == (hqp_scores, base), "the warm run ported differently"
         git_scores = run_git(work, truth, base, theirs)
     finally:
         if args.keep is None:
@@ -252,6 +283,7 @@ def main() -> int:
     ]
     tools = [
         summary("hqp port --rebase", hqp_scores, ours),
+        summary("hqp port --rebase (warm cache)", hqp_scores, warm),
         summary("git cherry-pick", git_scores, theirs),
     ]
     records = {"seed": args.seed, "rows": rows, "tools": tools, "adjacent": adjacent}

@@ -799,13 +799,49 @@ def unified(path: str, before_text: str | None, after_text: str | None) -> str:
     return head + body
 
 
-def write(scenario: Scenario, out: Path) -> dict[str, Any]:
-    """The two releases, the series repository and the truth; returns the truth."""
+# vLLM 0.29.0's package as the wheel has it (DESIGN.md, facts): 4,886 files, 97 MB of text.
+VLLM_FILES = 4886
+VLLM_BYTES = 97_000_000
+
+
+def write_padding(out: Path, files: int, seed: int) -> None:
+    """``files`` more modules no row touches, in both releases, about as big on average as vLLM's,
+    with a release bump's share of upstream churn (15% edited, 2% added, 1% removed): what makes a
+    real tree slow to write, check out and list, which the rows alone do not show."""
+    rng = random.Random(seed * 7919 + files)
+    pool = [
+        f"    {rng.choice(['x', 'y', 'self.n', 'out', 'k'])} = "
+        f"{rng.choice(['compute', 'reduce', 'gather', 'merge'])}_{rng.randrange(10_000)}"
+        f"({rng.randrange(100)}, {rng.choice(['True', 'None', 'cfg', 'dim'])})\n"
+        for _ in range(5000)
+    ]
+    mean_lines = max(1, VLLM_BYTES // VLLM_FILES // 40)
+    for number in range(files):
+        path = f"{PACKAGE}/pad_{number % 97:02d}/mod_{number:05d}.py"
+        lines = rng.choices(pool, k=rng.randint(mean_lines // 8, mean_lines * 15 // 8))
+        body = f"def f_{number}():\n" + "".join(lines)
+        fate = rng.random()
+        for side in ("old", "new"):
+            if (side == "old" and 0.98 <= fate < 0.99) or (side == "new" and fate >= 0.99):
+                continue  # added upstream (old lacks it) / removed upstream (new lacks it)
+            target = out / side / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if side == "new" and fate < 0.15:
+                cut = rng.randrange(len(lines))
+                body = body.replace(lines[cut], "    # reworded upstream\n" + lines[cut], 1)
+            target.write_text(body)
+
+
+def write(scenario: Scenario, out: Path, *, pad: int = 0, seed: int = 37) -> dict[str, Any]:
+    """The two releases, the series repository and the truth; returns the truth. ``pad``: that many
+    files no row touches added to both releases (``write_padding``)."""
     for name, files in (("old", scenario.old), ("new", scenario.new)):
         for path, lines in files.items():
             target = out / name / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text(lines))
+    if pad:
+        write_padding(out, pad, seed)
     repo = out / "repo"
     (repo / "patches").mkdir(parents=True)
     fork_state = {p: list(v) for p, v in scenario.old.items()}
@@ -849,8 +885,9 @@ def main() -> int:
     )
     parser.add_argument("out", type=Path)
     parser.add_argument("--seed", type=int, default=37)
+    parser.add_argument("--pad", type=int, default=0, help="untouched files to add (vLLM: 4,886)")
     args = parser.parse_args()
-    truth = write(build(args.seed), args.out)
+    truth = write(build(args.seed), args.out, pad=args.pad, seed=args.seed)
     counts: dict[str, int] = {}
     for row in truth["rows"]:
         counts[row["kind"]] = counts.get(row["kind"], 0) + 1

@@ -312,14 +312,21 @@ def git_dir_of(path: Path) -> Path:
     """
     if not path.exists():
         raise GitError(f"{path}: no such repository", hint="pass a path to a git repository")
-    candidate = path / ".git" if (path / ".git").exists() else path
-    result = run(["rev-parse", "--absolute-git-dir"], git_dir=candidate.resolve())
+    candidate = (path / ".git" if (path / ".git").exists() else path).resolve()
+    if candidate in _GIT_DIRS:  # one git process per repository and run, not one per question
+        return _GIT_DIRS[candidate]
+    result = run(["rev-parse", "--absolute-git-dir"], git_dir=candidate)
     if not result.ok:
         raise GitError(
             f"{path}: not a git repository",
             hint="pass the top-level directory of a git repository or its .git directory",
         )
-    return Path(os.fsdecode(result.stdout.rstrip(b"\n")))
+    found = Path(os.fsdecode(result.stdout.rstrip(b"\n")))
+    _GIT_DIRS[candidate] = found
+    return found
+
+
+_GIT_DIRS: dict[Path, Path] = {}
 
 
 def init_bare(path: Path) -> Path:

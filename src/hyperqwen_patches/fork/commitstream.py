@@ -34,7 +34,7 @@ from hyperqwen_patches.errors import GitError, UsageError
 # fast-import needs a ref to commit on; it is reset before the end, so it is never written.
 _SCRATCH_REF = b"refs/hyperqwen-patches/commit-stream"
 _RAW_DATE = re.compile(r"\A-?[0-9]+ [+-][0-9]{4}\Z")
-_CRUD = frozenset(range(33)) | frozenset(b",:;<>\"\\'")
+_CRUD = frozenset(range(33)) | frozenset(b".,:;<>\"\\'")
 
 
 def clean_ident_part(value: bytes) -> bytes:

@@ -231,9 +231,14 @@ def import_series(
     head = gitrun.run(["symbolic-ref", "--quiet", "HEAD"], git_dir=git_dir).stdout.strip()
     results: list[ImportResult] = []
     planned: list[tuple[ExportPoint, str, list[ImportedRow], str | None]] = []
-    base = basecommit.write_base_commit(
-        git_dir, tree, package=manifest.package, version=manifest.pin
-    ).commit  # once for every export point: they all grow from the pin's base
+    base = basecommit.base_commit_in(
+        # A tree without a label (a test's dict) is written, not looked up in the cache.
+        git_dir,
+        tree,
+        label=getattr(tree, "label", None),
+        package=manifest.package,
+        version=manifest.pin,
+    )  # once for every export point: they all grow from the pin's base
     for point in points:
         rows = build_branch(git_dir, manifest, point, tree, patches, base)
         tip = rows[-1].commit if rows else base

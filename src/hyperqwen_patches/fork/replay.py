@@ -197,13 +197,33 @@ def tree_entries(git_dir: Path, treeish: str) -> dict[bytes, tuple[int, str]]:
     return {p: (int(m, 8), s) for p, (m, s) in forkgit.ls_tree(git_dir, treeish).items()}
 
 
-def state_of_commit(git_dir: Path, commit: str, known: Reader | None = None) -> TreeState:
+def state_of_commit(
+    git_dir: Path, commit: str, known: Reader | None = None, *, base: str | None = None
+) -> TreeState:
     """The tree of ``commit`` as a state rows can be applied to. Blobs are read from git when asked
-    for, except where ``known`` (a pristine tree the commit was built on) has the same bytes."""
+    for, except where ``known`` (a pristine tree the commit was built on) has the same bytes. With
+    ``base`` (the commit of ``known``), every blob that differs from it is read up front in one git
+    call (a rebase's rows change tens of files; one git process each was most of a --continue)."""
     entries = tree_entries(git_dir, commit)
+    fetched: dict[str, bytes] = {}
+    if base is not None:
+        out = gitrun.check(
+            [*forkgit.DIFF_TREE_ARGS, "--no-renames", base, commit],
+            git_dir=git_dir,
+            what=f"listing the files {commit[:12]} changed",
+        )
+        fields = out.split(b"\0")
+        shas = {
+            meta.split(b" ")[3].decode()
+            for meta in fields[0::2]
+            if meta.startswith(b":") and not meta.endswith(b"D")
+        }
+        fetched = forkgit.read_objects(git_dir, sorted(shas), kind="blob")
 
     def read(path: bytes) -> bytes | None:
         sha = entries[path][1]
+        if sha in fetched:
+            return fetched[sha]
         data = known(path) if known is not None else None
         if data is not None and forkgit.blob_sha(data) == sha:
             return data

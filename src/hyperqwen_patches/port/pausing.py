@@ -145,6 +145,25 @@ def open_worktree(git_dir: Path, worktree: Path, commit: str, files: Sequence[An
     )  # fmt: skip
     run_in(worktree, ["read-tree", commit], what="reading the last commit into the worktree")
     run_in(worktree, ["checkout-index", "--all"], what="checking out the worktree")
+    _write_files(worktree, files)
+
+
+def move_worktree(git_dir: Path, worktree: Path, commit: str, files: Sequence[Any]) -> bool:
+    """Reuse the rebase's worktree for the next pause: its index, files and HEAD moved to ``commit``
+    (only the files that differ are written, as ``git checkout`` does), then ``files`` written as
+    :func:`open_worktree` writes them. False, touching nothing, where ``worktree`` is not one this
+    fork's rebase opened (the caller opens a new one)."""
+    target = worktree.resolve()
+    if not any(target == known.resolve() for known in ours(git_dir)):
+        return False
+    # The person's resolution is committed and named by the saved state: the worktree can go back.
+    run_in(target, ["read-tree", "--reset", "-u", commit], what="moving the worktree on")
+    run_in(target, ["update-ref", "--no-deref", "HEAD", commit], what="moving the worktree on")
+    _write_files(target, files)
+    return True
+
+
+def _write_files(worktree: Path, files: Sequence[Any]) -> None:
     for f in files:
         target = worktree / os.fsdecode(f.path)
         if f.content is None:

@@ -279,9 +279,9 @@ def _rebase(
                     hint="finish it with --continue or --skip, or drop it with --abort",
                 )
             branch, previous = _start(git_dir, manifest, report, request)
-            base = basecommit.write_base_commit(
-                git_dir, new, package=manifest.package, version=report.to_version
-            ).commit
+            base = basecommit.base_commit_in(
+                git_dir, new, label=new.label, package=manifest.package, version=report.to_version
+            )
             parent = base
             state = replay.TreeState(replay.tree_entries(git_dir, base), new.read)
             start = 0
@@ -328,7 +328,7 @@ def _rebase(
             # The person's worktree goes only once what it gave is recorded: in the next pause's
             # state or in the branch (a kill in between loses no resolution).
             done_with = Path(saved.worktree)
-            state = replay.state_of_commit(git_dir, parent, known=new.read)
+            state = replay.state_of_commit(git_dir, parent, known=new.read, base=base)
             start = names.index(saved.row) + 1
 
         pair = PristinePair(old, new)
@@ -388,10 +388,13 @@ def _rebase(
                     findings=list(findings),
                 ),
             )
-            if done_with is not None:
-                pausing.close_worktree(git_dir, done_with)
             # A failure from here on leaves the state: --abort removes what was made.
-            pausing.open_worktree(git_dir, worktree, parent, files)
+            if done_with is None or not (
+                worktree == done_with and pausing.move_worktree(git_dir, worktree, parent, files)
+            ):
+                if done_with is not None:
+                    pausing.close_worktree(git_dir, done_with)
+                pausing.open_worktree(git_dir, worktree, parent, files)
             return Paused(row.name, worktree, tuple(files), resume, tuple(findings))
 
         for row in rows[start:]:

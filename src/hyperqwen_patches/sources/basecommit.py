@@ -185,6 +185,66 @@ def write_base_commit(
     return BaseCommit(commit=commit, tree=tree_sha, files=len(paths))
 
 
+def base_commit_in(
+    git_dir: Path,
+    tree: TreeSource,
+    *,
+    label: str | None,
+    package: str,
+    version: str,
+    cache_root: Path | None = None,
+) -> str:
+    """The base commit of ``tree`` in ``git_dir``'s object store (``import``, ``port --rebase``).
+
+    Where the source's base commit is cached (a release, a large directory: :func:`cached_base`) its
+    objects are linked into ``git_dir`` from the cache entry: its packs hard-linked (copied across
+    file systems), its few loose objects copied. A pack never changes once written, so the fork keeps
+    its own link when the cache is pruned. 97 MB of vLLM blobs were ~2.5 s to write again per run.
+    Else the objects are written here (:func:`write_base_commit`)."""
+    from hyperqwen_patches.cachedir import cache_dir
+
+    cached = (
+        cached_base(cache_root or cache_dir(), label, tree, package=package, version=version)
+        if label is not None
+        else None
+    )
+    if cached is None:
+        return write_base_commit(git_dir, tree, package=package, version=version).commit
+    entry, commit = cached
+    if not gitrun.run(["cat-file", "-e", f"{commit}^{{tree}}"], git_dir=git_dir).ok:
+        with entry_lock(cache_root or cache_dir(), entry.name):  # not pruned while we link
+            _link_objects(entry / "objects", _objects_dir(git_dir))
+    return commit
+
+
+def _objects_dir(git_dir: Path) -> Path:
+    out = gitrun.check(
+        ["rev-parse", "--git-path", "objects"], git_dir=git_dir, what="locating the object store"
+    )
+    path = Path(os.fsdecode(out.strip()))
+    return path if path.is_absolute() else git_dir / path
+
+
+def _link_objects(source: Path, target: Path) -> None:
+    """Every object file of ``source`` into ``target``; a pack's ``.idx`` last, so git never sees an
+    index without its pack. Existing files are kept (the same name is the same content)."""
+    files = sorted(
+        (p for p in source.rglob("*") if p.is_file() and p.parent.name != "info"),
+        key=lambda p: (p.suffix == ".idx", str(p)),
+    )
+    for path in files:
+        dest = target / path.relative_to(source)
+        if dest.exists():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".hqp-{os.getpid()}-{dest.name}")
+        try:
+            os.link(path, tmp)
+        except OSError:
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, dest)
+
+
 # --- a cache of base commits for immutable sources ----------------------------------------------------
 
 BASE_MARKER = "hqp-base"
