@@ -19,7 +19,9 @@ ENV = {
 }
 
 
-def git(repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+def git(
+    repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None
+) -> bytes:
     import os
 
     full = {**os.environ, **ENV, **(env or {})}
@@ -89,7 +91,11 @@ def test_a_chain_of_commits_is_what_commit_tree_writes(repo: Path, name: str, em
     env["GIT_AUTHOR_NAME"], env["GIT_AUTHOR_EMAIL"] = name, email
     steps: list[dict[str, tuple[str, bytes] | None]] = [
         {"a.py": ("100644", b"a\nchanged\n"), "new dir/with space.py": ("100644", b"new\n")},
-        {"gone.txt": None, 'q"uote\\d.py': ("100644", b"q\n"), "run.sh": ("100644", b"#!/bin/sh\n")},
+        {
+            "gone.txt": None,
+            'q"uote\\d.py': ("100644", b"q\n"),
+            "run.sh": ("100644", b"#!/bin/sh\n"),
+        },
         {"dir/b.py": ("100755", b"b\n"), "ünï/cödé.py": ("100644", b"\xff\xfe binary\0\n")},
     ]
     ours, theirs = base, base
@@ -143,5 +149,8 @@ def test_a_name_of_crud_only_is_refused(repo: Path) -> None:
 
 def test_a_parent_git_does_not_have_fails_naming_it(repo: Path) -> None:
     base_commit(repo)
-    with pytest.raises(GitError, match="fast-import.*0123456789"), CommitStream(repo / ".git") as s:
+    with (
+        pytest.raises(GitError, match=r"fast-import.*0123456789"),
+        CommitStream(repo / ".git") as s,
+    ):
         s.commit("0123456789" * 4, [], b"m\n", basecommit.fixed_identity_env())

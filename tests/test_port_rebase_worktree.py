@@ -68,7 +68,9 @@ def test_two_pauses_share_one_worktree_moved_on(tmp_path: Path) -> None:
     marker = worktree / "vllm/c1.py"
     assert "<<<<<<<" in marker.read_text()
     marker.write_text(lines_with({20: "line 20 both\n"}))
-    (worktree / "vllm/NOTES.txt").write_text("the person's note\n")  # untracked: part of the resolution
+    (worktree / "vllm/NOTES.txt").write_text(
+        "the person's note\n"
+    )  # untracked: part of the resolution
 
     second = run("continue")
     assert second.paused is not None and second.paused.row == "row-c2"

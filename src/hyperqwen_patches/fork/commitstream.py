@@ -20,6 +20,7 @@ unreferenced objects at most (``git gc`` drops them), never a ref.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import tempfile
@@ -91,13 +92,11 @@ class CommitStream:
         if exc is None:
             self.close()
             return
-        try:
+        with contextlib.suppress(GitError):  # the error already on its way says what went wrong
             self.close()
-        except GitError:
-            pass  # the error already on its way says what went wrong first
 
     def _start(self) -> None:
-        self._err = tempfile.TemporaryFile()
+        self._err = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close(), with the process
         self._proc = gitrun.start(
             ["fast-import", "--quiet", "--done", "--date-format=raw"],
             git_dir=self._git_dir,

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
-from hyperqwen_patches.fork.commitstream import CommitStream
 from hyperqwen_patches.fork import replay
+from hyperqwen_patches.fork.commitstream import CommitStream
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import ExportPoint, Manifest, Row
 from hyperqwen_patches.sources import basecommit

@@ -250,8 +250,8 @@ def _rebase(
 ) -> RebaseResult:
     from hyperqwen_patches.errors import GitError
     from hyperqwen_patches.fork import importing, replay
-    from hyperqwen_patches.fork.commitstream import CommitStream
     from hyperqwen_patches.fork import reading as forkgit
+    from hyperqwen_patches.fork.commitstream import CommitStream
     from hyperqwen_patches.port import pausing
     from hyperqwen_patches.port.pristinediff import PristinePair
     from hyperqwen_patches.port.threeway import FileMerge, merge_row
