@@ -369,7 +369,7 @@ class ChunkedTopKSelector(TopKSelector):
     ]
     assert stale.stale_lines[1].upstream == (b"scaled = self.candidate_sampler.mask(scaled)",)
     # The rebase's one call per row gives the same findings, each on one line for the pause.
-    checks = RebaseChecks("vllm", OLD.get, OLD, NEW.get, "0.30.0 + rows", "0.31.0 + rows")
+    checks = RebaseChecks("vllm", OLD.get, lambda: OLD, NEW.get, "0.30.0 + rows", "0.31.0 + rows")
     written_row = checks.check("chunked", [path], OLD.get, old_after.get, NEW.get, new_after.get)
     assert not written_row.ok
     assert [line.split(": ", 1)[0] for line in written_row.lines()] == [

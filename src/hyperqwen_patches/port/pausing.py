@@ -230,11 +230,6 @@ def take_resolution(
         )
     head = run_in(worktree, ["rev-parse", "HEAD"], what="reading the worktree's HEAD")
     head_sha = head.decode().strip()
-    status = run_in(
-        worktree,
-        ["status", "--porcelain", "-z", "--untracked-files=all"],
-        what="reading the worktree's status",
-    )
     if head_sha != state.parent:
         if not forkgit.is_ancestor(git_dir, state.parent, head_sha):
             raise GitError(
@@ -242,6 +237,11 @@ def take_resolution(
                 f"the rebase left it",
                 hint="commit your resolution on top of that commit, or --skip / --abort",
             )
+        status = run_in(
+            worktree,
+            ["status", "--porcelain", "-z", "--untracked-files=all"],
+            what="reading the worktree's status",
+        )
         if status:
             raise GitError(
                 f"{worktree} has changes besides your commit {head_sha[:12]}",
@@ -257,14 +257,17 @@ def take_resolution(
             + (f" and {len(left) - 5} more" if len(left) > 5 else ""),
             hint=f"resolve them in {worktree}, then --continue",
         )
-    if not status:
+    # Staged whole, then compared by tree: one scan of the worktree, not a status and an add (the
+    # worktree's index is the rebase's own; staging there touches nothing of the person's).
+    run_in(worktree, ["add", "--all"], what="staging the resolution")
+    tree = run_in(worktree, ["write-tree"], what="writing the resolution's tree")
+    before = run_in(worktree, ["rev-parse", f"{state.parent}^{{tree}}"], what="reading the tree")
+    if tree.strip() == before.strip():
         raise UsageError(
             f"{worktree} holds no change on {state.parent[:12]}: the row {state.row} would add "
             "nothing",
             hint="--skip leaves the row out of the branch",
         )
-    run_in(worktree, ["add", "--all"], what="staging the resolution")
-    tree = run_in(worktree, ["write-tree"], what="writing the resolution's tree")
     commit = basecommit.commit_tree(
         git_dir, tree.decode().strip(), parents=[state.parent], message=message, env=env
     )

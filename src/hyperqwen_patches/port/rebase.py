@@ -347,7 +347,7 @@ def _rebase(
         checks = RebaseChecks(
             manifest.package,
             old.read,
-            old.paths(),
+            old.paths,
             new.read,
             old_label=labels[1],
             new_label=f"{report.package} {report.to_version} + rows",

@@ -213,12 +213,23 @@ class CopyIndex:
     when a copy's lines lead to it, and kept.
     """
 
-    def __init__(self, read: Reader, paths: Iterable[bytes]) -> None:
+    def __init__(
+        self, read: Reader, paths: Iterable[bytes] | Callable[[], Iterable[bytes]]
+    ) -> None:
         self.read = read
-        self.paths = sorted(p for p in paths if p.endswith(b".py"))
+        # A callable is asked on first use: listing a release (a directory walk) is not free, and
+        # most rebases never look for a copy.
+        self._paths_of = paths if callable(paths) else (lambda: paths)
+        self._paths: list[bytes] | None = None
         self._lines: dict[int, list[int]] | None = None
         self._functions: dict[bytes, list[Function]] = {}
         self.parsed = 0  # files parsed (the cost of a search)
+
+    @property
+    def paths(self) -> list[bytes]:
+        if self._paths is None:
+            self._paths = sorted(p for p in self._paths_of() if p.endswith(b".py"))
+        return self._paths
 
     def _index(self) -> dict[int, list[int]]:
         if self._lines is None:

@@ -597,7 +597,7 @@ class RebaseChecks:
         self,
         package: str,
         old_release: Reader,
-        old_paths: Iterable[bytes],
+        old_paths: Callable[[], Iterable[bytes]],
         new_release: Reader,
         old_label: str = "the old release",
         new_label: str = "the new branch",
@@ -605,7 +605,9 @@ class RebaseChecks:
     ) -> None:
         prefix = package.encode() + b"/"
         self.verifier = RowVerifier(package, old_label, new_label, accept=accept)
-        self.copies = CopyIndex(old_release, [p for p in old_paths if p.startswith(prefix)])
+        self.copies = CopyIndex(
+            old_release, lambda: [p for p in old_paths() if p.startswith(prefix)]
+        )
         self.new_release = new_release
 
     def check(
