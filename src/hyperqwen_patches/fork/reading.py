@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from hyperqwen_patches import gitrun
@@ -66,6 +66,20 @@ def scratch_repo(borrow: Path | None = None, *, also: Sequence[Path] = ()) -> It
         yield git_dir
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def lazy_scratch_repo() -> Iterator[Callable[[], Path]]:
+    """:func:`scratch_repo`, made on the first call of what this yields (most runs need none)."""
+    with contextlib.ExitStack() as stack:
+        made: list[Path] = []
+
+        def get() -> Path:
+            if not made:
+                made.append(stack.enter_context(scratch_repo()))
+            return made[0]
+
+        yield get
 
 
 def lend(git_dir: Path, objects: Path) -> None:

@@ -144,7 +144,9 @@ def open_worktree(git_dir: Path, worktree: Path, commit: str, files: Sequence[An
         what=f"adding the worktree {worktree}",
     )  # fmt: skip
     run_in(worktree, ["read-tree", commit], what="reading the last commit into the worktree")
-    run_in(worktree, ["checkout-index", "--all"], what="checking out the worktree")
+    # -u: the index gets the files' stat data, so the --continue that stages the person's work
+    # compares stat data, not the bytes of every file (0.26 s -> 0.05 s on vLLM's 4,886 files).
+    run_in(worktree, ["checkout-index", "--all", "-u"], what="checking out the worktree")
     _write_files(worktree, files)
 
 

@@ -95,7 +95,10 @@ def _with_port_note(message: bytes, note: bytes) -> bytes:
 
 
 def _message(
-    view: Path, manifest: Any, messages: dict[str, tuple[bytes, dict[str, str]]], row: str
+    view: Callable[[], Path],
+    manifest: Any,
+    messages: dict[str, tuple[bytes, dict[str, str]]],
+    row: str,
 ) -> tuple[bytes, dict[str, str], bool]:
     """The row's message and identity: the old fork commit's, else built from the patch file (the
     third item says which)."""
@@ -103,7 +106,7 @@ def _message(
 
     if row in messages:
         return (*messages[row], False)
-    message, env = importing.commit_for_row(view, manifest, manifest.row(row))
+    message, env = importing.commit_for_row(view(), manifest, manifest.row(row))
     return message, env, True
 
 
@@ -270,7 +273,7 @@ def _rebase(
     names = [r.name for r in rows]
     done_with: Path | None = None  # the worktree of the row --continue/--skip just took
     paused: Paused | None = None
-    with forkgit.scratch_repo() as view, CommitStream(git_dir) as stream:
+    with forkgit.lazy_scratch_repo() as view, CommitStream(git_dir) as stream:
         if request.action == "start":
             if saved is not None:
                 raise GitError(
