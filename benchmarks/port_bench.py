@@ -12,9 +12,10 @@ new base commit (the one ``port --rebase`` writes), and carry the same fork comm
 - hqp: ``hqp port --to NEW --rebase --json`` with ``dir:`` sources for both releases; at each pause the
   paused row's files are written from the ground truth into the worktree hqp names, then
   ``--continue`` (or ``--skip`` where the ground truth is what the branch already has);
-- git: ``git cherry-pick --keep-redundant-commits BASE..TIP`` of the fork's commits in a worktree at
-  the new base (no global or system config: the default ort merge); at each stop the row's files are
-  written from the ground truth, ``git add -A``, ``git cherry-pick --continue``.
+- git: ``git worktree add`` at the new base (timed: hqp's first pause pays the same checkout), then
+  ``git cherry-pick --keep-redundant-commits BASE..TIP`` of the fork's commits there (no global or
+  system config: the default ort merge); at each stop the row's files are written from the ground
+  truth, ``git add -A``, ``git cherry-pick --continue``.
   ``--keep-redundant-commits`` keeps a row upstream took as an empty commit rather than stopping on it
   (git 2.39's cherry-pick cannot drop it): the generous reading for git.
 
@@ -25,7 +26,14 @@ is carried on as it is: the damage shows in later rows, as it would for a mainta
 re-cut's and the file was already wrong before it) or **paused**. Times are wall time around each
 process; the person's time (writing the ground truth) is not counted.
 
-Run:  .venv/bin/python benchmarks/port_bench.py [--seed 37] [--json] [--keep DIR]
+hqp runs twice, on two forks: cold (a cache of its own, empty: both releases' base commits are built)
+and warm (as on a machine that ran ``check`` or an earlier port of these releases: the base commits
+are linked from the cache). ``--pad N`` adds N files no row touches to both releases, with a release
+bump's churn: ``--pad 4886`` gives vLLM's size (4,886 files, ~80 MB), where a tree's size shows in
+every checkout, listing and index git or hqp makes. hqp runs with its bytecode compiled, as ``pip
+install`` leaves it (this machine sets PYTHONDONTWRITEBYTECODE=1; a user's does not).
+
+Run:  .venv/bin/python benchmarks/port_bench.py [--seed 37] [--pad 4886] [--json] [--keep DIR]
 Not a timed test: the table goes into docs/port.md ("Benchmark").
 """
 
@@ -172,8 +180,10 @@ def run_git(work: Path, truth: dict[str, Any], base: str, clock: Clock) -> dict[
     fork = work / "fork"
     rows = {r["row"]: r for r in truth["rows"]}
     tree = work / "cherry-pick"
-    subprocess.run(["git", "worktree", "add", "--detach", str(tree), base], cwd=fork,
-                   capture_output=True, check=True, env=git_env())  # fmt: skip
+    # Timed: a cherry-pick needs a checkout of the new base, as hqp's first pause does (one full
+    # checkout each; hqp needs none when no row pauses).
+    added = clock.run("checkout", ["git", "worktree", "add", "--detach", str(tree), base], fork)
+    assert added.returncode == 0, added.stderr
     old_base = subprocess.run(["git", "rev-list", "--max-parents=0", "bench/0.30"], cwd=fork,
                               capture_output=True, text=True, check=True).stdout.split()[0]  # fmt: skip
     row_of = trailers(fork, f"{old_base}..bench/0.30")

@@ -19,7 +19,12 @@ from hyperqwen_patches.port.model import (
     RebaseRequest,
     RebaseResult,
 )
+from hyperqwen_patches.records import field, record
 from hyperqwen_patches.sources.pristine import PristineTree
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from hyperqwen_patches.port.rowstep import RowOutcome
 
 # --- --rebase: the new fork branch -----------------------------------------------------------------
 
@@ -108,34 +113,6 @@ def _message(
         return (*messages[row], False)
     message, env = importing.commit_for_row(view(), manifest, manifest.row(row))
     return message, env, True
-
-
-class _OldSide:
-    """The pin with the rows applied in order: each row's file before and after it, as the old fork
-    commit's parent and the commit hold them (replay identity), for the three-way merge."""
-
-    def __init__(self, old: PristineTree) -> None:
-        self._old = old
-        self._state: dict[bytes, bytes | None] = {}
-
-    def read(self, path: bytes) -> bytes | None:
-        return self._state[path] if path in self._state else self._old.read(path)
-
-    def step(self, row: PortRow) -> tuple[dict[bytes, bytes | None], dict[bytes, int]]:
-        """Apply ``row``; return its changes and modes (the state moves on only after the caller
-        has read the "before" side: call :meth:`commit` then)."""
-        from hyperqwen_patches.fork.replay import row_result
-
-        assert row.patch is not None
-        result = row_result(row.patch, self.read, row=f"{row.name} (on {self._old.label})")
-        return dict(result.changes), dict(result.modes)
-
-    def reader_after(self, changes: dict[bytes, bytes | None]) -> Callable[[bytes], bytes | None]:
-        """The files as the row leaves them (before :meth:`commit`)."""
-        return lambda path: changes[path] if path in changes else self.read(path)
-
-    def commit(self, changes: dict[bytes, bytes | None]) -> None:
-        self._state.update(changes)
 
 
 def paused_rebase(fork: Path) -> Any:
@@ -241,6 +218,86 @@ def rebase_fork(
         return _rebase(manifest, report, rows, old, new, request, sources, git_dir)
 
 
+@record
+class _Progress:
+    """What the rebase has built so far: carried from row to row, saved at a pause, read back by
+    --continue (pausing.RebaseState holds it as JSON)."""
+
+    branch: str
+    previous: str | None
+    base: str
+    parent: str  # the last commit built
+    from_patch_files: bool
+    commits: list[tuple[str, str, CommitHow]] = field(default_factory=list)
+    merged: list[tuple[str, tuple[bytes, ...]]] = field(default_factory=list)
+    adjacent: list[tuple[str, bytes, int, str]] = field(default_factory=list)  # review these
+    upstream: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of_state(cls, saved: Any) -> _Progress:
+        def raw(path: str) -> bytes:
+            return path.encode("utf-8", "surrogateescape")
+
+        return cls(
+            branch=saved.branch,
+            previous=saved.previous,
+            base=saved.base,
+            parent=saved.parent,
+            from_patch_files=saved.messages_from == "patch files",
+            commits=[(r, c, h) for r, c, h in saved.commits],
+            merged=[(r, tuple(raw(p) for p in ps)) for r, ps in saved.merged],
+            adjacent=[(r, raw(p), n, w) for r, p, n, w in saved.adjacent],
+            upstream=list(saved.upstream),
+            skipped=list(saved.skipped),
+        )
+
+    def wrote(self, row: str, commit: str, outcome: RowOutcome) -> None:
+        self.parent = commit
+        self.commits.append((row, commit, outcome.how))
+        if outcome.how == "merged":
+            self.merged.append((row, outcome.merged))
+            self.adjacent += [(row, p, n, w) for p, n, w in outcome.adjacent]
+
+    def to_state(self, row: str, worktree: Path, outcome: RowOutcome, **more: Any) -> Any:
+        from hyperqwen_patches.port import pausing
+
+        return pausing.RebaseState(
+            branch=self.branch,
+            previous=self.previous,
+            base=self.base,
+            parent=self.parent,
+            row=row,
+            worktree=str(worktree),
+            files=[f.to_json() for f in outcome.files],
+            findings=list(outcome.findings),
+            commits=[list(c) for c in self.commits],
+            merged=[[r, [show(p) for p in ps]] for r, ps in self.merged],
+            adjacent=[[r, show(p), n, w] for r, p, n, w in self.adjacent],
+            upstream=self.upstream,
+            skipped=self.skipped,
+            messages_from="patch files" if self.from_patch_files else "fork",
+            **more,
+        )
+
+    def result(self, fork: Path, paused: Paused | None) -> RebaseResult:
+        return RebaseResult(
+            fork=fork,
+            branch=self.branch,
+            base=self.base,
+            tip=self.parent,
+            previous=self.previous,
+            commits=tuple(self.commits),
+            upstream=tuple(self.upstream),
+            messages_from="patch files" if self.from_patch_files else "fork",
+            state="done" if paused is None else "paused",
+            merged=tuple(self.merged),
+            adjacent=tuple(self.adjacent),
+            skipped=tuple(self.skipped),
+            paused=paused,
+        )
+
+
 def _rebase(
     manifest: Any,
     report: PortReport,
@@ -251,258 +308,192 @@ def _rebase(
     sources: tuple[str | None, str | None],
     git_dir: Path,
 ) -> RebaseResult:
-    from hyperqwen_patches.errors import GitError
-    from hyperqwen_patches.fork import importing, replay
+    """Begin (or resume after a pause), then one step per row: try it, commit it or pause."""
     from hyperqwen_patches.fork import reading as forkgit
     from hyperqwen_patches.fork.commitstream import CommitStream
+    from hyperqwen_patches.fork.importing import write_state_commit
     from hyperqwen_patches.port import pausing
-    from hyperqwen_patches.port.pristinediff import PristinePair
-    from hyperqwen_patches.port.threeway import FileMerge, merge_row
-    from hyperqwen_patches.port.triage import attempt_row, touched_paths
-    from hyperqwen_patches.port.verify import RebaseChecks
-    from hyperqwen_patches.sources import basecommit
+    from hyperqwen_patches.port.rowstep import RowPorter
 
     saved = pausing.load(git_dir)
     messages = _fork_messages(git_dir, manifest)
-    from_patch_files = not messages
-    commits: list[tuple[str, str, CommitHow]] = []
-    merged: list[tuple[str, tuple[bytes, ...]]] = []
-    adjacent: list[tuple[str, bytes, int, str]] = []  # (row, file, line, what): read these
-    upstream: list[str] = []
-    skipped: list[str] = []
-    names = [r.name for r in rows]
-    done_with: Path | None = None  # the worktree of the row --continue/--skip just took
-    paused: Paused | None = None
     with forkgit.lazy_scratch_repo() as view, CommitStream(git_dir) as stream:
         if request.action == "start":
-            if saved is not None:
-                raise GitError(
-                    f"a port --rebase to {saved.to_version} is paused in {request.fork} at row "
-                    f"{saved.row} (worktree {saved.worktree})",
-                    hint="finish it with --continue or --skip, or drop it with --abort",
-                )
-            branch, previous = _start(git_dir, manifest, report, request)
-            base = basecommit.base_commit_in(
-                git_dir, new, label=new.label, package=manifest.package, version=report.to_version
+            progress, state, start = _begin(
+                git_dir, manifest, report, new, request, saved, messages
             )
-            parent = base
-            state = replay.TreeState(replay.tree_entries(git_dir, base), new.read)
-            start = 0
+            done_with = None
         else:
-            if saved is None:
-                raise UsageError(
-                    f"no port --rebase is paused in {request.fork}: nothing to {request.action}"
-                )
-            if saved.to_version != report.to_version:
-                raise UsageError(
-                    f"the paused port --rebase is to {saved.to_version}, not {report.to_version}"
-                )
-            if saved.row not in names:
-                raise UsageError(
-                    f"the paused row {saved.row} is no longer in the manifest",
-                    hint="--abort drops the paused rebase",
-                )
-            branch, previous, base = saved.branch, saved.previous, saved.base
-            _refuse_checked_out(git_dir, branch, request.fork)
-            commits = [(r, c, h) for r, c, h in saved.commits]  # type: ignore[misc]
-            merged = [(r, tuple(p.encode("utf-8", "surrogateescape") for p in ps))
-                      for r, ps in saved.merged]  # fmt: skip
-            adjacent = [(r, p.encode("utf-8", "surrogateescape"), n, w)
-                        for r, p, n, w in saved.adjacent]  # fmt: skip
-            upstream, skipped = list(saved.upstream), list(saved.skipped)
-            from_patch_files = saved.messages_from == "patch files"
-            if request.action == "skip":
-                parent = saved.parent
-                skipped.append(saved.row)
-            else:
-                message, env, built = _message(view, manifest, messages, saved.row)
-                from_patch_files |= built
-                conflicted = [f["path"] for f in saved.files if f["how"] == "conflict"] or [
-                    f["path"] for f in saved.files
-                ]
-                note = (
-                    f"Ported to {report.package} {report.to_version} by hand: "
-                    f"{', '.join(conflicted)} resolved in a three-way merge."
-                )
-                parent, _ = pausing.take_resolution(
-                    git_dir, saved, _with_port_note(message, note.encode()), env
-                )
-                commits.append((saved.row, parent, "resolved"))
+            progress, state, start = _resume(
+                git_dir, manifest, report, rows, new, request, saved, view, messages
+            )
             # The person's worktree goes only once what it gave is recorded: in the next pause's
             # state or in the branch (a kill in between loses no resolution).
             done_with = Path(saved.worktree)
-            state = replay.state_of_commit(git_dir, parent, known=new.read, base=base)
-            start = names.index(saved.row) + 1
-
-        pair = PristinePair(old, new)
-        old_side = _OldSide(old)
-        for row in rows[:start]:
-            if row.patch is not None:
-                old_side.commit(old_side.step(row)[0])
-        labels = (
-            f"{report.package} {report.to_version} + rows before",
-            f"{report.package} {report.from_version} + rows before",
-            "",
-        )
-        # Every row written (at fuzz 0, at an offset or merged) is checked as written: a clean merge
-        # can still leave a name the release renamed, a call that no longer binds or a copied body
-        # upstream changed (port/verify.py).
-        checks = RebaseChecks(
+        porter = RowPorter(
             manifest.package,
-            old.read,
-            old.paths,
-            new.read,
-            old_label=labels[1],
-            new_label=f"{report.package} {report.to_version} + rows",
+            (report.from_version, report.to_version),
+            old,
+            new,
             accept=[a.name for a in manifest.accepted_names],
         )
-
-        def pause(row: PortRow, files: Sequence[FileMerge], findings: Sequence[str]) -> Paused:
-            """Save the state, then put the row's files in the worktree for a person."""
-            worktree = (request.worktree or pausing.default_worktree(
-                request.fork, git_dir, report.to_version)).resolve()  # fmt: skip
-            # Runnable from anywhere (the person is likely in the worktree).
-            resume = f"hyperqwen-patches port --rebase --continue --fork {request.fork}" + (
-                f" --repo {request.repo}" if request.repo is not None else ""
-            )
-            if worktree != done_with:
-                pausing.refuse_existing(worktree)
-            # The commits so far into the object store before the state names them.
-            stream.close()
-            pausing.save(
-                git_dir,
-                pausing.RebaseState(
-                    to_version=report.to_version,
-                    branch=branch,
-                    previous=previous,
-                    base=base,
-                    parent=parent,
-                    row=row.name,
-                    worktree=str(worktree),
-                    files=[f.to_json() for f in files],
-                    to_source=sources[0],
-                    from_source=sources[1],
-                    commits=[list(c) for c in commits],
-                    merged=[[r, [show(p) for p in ps]] for r, ps in merged],
-                    adjacent=[[r, show(p), n, w] for r, p, n, w in adjacent],
-                    upstream=upstream,
-                    skipped=skipped,
-                    messages_from="patch files" if from_patch_files else "fork",
-                    findings=list(findings),
-                ),
-            )
-            # A failure from here on leaves the state: --abort removes what was made.
-            if done_with is None or not (
-                worktree == done_with and pausing.move_worktree(git_dir, worktree, parent, files)
-            ):
-                if done_with is not None:
-                    pausing.close_worktree(git_dir, done_with)
-                pausing.open_worktree(git_dir, worktree, parent, files)
-            return Paused(row.name, worktree, tuple(files), resume, tuple(findings))
-
+        porter.skip_to(rows[:start])
+        paused: Paused | None = None
         for row in rows[start:]:
             if row.patch is None:
                 continue
-            old_changes, old_modes = old_side.step(row)
-            attempt = attempt_row(row.patch, state.read, pair)
-            note = ""
-            if attempt.status == "upstream":
-                upstream.append(row.name)
-                old_side.commit(old_changes)
-                continue
-            paths = touched_paths(row.patch)
-            before = {path: state.read(path) for path in paths}
-            merge = None
-            if attempt.status != "conflicts":
-                assert attempt.carried is not None
-                replay.apply_row(state, attempt.carried, row=row.name)
-                how: CommitHow = "applied"
-                if attempt.status == "partly-upstream":
-                    how = "partly-upstream"
-                    dropped = ", ".join(
-                        f"{show(h.path)} hunk #{h.number}"
-                        for h in attempt.hunks
-                        if h.status == "upstream"
-                    )
-                    note = (
-                        f"Ported to {report.package} {report.to_version}: {dropped} dropped, "
-                        "already upstream."
-                    )
-            else:
-                merge = merge_row(
-                    paths,
-                    old_side.read,
-                    old_side.reader_after(old_changes),
-                    state.read,
-                    (labels[0], labels[1], f"row {row.name}"),
+            outcome = porter.port(row, state)
+            if outcome.kind == "upstream":
+                progress.upstream.append(row.name)
+            elif outcome.kind == "needs-person":
+                stream.close()  # the commits so far into the object store before a state names them
+                paused = _pause(
+                    git_dir, report, request, sources, progress, row, outcome, done_with
                 )
-                if not merge.clean:
-                    paused = pause(row, merge.files, ())
-                    break
-                state.apply_changes(row.patch, {f.path: f.content for f in merge.files}, old_modes)
-                how = "merged"
-                both = merge.merged_paths
-                merged.append((row.name, both))
-                note = f"Ported to {report.package} {report.to_version} by a three-way merge" + (
-                    f"; both sides changed {', '.join(show(p) for p in both)}." if both else "."
-                )
-                sites = [(row.name, p, n, w) for p, n, w in merge.adjacent]
-                adjacent += sites
-                if sites:
-                    note += " Merged next to an upstream change (review): " + ", ".join(
-                        f"{show(p)}:{n}" for _, p, n, _ in sites
-                    )
-                    note += "."
-            written = checks.check(
-                row.name,
-                paths,
-                old_side.read,
-                old_side.reader_after(old_changes),
-                lambda path, before=before: before[path] if path in before else state.read(path),
-                state.read,
-            )
-            if not written.ok:
-                # As a conflict does: the row's files as written, for a person, with the findings.
-                files = merge.files if merge is not None else tuple(
-                    FileMerge(path, state.read(path), "row")
-                    for path in paths
-                    if state.read(path) != before[path]
-                )  # fmt: skip
-                if merge is not None:
-                    merged.pop()
-                    adjacent[:] = [site for site in adjacent if site[0] != row.name]
-                paused = pause(row, files, written.lines())
                 break
-            old_side.commit(old_changes)
-            message, env, built = _message(view, manifest, messages, row.name)
-            from_patch_files |= built
-            if note:
-                message = _with_port_note(message, note.encode())
-            parent = importing.write_state_commit(
-                git_dir, state, parent, message, env, stream=stream
-            )
-            commits.append((row.name, parent, how))
+            else:
+                message, env, built = _message(view, manifest, messages, row.name)
+                progress.from_patch_files |= built
+                if outcome.note:
+                    message = _with_port_note(message, outcome.note.encode())
+                commit = write_state_commit(
+                    git_dir, state, progress.parent, message, env, stream=stream
+                )
+                progress.wrote(row.name, commit, outcome)
         stream.close()
     if paused is None:
-        _write_branch(git_dir, branch, parent, previous, report.to_version)
+        _write_branch(
+            git_dir, progress.branch, progress.parent, progress.previous, report.to_version
+        )
         if done_with is not None:
             pausing.close_worktree(git_dir, done_with)
         pausing.drop(git_dir)
-    return RebaseResult(
-        fork=request.fork,
-        branch=branch,
-        base=base,
-        tip=parent,
-        previous=previous,
-        commits=tuple(commits),
-        upstream=tuple(upstream),
-        messages_from="patch files" if from_patch_files else "fork",
-        state="done" if paused is None else "paused",
-        merged=tuple(merged),
-        adjacent=tuple(adjacent),
-        skipped=tuple(skipped),
-        paused=paused,
+    return progress.result(request.fork, paused)
+
+
+def _begin(
+    git_dir: Path,
+    manifest: Any,
+    report: PortReport,
+    new: PristineTree,
+    request: RebaseRequest,
+    saved: Any,
+    messages: dict[str, tuple[bytes, dict[str, str]]],
+) -> tuple[_Progress, Any, int]:
+    """A new rebase: the new release's base commit, the branch it will be; nothing paused before."""
+    from hyperqwen_patches.errors import GitError
+    from hyperqwen_patches.fork import replay
+    from hyperqwen_patches.sources import basecommit
+
+    if saved is not None:
+        raise GitError(
+            f"a port --rebase to {saved.to_version} is paused in {request.fork} at row "
+            f"{saved.row} (worktree {saved.worktree})",
+            hint="finish it with --continue or --skip, or drop it with --abort",
+        )
+    branch, previous = _start(git_dir, manifest, report, request)
+    base = basecommit.base_commit_in(
+        git_dir, new, label=new.label, package=manifest.package, version=report.to_version
     )
+    state = replay.TreeState(replay.tree_entries(git_dir, base), new.read)
+    return _Progress(branch, previous, base, base, from_patch_files=not messages), state, 0
+
+
+def _resume(
+    git_dir: Path,
+    manifest: Any,
+    report: PortReport,
+    rows: Sequence[PortRow],
+    new: PristineTree,
+    request: RebaseRequest,
+    saved: Any,
+    view: Callable[[], Path],
+    messages: dict[str, tuple[bytes, dict[str, str]]],
+) -> tuple[_Progress, Any, int]:
+    """--continue (the person's resolution becomes the paused row's commit) or --skip (the row is
+    left out); the rebase goes on after the paused row."""
+    from hyperqwen_patches.fork import replay
+    from hyperqwen_patches.port import pausing
+
+    names = [r.name for r in rows]
+    if saved is None:
+        raise UsageError(
+            f"no port --rebase is paused in {request.fork}: nothing to {request.action}"
+        )
+    if saved.to_version != report.to_version:
+        raise UsageError(
+            f"the paused port --rebase is to {saved.to_version}, not {report.to_version}"
+        )
+    if saved.row not in names:
+        raise UsageError(
+            f"the paused row {saved.row} is no longer in the manifest",
+            hint="--abort drops the paused rebase",
+        )
+    progress = _Progress.of_state(saved)
+    _refuse_checked_out(git_dir, progress.branch, request.fork)
+    if request.action == "skip":
+        progress.skipped.append(saved.row)
+    else:
+        message, env, built = _message(view, manifest, messages, saved.row)
+        progress.from_patch_files |= built
+        conflicted = [f["path"] for f in saved.files if f["how"] == "conflict"] or [
+            f["path"] for f in saved.files
+        ]
+        note = (
+            f"Ported to {report.package} {report.to_version} by hand: "
+            f"{', '.join(conflicted)} resolved in a three-way merge."
+        )
+        commit, _ = pausing.take_resolution(
+            git_dir, saved, _with_port_note(message, note.encode()), env
+        )
+        progress.parent = commit
+        progress.commits.append((saved.row, commit, "resolved"))
+    state = replay.state_of_commit(git_dir, progress.parent, known=new.read, base=progress.base)
+    return progress, state, names.index(saved.row) + 1
+
+
+def _pause(
+    git_dir: Path,
+    report: PortReport,
+    request: RebaseRequest,
+    sources: tuple[str | None, str | None],
+    progress: _Progress,
+    row: PortRow,
+    outcome: RowOutcome,
+    done_with: Path | None,
+) -> Paused:
+    """Save the state, then put the row's files in the worktree for a person (the one the last
+    pause used, moved on, where there was one)."""
+    from hyperqwen_patches.port import pausing
+
+    worktree = (request.worktree or pausing.default_worktree(
+        request.fork, git_dir, report.to_version)).resolve()  # fmt: skip
+    # Runnable from anywhere (the person is likely in the worktree).
+    resume = f"hyperqwen-patches port --rebase --continue --fork {request.fork}" + (
+        f" --repo {request.repo}" if request.repo is not None else ""
+    )
+    if worktree != done_with:
+        pausing.refuse_existing(worktree)
+    pausing.save(
+        git_dir,
+        progress.to_state(
+            row.name,
+            worktree,
+            outcome,
+            to_version=report.to_version,
+            to_source=sources[0],
+            from_source=sources[1],
+        ),
+    )
+    # A failure from here on leaves the state: --abort removes what was made.
+    files = outcome.files
+    if done_with is None or not (
+        worktree == done_with and pausing.move_worktree(git_dir, worktree, progress.parent, files)
+    ):
+        if done_with is not None:
+            pausing.close_worktree(git_dir, done_with)
+        pausing.open_worktree(git_dir, worktree, progress.parent, files)
+    return Paused(row.name, worktree, tuple(files), resume, outcome.findings)
 
 
 def _write_branch(git_dir: Path, branch: str, tip: str, previous: str | None, version: str) -> None:
