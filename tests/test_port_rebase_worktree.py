@@ -11,6 +11,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from hyperqwen_patches.fork import importing
 from hyperqwen_patches.port import pausing
 from hyperqwen_patches.port.model import RebaseRequest, RebaseResult
@@ -92,3 +94,121 @@ def test_two_pauses_share_one_worktree_moved_on(tmp_path: Path) -> None:
     done = run("continue")
     assert done.state == "done" and not worktree.exists()
     assert git(fork, "show", f"{done.tip}:vllm/c2.py") + "\n" == lines_with({20: "line 20 both\n"})
+
+
+def _two_pause_project(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    old = release(tmp_path, "old", {"vllm/c1.py": BASE, "vllm/c2.py": BASE, "vllm/a.py": BASE})
+    new = release(
+        tmp_path,
+        "new",
+        {
+            "vllm/c1.py": lines_with({20: "line 20 upstream\n"}),
+            "vllm/c2.py": lines_with({20: "line 20 upstream\n"}),
+            "vllm/a.py": BASE,
+        },
+    )
+    w = tmp_path / "w"
+    rows = [
+        ("row-c1", make_patch("vllm/c1.py", BASE, lines_with({20: "line 20 ours\n"}), w)),
+        ("row-a", make_patch("vllm/a.py", BASE, lines_with({5: "line 5 ours\n"}), w)),
+        ("row-c2", make_patch("vllm/c2.py", BASE, lines_with({20: "line 20 ours\n"}), w)),
+    ]
+    repo = make_repo(tmp_path, rows)
+    manifest = repo / "patches/manifest.yaml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
+        )
+    )
+    fork = tmp_path / "fork"
+    importing.import_series(
+        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
+    )
+    return repo, fork, old, new
+
+
+def test_a_continue_killed_anywhere_loses_no_resolution(tmp_path: Path) -> None:
+    """SIGKILL at random moments of a real ``--continue`` process (seeded delays over its whole run):
+    after each, the next ``--continue`` (or a second one) ends with the person's resolutions in the
+    branch, the fork's refs untouched but for the new branch, no worktree left."""
+    import os
+    import random
+    import signal
+    import sys
+    import time
+
+    rng = random.Random(43)
+    both = lines_with({20: "line 20 both\n"})
+    for round_ in range(12):
+        work = tmp_path / f"r{round_}"
+        work.mkdir()
+        repo, fork, old, new = _two_pause_project(work)
+        refs = git(fork, "for-each-ref")
+        argv = [sys.executable, "-m", "hyperqwen_patches", "port", "--to", "0.30.0", "--rebase",
+                "--fork", str(fork), "--repo", str(repo), "--from-source", f"dir:{old}",
+                "--source", f"dir:{new}"]  # fmt: skip
+        env = {**os.environ, "NO_COLOR": "1"}
+        started = subprocess.run(argv, capture_output=True, text=True, env=env)
+        assert started.returncode == 1, started.stderr  # paused at row-c1
+        worktree = work / "fork-port-0.30.0"
+        (worktree / "vllm/c1.py").write_text(both)
+        go_on = [*argv, "--continue"]
+        proc = subprocess.Popen(
+            go_on, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
+        time.sleep(rng.uniform(0.0, 0.4))  # a --continue here runs 0.2-0.4 s
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for _ in range(4):  # resume until done, resolving what pauses
+            state = pausing.load(fork / ".git")
+            if state is None:
+                break
+            assert state.row in ("row-c1", "row-c2"), state.row
+            target = worktree / ("vllm/c1.py" if state.row == "row-c1" else "vllm/c2.py")
+            if state.ready and "<<<<<<<" in target.read_text():
+                target.write_text(both)  # a pause the person has not seen yet
+            again = subprocess.run(go_on, capture_output=True, text=True, env=env)
+            assert again.returncode in (0, 1), again.stderr
+        assert pausing.load(fork / ".git") is None, f"round {round_}: still paused"
+        tip = git(fork, "rev-parse", "qwen/0.30")
+        for path in ("vllm/c1.py", "vllm/c2.py"):
+            assert git(fork, "show", f"{tip}:{path}") + "\n" == both, (round_, path)
+        assert git(fork, "show", f"{tip}:vllm/a.py") + "\n" == lines_with({5: "line 5 ours\n"})
+        after = set(git(fork, "for-each-ref").splitlines())
+        assert after - {git(fork, "for-each-ref", "refs/heads/qwen/0.30")} == set(refs.splitlines())
+        assert git(fork, "worktree", "list").count("\n") == 0 and not worktree.exists()
+
+
+def test_a_worktree_half_set_up_is_set_up_again_not_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed while the worktree moves on to the next pause (the state already saved, not ready):
+    --continue tries the row again and sets the worktree up, rather than commit what it holds."""
+    repo, fork, old, new = _two_pause_project(tmp_path)
+    kw = {"from_source": f"dir:{old}", "to_source": f"dir:{new}"}
+
+    def run(action: str) -> RebaseResult:
+        _, result = port(repo, "0.30.0", rebase=RebaseRequest(fork=fork, action=action), **kw)  # type: ignore[arg-type]
+        assert result is not None
+        return result
+
+    worktree = run("start").paused.worktree  # type: ignore[union-attr]
+    (worktree / "vllm/c1.py").write_text(lines_with({20: "line 20 both\n"}))
+
+    def dies(git_dir: Path, wt: Path, commit: str, files: object) -> bool:
+        git(
+            wt, "read-tree", "--reset", "-u", commit
+        )  # half way: moved, the row's files not written
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pausing, "move_worktree", dies)
+    with pytest.raises(KeyboardInterrupt):
+        run("continue")
+    monkeypatch.undo()
+    state = pausing.load(fork / ".git")
+    assert state is not None and state.row == "row-c2" and not state.ready
+    again = run("continue")  # not a resolution of row-c2: the worktree is set up again
+    assert again.paused is not None and again.paused.row == "row-c2"
+    assert "<<<<<<<" in (worktree / "vllm/c2.py").read_text()
+    assert pausing.load(fork / ".git").ready  # type: ignore[union-attr]
+    assert [c[0] for c in again.commits] == ["row-c1", "row-a"]

@@ -225,15 +225,19 @@ def test_a_crash_while_pausing_again_keeps_the_resolution(
     def dies(*args: object) -> None:
         raise KeyboardInterrupt
 
+    # The worktree of one pause is moved on to the next: the fault strikes there.
+    monkeypatch.setattr(pausing, "move_worktree", dies)
     monkeypatch.setattr(pausing, "open_worktree", dies)
     with pytest.raises(KeyboardInterrupt):
         port(repo, "0.30.0", rebase=RebaseRequest(fork=fork, action="continue"), **kw)
     saved = paused_rebase(fork)
     assert saved.row == "cascade"
     assert (saved.commits[0][0], saved.commits[0][2]) == ("base", "resolved")
-    assert not wt.exists()  # base's worktree went once its commit was in the state
+    # base's worktree is still the rebase's own: --abort finds it by its lock, not by the state
+    assert [p.resolve() for p in pausing.ours(fork / ".git")] == [wt.resolve()]
     monkeypatch.undo()
     abort_rebase(fork)
+    assert not wt.exists()
     assert paused_rebase(fork) is None
     assert git(fork, "for-each-ref") == refs
     assert git(fork, "worktree", "list").count("\n") == 0  # only the fork itself

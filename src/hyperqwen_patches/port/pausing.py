@@ -48,6 +48,9 @@ class RebaseState:
     skipped: list[str] = field(default_factory=list)
     messages_from: str = "fork"
     findings: list[str] = field(default_factory=list)  # the written-row checks' findings, if any
+    # False from the state's save until the worktree holds the row's files: a run killed in between
+    # left a worktree half written, which --continue sets up again rather than commit.
+    ready: bool = True
 
 
 @contextlib.contextmanager

@@ -431,6 +431,11 @@ def _resume(
         )
     progress = _Progress.of_state(saved)
     _refuse_checked_out(git_dir, progress.branch, request.fork)
+    if request.action == "continue" and not saved.ready:
+        # The last run stopped while writing the worktree: nothing in it is a resolution. The row
+        # is tried again (the same outcome) and its worktree set up again.
+        state = replay.state_of_commit(git_dir, progress.parent, known=new.read, base=progress.base)
+        return progress, state, names.index(saved.row)
     if request.action == "skip":
         progress.skipped.append(saved.row)
     else:
@@ -474,18 +479,18 @@ def _pause(
     )
     if worktree != done_with:
         pausing.refuse_existing(worktree)
-    pausing.save(
-        git_dir,
-        progress.to_state(
-            row.name,
-            worktree,
-            outcome,
-            to_version=report.to_version,
-            to_source=sources[0],
-            from_source=sources[1],
-        ),
+    state = progress.to_state(
+        row.name,
+        worktree,
+        outcome,
+        to_version=report.to_version,
+        to_source=sources[0],
+        from_source=sources[1],
+        ready=False,
     )
-    # A failure from here on leaves the state: --abort removes what was made.
+    pausing.save(git_dir, state)
+    # A failure from here on leaves the state: --abort removes what was made, --continue sets the
+    # worktree up again.
     files = outcome.files
     if done_with is None or not (
         worktree == done_with and pausing.move_worktree(git_dir, worktree, progress.parent, files)
@@ -493,6 +498,8 @@ def _pause(
         if done_with is not None:
             pausing.close_worktree(git_dir, done_with)
         pausing.open_worktree(git_dir, worktree, progress.parent, files)
+    state.ready = True
+    pausing.save(git_dir, state)
     return Paused(row.name, worktree, tuple(files), resume, outcome.findings)
 
 
