@@ -102,7 +102,22 @@ def _frozen_delattr(self: Any, name: str) -> None:
     raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
-def record(cls: type[T] | None = None, /, *, frozen: bool = False, slots: bool = False) -> Any:
+if TYPE_CHECKING:
+    # What a type checker sees: a dataclass-like decorator (PEP 681), so every record's constructor
+    # is checked against its fields.
+    from typing import dataclass_transform, overload
+
+    @overload
+    def record(cls: type[T], /) -> type[T]: ...
+    @overload
+    def record(*, frozen: bool = False, slots: bool = False) -> Callable[[type[T]], type[T]]: ...
+    @dataclass_transform(field_specifiers=(field,))
+    def record(
+        cls: type[T] | None = None, /, *, frozen: bool = False, slots: bool = False
+    ) -> Any: ...
+
+
+def record(cls: type[T] | None = None, /, *, frozen: bool = False, slots: bool = False) -> Any:  # type: ignore[no-redef]
     def wrap(c: type[T]) -> type[T]:
         return _build(c, frozen, slots)
 
