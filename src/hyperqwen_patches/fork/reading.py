@@ -233,6 +233,8 @@ def _raw_records(fields: Sequence[bytes], i: int) -> tuple[tuple[Change, ...], i
     while i < len(fields) - 1 and fields[i].startswith(b":"):
         old_mode, new_mode, old_sha, new_sha, status = fields[i][1:].decode().split(" ")
         letter = status[0]
+        old_path: bytes | None
+        new_path: bytes | None
         if letter in "RC":
             old_path, new_path = fields[i + 1], fields[i + 2]
             i += 3

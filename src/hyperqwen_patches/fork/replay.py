@@ -172,7 +172,12 @@ class TreeState:
         """Fold one row's engine result into the state (renames keep the old file's mode)."""
         carried: dict[bytes, int] = {}
         for fp in patch.files:
-            if fp.rename and fp.old_path in self.entries and fp.new_path is not None:
+            if (
+                fp.rename
+                and fp.old_path is not None
+                and fp.old_path in self.entries
+                and fp.new_path is not None
+            ):
                 carried[fp.new_path] = self.entries[fp.old_path][0]
         self.dirty.update(changes)
         self.dirty.update(modes)
@@ -581,18 +586,18 @@ def check_replay(
     unpaired = [r for n, r, _ in rows if r and paired.get(n) is None]
     existing = forkgit.commits_existing(view_dir, unpaired)
     for name, recorded, _ in rows:
-        commit = paired.get(name)
-        if commit is not None and recorded and recorded != commit.sha:
+        paired_commit = paired.get(name)
+        if paired_commit is not None and recorded and recorded != paired_commit.sha:
             add(
                 Problem(
                     "fork-commits",
                     "error",
                     name,
                     f"row {name} records commit {recorded[:12]}, but its commit on {export_point} is "
-                    f"{commit.sha[:12]} (run export to update the manifest)",
+                    f"{paired_commit.sha[:12]} (run export to update the manifest)",
                 )
             )
-        elif recorded and commit is None and recorded not in existing:
+        elif recorded and paired_commit is None and recorded not in existing:
             add(
                 Problem(
                     "fork-commits",
@@ -602,13 +607,14 @@ def check_replay(
                 )
             )
 
-    listed = tree_entries(view_dir, base) if base_entries is None else None
-    state = TreeState(LazyEntries(base_entries) if listed is None else listed, read_base)
-    walk = (
-        ForkWalk(listed if listed is not None else base_entries)
-        if linear_on(base, commits)
-        else None
-    )
+    entries: dict[bytes, tuple[int, str]] | BaseEntries
+    if base_entries is None:
+        entries = tree_entries(view_dir, base)
+        state = TreeState(entries, read_base)
+    else:
+        entries = base_entries
+        state = TreeState(LazyEntries(base_entries), read_base)
+    walk = ForkWalk(entries) if linear_on(base, commits) else None
     index = {c.sha: i for i, c in enumerate(commits)}
     differ: set[bytes] = set()  # paths where the state and the walk's fork tree differ
 
@@ -649,12 +655,12 @@ def check_replay(
         except RowDoesNotApply as exc:
             add(Problem("replay-identity", "error", name, exc.message))
             return report
-        commit = paired.get(name)
-        if commit is None:
+        step_commit = paired.get(name)
+        if step_commit is None:
             report.steps.append(StepResult(name, None, ()))
             continue
-        differing, actual = compare_at(commit.sha)
-        report.steps.append(StepResult(name, commit.sha, differing))
+        differing, actual = compare_at(step_commit.sha)
+        report.steps.append(StepResult(name, step_commit.sha, differing))
         if differing:
             add(
                 Problem(
@@ -662,7 +668,7 @@ def check_replay(
                     "error",
                     name,
                     f"{'first divergent step' if not first_reported else 'step'}: pristine + rows up to "
-                    f"{name} differs from fork commit {commit.sha[:12]} in {len(differing)} file(s): "
+                    f"{name} differs from fork commit {step_commit.sha[:12]} in {len(differing)} file(s): "
                     + ", ".join(show(p) for p in differing[:5]),
                     short_diff(view_dir, state, actual, differing),
                 )

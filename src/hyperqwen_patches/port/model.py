@@ -252,7 +252,9 @@ class PortReport:
 
     @property
     def counts(self) -> dict[str, int]:
-        counts = {s: sum(1 for r in self.rows if r.status == s) for s in ROW_STATUSES}
+        counts: dict[str, int] = {
+            s: sum(1 for r in self.rows if r.status == s) for s in ROW_STATUSES
+        }
         # Of the conflicting rows, those that conflict only because earlier rows were not carried.
         counts["conflicts_by_cascade"] = sum(1 for r in self.rows if r.cascade)
         # Of the conflicting rows, those whose every failing hunk the release carries in changed form.

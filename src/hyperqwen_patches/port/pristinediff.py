@@ -49,7 +49,7 @@ class PristinePair:
             # autojunk off: with it, blank and ")" lines of a 6,000-line file count as junk and the
             # matcher pairs unrelated blocks, which shows a reader changes that are not there.
             matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-            self._ops[path] = matcher.get_opcodes()
+            self._ops[path] = [(t, i1, i2, j1, j2) for t, i1, i2, j1, j2 in matcher.get_opcodes()]
         return self._ops[path]
 
     def drift(self, path: bytes) -> FileDrift:

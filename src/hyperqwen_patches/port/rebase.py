@@ -84,7 +84,7 @@ def _fork_messages(git_dir: Path, manifest: Any) -> dict[str, tuple[bytes, dict[
         # One cat-file for all of the point's commits (a process each cost ~6 ms a row).
         raw = forkgit.read_objects(git_dir, [c.sha for c in wanted], kind="commit")
         for commit in wanted:
-            if commit.row not in found:
+            if commit.row is not None and commit.row not in found:
                 header = raw[commit.sha].partition(b"\n\n")[0]
                 found[commit.row] = (commit.message, _author_env(header))
     return found
@@ -329,6 +329,7 @@ def _rebase(
             )
             # The person's worktree goes only once what it gave is recorded: in the next pause's
             # state or in the branch (a kill in between loses no resolution).
+            assert saved is not None  # _resume refused otherwise
             done_with = Path(saved.worktree)
         porter = RowPorter(
             manifest.package,

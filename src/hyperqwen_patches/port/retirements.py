@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from hyperqwen_patches.console import show
 from hyperqwen_patches.engine.applying import (
@@ -62,7 +62,9 @@ def check_retirements(ctx: Any) -> list[Any]:
                 if isinstance(picked, str):
                     # A malformed PATH#N is an error; a hunk the row no longer has (it was cut out
                     # when it was retired) cannot be reverse-applied, which is worth a warning only.
-                    severity = "error" if "is not of the form" in picked else "warning"
+                    severity: Literal["error", "warning"] = (
+                        "error" if "is not of the form" in picked else "warning"
+                    )
                     findings.append(Finding("retirements", severity, subject, picked))
                     continue
                 patch = picked
