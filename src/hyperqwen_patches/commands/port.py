@@ -434,14 +434,18 @@ def render_rebase(result: object) -> None:
         )
     )
     merged = dict(result.merged)
-    for row, sha, how in result.commits:
+    if result.earlier:
+        out.print(f"  ... {result.earlier} commit(s) of the runs before this one")
+    for row, sha, how in result.commits[result.earlier :]:
         extra = ""
         if how == "merged":
             both = merged.get(row, ())
             extra = " (both sides changed " + ", ".join(show(p) for p in both) + ")" if both else ""
         out.print(f"  {sha[:12]} {row}  [{how}{extra}]")
+    now = {row for row, _, _ in result.commits[result.earlier :]}
     for row, path, line, what in result.adjacent:
-        out.print(f"  {row}: {show(path)}:{line}: {ADJACENT_NOTE} ({what})")
+        if row in now:
+            out.print(f"  {row}: {show(path)}:{line}: {ADJACENT_NOTE} ({what})")
     if result.upstream:
         out.print(f"left out, already upstream: {', '.join(result.upstream)}")
     if result.skipped:

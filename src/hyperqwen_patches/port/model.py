@@ -432,6 +432,9 @@ class RebaseResult:
     adjacent: tuple[tuple[str, bytes, int, str], ...] = ()
     skipped: tuple[str, ...] = ()  # rows a person left out with --skip
     paused: Paused | None = None
+    # Commits an earlier run of this rebase made (a --continue/--skip goes on after them): the
+    # report of a resumed run shows what this run did, the JSON every commit.
+    earlier: int = 0
 
     @property
     def conflicts(self) -> tuple[str, ...]:

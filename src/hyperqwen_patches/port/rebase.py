@@ -233,6 +233,7 @@ class _Progress:
     adjacent: list[tuple[str, bytes, int, str]] = field(default_factory=list)  # review these
     upstream: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    earlier: int = 0  # commits made before this run (a resumed rebase)
 
     @classmethod
     def of_state(cls, saved: Any) -> _Progress:
@@ -250,6 +251,7 @@ class _Progress:
             adjacent=[(r, raw(p), n, w) for r, p, n, w in saved.adjacent],
             upstream=list(saved.upstream),
             skipped=list(saved.skipped),
+            earlier=len(saved.commits),
         )
 
     def wrote(self, row: str, commit: str, outcome: RowOutcome) -> None:
@@ -295,6 +297,7 @@ class _Progress:
             adjacent=tuple(self.adjacent),
             skipped=tuple(self.skipped),
             paused=paused,
+            earlier=self.earlier,
         )
 
 
