@@ -473,6 +473,13 @@ def test_the_command_pauses_continues_and_aborts(ported: dict) -> None:
         "row row-conf needs you" in again.stdout and "vllm/conf.py: 1 conflict(s)" in again.stdout
     )
     assert "--rebase --continue" in again.stderr
+    # A --skip reports what its run did: the earlier rows' commits in one line, not again each.
+    skipped = hqp("--rebase", "--skip", "--fork", str(fork))
+    assert skipped.returncode == 1, skipped.stderr
+    assert "commit(s) of the runs before this one" in skipped.stdout
+    assert "row-a  [applied]" not in skipped.stdout
+    again = hqp("--to", "0.30.0", *src, "--rebase", "--force", "--fork", str(fork))
+    assert again.returncode == 1
     aborted = hqp("--rebase", "--abort", "--fork", str(fork), "--json")
     assert aborted.returncode == 0, aborted.stderr
     doc = json.loads(aborted.stdout)
