@@ -93,15 +93,50 @@ def read_mail(view: Path, data: bytes, *, row: Row) -> MailHeader | None:
     if not subject or not fields.get(b"Email"):
         return None
     date = _git_date(view, fields.get(b"Date", b""), row=row)
-    message = stripspace(view, subject + b"\n\n" + body)
+    message = stripspace(subject + b"\n\n" + body)
     return MailHeader(fields.get(b"Author", b"").strip(), fields[b"Email"].strip(), date, message)
 
 
+_MONTHS = {
+    m: i for i, m in enumerate(b"Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)
+}
+# The one shape `git format-patch` writes ("Thu, 4 Dec 2026 10:00:00 +0100"): read here. Any other
+# goes to git's own parser.
+_RFC2822 = re.compile(
+    rb"(?:[A-Z][a-z]{2}, )?([0-9]{1,2}) ([A-Z][a-z]{2}) ([0-9]{4}) "
+    rb"([0-9]{2}):([0-9]{2}):([0-9]{2}) ([+-])([0-9]{2})([0-9]{2})"
+)
+
+
+def _rfc2822_date(value: bytes) -> str | None:
+    """``<unix> <tz>`` of a plain RFC 2822 date, as git computes it; None for any other shape."""
+    import calendar
+    import datetime
+
+    m = _RFC2822.fullmatch(value.strip())
+    if m is None or m[2] not in _MONTHS:
+        return None
+    day, year, hour, minute, second = (int(m[i]) for i in (1, 3, 4, 5, 6))
+    try:  # a date that does not exist (Feb 30, second 60) is git's to judge
+        when = datetime.datetime(year, _MONTHS[m[2]], day, hour, minute, second)
+    except ValueError:
+        return None
+    if not 1970 <= year < 2100 or int(m[9]) >= 60:
+        return None
+    offset = (int(m[8]) * 60 + int(m[9])) * 60 * (1 if m[7] == b"+" else -1)
+    stamp = calendar.timegm(when.timetuple()) - offset
+    return f"{stamp} {m[7].decode()}{m[8].decode()}{m[9].decode()}"
+
+
 def _git_date(view: Path, value: bytes, *, row: Row) -> str:
-    """An RFC 2822 date as git's ``<unix> <tz>`` (git's own parser, via ``rev-parse --since``? no:
-    ``git var`` with GIT_AUTHOR_DATE set, which normalises exactly as commit-tree would)."""
+    """An RFC 2822 date as git's ``<unix> <tz>``: the plain shape read here, any other by ``git var``
+    with GIT_AUTHOR_DATE set, which normalises exactly as commit-tree would (a process per row was
+    a third of an import's time)."""
     if not value:
         return basecommit.BASE_DATE
+    plain = _rfc2822_date(value)
+    if plain is not None:
+        return plain
     out = gitrun.check(
         ["var", "GIT_AUTHOR_IDENT"],
         git_dir=view,
@@ -114,9 +149,22 @@ def _git_date(view: Path, value: bytes, *, row: Row) -> str:
     return stamp.decode()
 
 
-def stripspace(view: Path, message: bytes) -> bytes:
-    """git's own message clean-up (what ``git am`` and ``git commit`` do)."""
-    return gitrun.check(["stripspace"], git_dir=view, input=message, what="cleaning a message")
+def stripspace(message: bytes) -> bytes:
+    """git's own message clean-up (what ``git am`` and ``git commit`` do: ``git stripspace``, here
+    without a process): trailing whitespace (space, tab, CR) off every line, runs of empty lines
+    made one, none at the start or the end, every line ending in a newline."""
+    lines: list[bytes] = []
+    empties = 0
+    for line in message.split(b"\n"):
+        line = line.rstrip(b" \t\r\n")
+        if not line:
+            empties += 1
+            continue
+        if empties and lines:
+            lines.append(b"")
+        empties = 0
+        lines.append(line)
+    return b"".join(line + b"\n" for line in lines)
 
 
 def with_trailer(message: bytes, row: str) -> bytes:
