@@ -10,8 +10,8 @@ import subprocess
 
 from hyperqwen_patches.fork.importing import _rfc2822_date, stripspace
 
-DAYS = "Mon Tue Wed Thu Fri Sat Sun".split()
-MONTHS = "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split()
+DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 
 
 def git_date(value: str) -> str:
