@@ -37,6 +37,8 @@ COMMITS = (
     *FORK_COMMITS,
     FixtureCommit(row="drop-nonl", subject="Drop nonl.py", changes={b"vllm/nonl.py": None}),
 )
+# The rename's file as Python that compiles (port --rebase's verification compiles what rows touch).
+TREE = {**PRISTINE, b"vllm/old_name.py": b"".join(b"STABLE_%d = %d\n" % (i, i) for i in range(12))}
 ROWS = ["envs-knob", "crlf-latin1", "mode-rename", "new-module", "drop-nonl"]
 
 MANIFEST = """\
@@ -83,8 +85,8 @@ def failing(series: Path, fork: Path) -> set[str]:
 def project(tmp_path: Path) -> tuple[Path, Path]:
     """(a package-relative series exported from a maintainer's fork, that fork)."""
     fork = tmp_path / "fork"
-    make_fork(fork, COMMITS)
-    write_tree_files(tmp_path / "pristine", PRISTINE)
+    make_fork(fork, COMMITS, TREE)
+    write_tree_files(tmp_path / "pristine", TREE)
     series = tmp_path / "series"
     (series / "patches").mkdir(parents=True)
     (series / "patches/manifest.yaml").write_text(
@@ -108,7 +110,7 @@ def test_export_writes_package_relative_files_that_gnu_patch_applies_inside_the_
     assert b"+++ b/hqp/module.py\n" in files["new-module.patch"]
     # The oracle: GNU patch -p1 inside the pristine package directory gives the fork's tip.
     work = tmp_path / "gnu"
-    write_tree_files(work, PRISTINE)
+    write_tree_files(work, TREE)
     for name in ROWS:
         subprocess.run(
             [require_gnu_patch(), "-p1", "--fuzz", "0", "--batch", "-s", "-i",
@@ -136,7 +138,7 @@ def test_import_then_export_is_byte_identical_and_check_fork_is_clean(
     first = patch_files(series)
     rebuilt = tmp_path / "rebuilt"
     results = importing.import_series(
-        load_manifest(series), rebuilt, tree=DictTree(PRISTINE), create=True
+        load_manifest(series), rebuilt, tree=DictTree(TREE), create=True
     )
     imported = [r.commit for r in results[0].rows]
     shas = sh(["rev-list", "--reverse", f"{BRANCH}~5..{BRANCH}"], cwd=fork).decode().split()
@@ -178,3 +180,43 @@ def test_edit_and_refresh_a_row_of_a_package_relative_series(
     rebuilt = sh(["log", "--format=%H", "-5", BRANCH], cwd=again).decode().split()
     assert rebuilt == [r.commit for r in reversed(load_manifest(series).rows)]
     assert os.fsdecode(envs.name) == "envs.py"
+
+
+def test_port_rebase_then_export_keeps_the_package_relative_files(
+    project: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``port --rebase`` onto a release where envs.py moved by three lines: the new branch exports
+    package-relative files that differ from the old ones only positionally, and check --fork on the
+    new pin is clean."""
+    from hyperqwen_patches.port.model import RebaseRequest
+    from hyperqwen_patches.port.run import port
+
+    series, _ = project
+    fork = tmp_path / "imported"
+    assert hqp("import", "--into", fork, "--create", cwd=series).returncode == 0
+    newer = dict(TREE)
+    newer[b"vllm/envs.py"] = b"import os\n\n\n" + PRISTINE[b"vllm/envs.py"]
+    write_tree_files(tmp_path / "newer", newer)
+    before = patch_files(series)
+    _, rebased = port(
+        series,
+        "0.30.0",
+        from_source=f"dir:{tmp_path / 'pristine'}",
+        to_source=f"dir:{tmp_path / 'newer'}",
+        rebase=RebaseRequest(fork=fork),
+    )
+    assert rebased is not None and rebased.ok, rebased
+    manifest = series / "patches/manifest.yaml"
+    text = manifest.read_text().replace('pin: "0.29.0"', 'pin: "0.30.0"')
+    text = text.replace(f"dir:{tmp_path / 'pristine'}", f"dir:{tmp_path / 'newer'}")
+    manifest.write_text(text.replace(f"branch: {BRANCH}", "branch: qwen38/0.30"))
+    plan = export(series, fork)
+    assert not plan.semantic, [(c.path, c.drift) for c in plan.changes]
+    assert [c.path for c in plan.positional] == ["patches/envs-knob.patch"]
+    after = patch_files(series)
+    assert b"@@ -21,6 +21,7 @@" in after["envs-knob.patch"]
+    assert b"diff --git a/envs.py b/envs.py\n" in after["envs-knob.patch"]
+    assert {n: d for n, d in after.items() if n != "envs-knob.patch"} == {
+        n: d for n, d in before.items() if n != "envs-knob.patch"
+    }
+    assert not failing(series, fork) & {"export", "replay-identity", "fork-commits"}
