@@ -50,7 +50,8 @@ EPILOG = exit_codes_help(
     ok="every patch applied (or was already applied; with --check-applied: DIR carries every patch)",
     finding="a hunk did not apply, nothing was written (with --check-applied: a patch is missing)",
     usage="bad input: an unreadable or malformed patch, a path escaping DIR, a DIR that does not hold "
-    "the patched files (such as a venv root), a bad option; a write journal in DIR that this tool did "
+    "the patched files (such as a venv root; where its parent or a subdirectory does, the message "
+    "names it), a bad option; a write journal in DIR that this tool did "
     "not sign (refused, nothing written); another run holding DIR's lock longer than HQP_LOCK_WAIT "
     "seconds (default 10)",
     interrupted="interrupted (Ctrl-C): DIR was put back, or every file was written (the message "
@@ -90,15 +91,28 @@ def up_to(patches: list[Patch], row: str) -> list[Patch]:
 
 
 def refuse_misplaced(directory: Path, patches: list[Patch]) -> None:
+    """Refuse a DIR the patches' paths do not fit, naming the directory beside it that they do fit
+    (its parent or a subdirectory: package-relative patches given a release root, root-relative ones
+    given the package directory). Never applied there silently: which directory a run writes to is
+    the user's to say."""
     from hyperqwen_patches.sources.tree import misplaced
 
     wrong = misplaced(directory, patches)
-    if wrong:
+    if wrong is None:
+        return
+    if wrong.instead is not None:
         raise UsageError(
-            f"{directory} does not look like the directory the patches apply in: {wrong}",
-            hint="give the directory that holds the patched package (site-packages, or a release's "
-            "root: the one with vllm/ in it)",
+            f"{directory} does not look like the directory the patches apply in: {wrong.reason}; "
+            f"their paths fit {wrong.instead} ({wrong.found} of the {wrong.edited} files they edit "
+            "are there)",
+            hint=f"give {wrong.instead} as DIR",
         )
+    raise UsageError(
+        f"{directory} does not look like the directory the patches apply in: {wrong.reason}",
+        hint="give the directory the patch paths are relative to: site-packages (or a release's "
+        "root) for paths like vllm/v1/..., the package directory (site-packages/vllm) for paths "
+        "like v1/...",
+    )
 
 
 def load_patch(path: Path, *, strip: int = 1) -> Patch:
