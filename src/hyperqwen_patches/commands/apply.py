@@ -115,6 +115,18 @@ def refuse_misplaced(directory: Path, patches: list[Patch]) -> None:
     )
 
 
+def crlf_notes(patches: Sequence[Patch]) -> None:
+    """One note on stderr per file whose hunks were read with their CRs stripped (engine/patchset.py's
+    ``strips_cr``): what GNU patch says as "Stripping trailing CRs", said where it is."""
+    from hyperqwen_patches.console import err, show
+    from hyperqwen_patches.engine.patchset import CRLF_NOTE
+
+    for patch in patches:
+        for fp in patch.files:
+            if fp.crlf_stripped:
+                err.print(f"note: {patch.name}:{fp.header_line}: {show(fp.path)}: {CRLF_NOTE}")
+
+
 def load_patch(path: Path, *, strip: int = 1) -> Patch:
     """Read and parse one patch file; an unreadable file is a usage error naming it."""
     from hyperqwen_patches.engine.patchset import parse_patch
@@ -214,6 +226,7 @@ def apply_command(
     if upto is not None:
         patches = up_to(patches, upto)
     refuse_misplaced(directory, patches)
+    crlf_notes(patches)
     policy = Policy(max_offset=max_offset, exact=exact, ambiguity="error" if strict else "report")
     if check_applied:
         checked = check_tree(directory, patches, policy)
