@@ -385,3 +385,14 @@ def test_a_finding_names_the_row_whose_definition_the_call_bound_against(tmp_pat
     old, new = finding.detail.splitlines()
     assert "vllm/lib.py:1 as row widen leaves it: fetch(url, headers=None)" in old
     assert new.endswith("vllm/lib.py:1 (the release's own): fetch(uri)")
+
+
+def test_a_class_call_names_the_init_it_bound_against(tmp_path: Path) -> None:
+    new = LIB.replace(b"def __init__(self, size):", b"def __init__(self, size, dtype):")
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/user.py": USER}
+    target = {"vllm/__init__.py": b"", "vllm/lib.py": new, "vllm/user.py": USER}
+    report = statics_report(tmp_path, pristine, [("use", {"vllm/user.py": ADDED})], target)
+    [finding] = [f for f in report.findings if f.check == "signatures"]
+    old, new_side = finding.detail.splitlines()
+    assert old.endswith("vllm/lib.py:10 (the release's own): __init__(self, size)")
+    assert new_side.endswith("vllm/lib.py:10 (the release's own): __init__(self, size, dtype)")

@@ -193,6 +193,11 @@ def _where(views: Views, ref: Ref, found: Result, fn: Def, *, old_side: bool) ->
     On the old side provenance names the row that wrote a line of the signature; on the target side
     a definition whose parameters differ from the release's own is the series' (a row that carries
     there)."""
+    symbols = views.old if old_side else views.new
+    if isinstance(found, Found) and found.kind == "class":
+        # The class's __init__ may be a base class's, in another module: name where it is.
+        assert isinstance(found.obj, ClassInfo)
+        found = symbols.class_attr(found.obj, "__init__", via_instance=True)
     path = found.path if isinstance(found, Found) else b""
     label = views.old_label if old_side else views.new_label
     where = f"{label} {path.decode('utf-8', 'backslashreplace')}:{fn.lineno}"
