@@ -246,15 +246,17 @@ def test_split_lines_splits_on_newline_only() -> None:
     assert split_lines(b"") == []
 
 
-def test_crlf_patch_headers_are_refused_because_gnu_patch_would_strip_every_cr() -> None:
-    """Deliberate difference (docs/engine.md): GNU patch strips the CR of every line of such a patch,
-    so it applies to an LF file and fails on the CRLF file it was made from; we refuse to guess."""
+def test_a_crlf_plus_line_strips_the_cr_of_every_hunk_line_as_gnu_patch_does() -> None:
+    """GNU patch 2.7.6 strips the CR of every line of such a file's hunks ("Stripping trailing CRs
+    from patch"): the patch applies to the LF file and fails on the CRLF one; so do we
+    (tests/test_crlf_patches.py holds every pattern to the binary)."""
     from test_differential_gnu import run_gnu
 
     data = b"--- a/f\r\n+++ b/f\r\n@@ -1,3 +1,3 @@\r\n a\r\n-b\r\n+B\r\n c\r\n"
-    with pytest.raises(PatchParseError, match="end in CRLF") as caught:
-        parse_patch(data, name="mangled.patch")
-    assert caught.value.line == 1
+    (fp,) = parse_patch(data, name="mangled.patch").files
+    assert fp.crlf_stripped and fp.path == b"f"
+    assert fp.hunks[0].old_lines == (b"a\n", b"b\n", b"c\n")
+    assert fp.hunks[0].new_lines == (b"a\n", b"B\n", b"c\n")
     lf_tree = run_gnu({b"f": b"a\nb\nc\n"}, data)
     assert "Stripping trailing CRs" in lf_tree.output and lf_tree.tree[b"f"] == b"a\nB\nc\n"
     assert run_gnu({b"f": b"a\r\nb\r\nc\r\n"}, data).rc == 1

@@ -324,3 +324,75 @@ def test_a_widening_the_target_cannot_carry_is_still_an_error(tmp_path: Path) ->
     found = _widening(tmp_path, WIDE_LIB.replace(b"    url,\n", b"    uri,\n"))
     assert [(c, s) for c, s, _ in found] == [("signatures", "row widen: vllm/user.py:5")]
     assert "headers" in found[0][2]
+
+
+# Issue 38: on a real 18-row series, port reported "build(...) no longer binds" on 0.31.0 and 0.28.0
+# though neither release changed build: the parameter came from an earlier row of the series, which
+# did not carry to the target (another hunk of it conflicted), and the detail named the patched
+# signature as the pin's.
+TWO_ROW_LIB = WIDE_LIB.replace(b"CONST = 3\n", b"CONST = 3\nLIMIT = 10\n")
+
+
+def _two_rows(tmp_path: Path, target_lib: bytes) -> StaticsReport:
+    """Row 1 widens ``fetch`` (a keyword on its own line) and raises ``LIMIT``; row 2 calls ``fetch``
+    with the new keyword."""
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": TWO_ROW_LIB, "vllm/user.py": WIDE_USER}
+    widened = TWO_ROW_LIB.replace(b"    url,\n", b"    url,\n    headers=None,\n").replace(
+        b"LIMIT = 10", b"LIMIT = 20"
+    )
+    call = WIDE_USER.replace(b'fetch("u")', b'fetch("u", headers={})')
+    rows = [("widen", {"vllm/lib.py": widened}), ("use", {"vllm/user.py": call})]
+    target = {"vllm/__init__.py": b"", "vllm/lib.py": target_lib, "vllm/user.py": WIDE_USER}
+    return statics_report(tmp_path, pristine, rows, target)
+
+
+def test_a_call_binding_on_an_earlier_rows_widening_is_no_error_where_upstream_kept_the_callee(
+    tmp_path: Path,
+) -> None:
+    """The target changed LIMIT (row 1 conflicts there, so its widening is not on the target) but
+    not fetch: the call binds against the series' own definition; no static error."""
+    report = _two_rows(tmp_path, TWO_ROW_LIB.replace(b"LIMIT = 10", b"LIMIT = 11"))
+    assert [(f.check, f.subject) for f in report.findings] == []
+    stats = report.stats["signatures"]
+    assert stats["skip: signature unchanged upstream (the series' own definition)"] == 1
+
+
+def test_a_genuinely_removed_parameter_is_still_an_error_naming_both_definitions(
+    tmp_path: Path,
+) -> None:
+    """fetch lost a parameter upstream that the pin had (not one a row gave it): an error, and the
+    detail says which definition each side bound against."""
+    lib = WIDE_LIB.replace(b"    url,\n", b"    url,\n    timeout=1,\n")
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": lib, "vllm/user.py": WIDE_USER}
+    call = WIDE_USER.replace(b'fetch("u")', b'fetch("u", timeout=2)')
+    target = {"vllm/__init__.py": b"", "vllm/lib.py": WIDE_LIB, "vllm/user.py": WIDE_USER}
+    report = statics_report(tmp_path, pristine, [("use", {"vllm/user.py": call})], target)
+    [finding] = report.findings
+    assert finding.subject == "row use: vllm/user.py:5"
+    assert finding.message.endswith("no parameter named timeout")
+    old, new = finding.detail.splitlines()
+    assert old.endswith("vllm/lib.py:1 (the release's own): fetch(url, timeout=1)")
+    assert new.endswith("vllm/lib.py:1 (the release's own): fetch(url)")
+    assert "0.29.0" in old or "pristine" in old
+
+
+def test_a_finding_names_the_row_whose_definition_the_call_bound_against(tmp_path: Path) -> None:
+    """Upstream renamed the parameter row 1's hunk sits on: still an error (the callee changed),
+    and the old side is named as row widen leaves it."""
+    report = _two_rows(tmp_path, TWO_ROW_LIB.replace(b"    url,\n", b"    uri,\n"))
+    [finding] = report.findings
+    assert finding.subject == "row use: vllm/user.py:5"
+    old, new = finding.detail.splitlines()
+    assert "vllm/lib.py:1 as row widen leaves it: fetch(url, headers=None)" in old
+    assert new.endswith("vllm/lib.py:1 (the release's own): fetch(uri)")
+
+
+def test_a_class_call_names_the_init_it_bound_against(tmp_path: Path) -> None:
+    new = LIB.replace(b"def __init__(self, size):", b"def __init__(self, size, dtype):")
+    pristine = {"vllm/__init__.py": b"", "vllm/lib.py": LIB, "vllm/user.py": USER}
+    target = {"vllm/__init__.py": b"", "vllm/lib.py": new, "vllm/user.py": USER}
+    report = statics_report(tmp_path, pristine, [("use", {"vllm/user.py": ADDED})], target)
+    [finding] = [f for f in report.findings if f.check == "signatures"]
+    old, new_side = finding.detail.splitlines()
+    assert old.endswith("vllm/lib.py:10 (the release's own): __init__(self, size)")
+    assert new_side.endswith("vllm/lib.py:10 (the release's own): __init__(self, size, dtype)")

@@ -14,6 +14,7 @@ from hyperqwen_patches.checks.context import (
     CheckContext,
     Finding,
 )
+from hyperqwen_patches.engine.patchset import CRLF_NOTE
 from hyperqwen_patches.series.manifest import MANIFEST_RELPATH
 from hyperqwen_patches.series.requirements import REQUIREMENTS, package_pins
 
@@ -214,6 +215,20 @@ def check_apply(ctx: CheckContext) -> list[Finding]:
     for s in ctx.series:
         if s.row.skip is None and s.error is not None:
             findings.append(Finding("apply", "error", f"row {s.row.name}", s.error))
+    # A file read with its CRs stripped, as GNU patch reads it: said once, never a failure.
+    for s in ctx.series:
+        if s.patch is not None and s.row.skip is None:
+            for fp in s.patch.files:
+                if fp.crlf_stripped:
+                    path = fp.path.decode("utf-8", errors="backslashreplace")
+                    findings.append(
+                        Finding(
+                            "apply",
+                            "note",
+                            f"row {s.row.name}: {path}",
+                            f"{s.row.patch}:{fp.header_line}: {CRLF_NOTE}",
+                        )
+                    )
     result = ctx.applied
     # Where each hunk is in its patch file (patches/0002-x.patch:116), for the person who opens it.
     at = {

@@ -50,7 +50,8 @@ EPILOG = exit_codes_help(
     ok="every patch applied (or was already applied; with --check-applied: DIR carries every patch)",
     finding="a hunk did not apply, nothing was written (with --check-applied: a patch is missing)",
     usage="bad input: an unreadable or malformed patch, a path escaping DIR, a DIR that does not hold "
-    "the patched files (such as a venv root), a bad option; a write journal in DIR that this tool did "
+    "the patched files (such as a venv root; where its parent or a subdirectory does, the message "
+    "names it), a bad option; a write journal in DIR that this tool did "
     "not sign (refused, nothing written); another run holding DIR's lock longer than HQP_LOCK_WAIT "
     "seconds (default 10)",
     interrupted="interrupted (Ctrl-C): DIR was put back, or every file was written (the message "
@@ -90,15 +91,40 @@ def up_to(patches: list[Patch], row: str) -> list[Patch]:
 
 
 def refuse_misplaced(directory: Path, patches: list[Patch]) -> None:
+    """Refuse a DIR the patches' paths do not fit, naming the directory beside it that they do fit
+    (its parent or a subdirectory: package-relative patches given a release root, root-relative ones
+    given the package directory). Never applied there silently: which directory a run writes to is
+    the user's to say."""
     from hyperqwen_patches.sources.tree import misplaced
 
     wrong = misplaced(directory, patches)
-    if wrong:
+    if wrong is None:
+        return
+    if wrong.instead is not None:
         raise UsageError(
-            f"{directory} does not look like the directory the patches apply in: {wrong}",
-            hint="give the directory that holds the patched package (site-packages, or a release's "
-            "root: the one with vllm/ in it)",
+            f"{directory} does not look like the directory the patches apply in: {wrong.reason}; "
+            f"their paths fit {wrong.instead} ({wrong.found} of the {wrong.edited} files they edit "
+            "are there)",
+            hint=f"give {wrong.instead} as DIR",
         )
+    raise UsageError(
+        f"{directory} does not look like the directory the patches apply in: {wrong.reason}",
+        hint="give the directory the patch paths are relative to: site-packages (or a release's "
+        "root) for paths like vllm/v1/..., the package directory (site-packages/vllm) for paths "
+        "like v1/...",
+    )
+
+
+def crlf_notes(patches: Sequence[Patch]) -> None:
+    """One note on stderr per file whose hunks were read with their CRs stripped (engine/patchset.py's
+    ``strips_cr``): what GNU patch says as "Stripping trailing CRs", said where it is."""
+    from hyperqwen_patches.console import err, show
+    from hyperqwen_patches.engine.patchset import CRLF_NOTE
+
+    for patch in patches:
+        for fp in patch.files:
+            if fp.crlf_stripped:
+                err.print(f"note: {patch.name}:{fp.header_line}: {show(fp.path)}: {CRLF_NOTE}")
 
 
 def load_patch(path: Path, *, strip: int = 1) -> Patch:
@@ -200,6 +226,7 @@ def apply_command(
     if upto is not None:
         patches = up_to(patches, upto)
     refuse_misplaced(directory, patches)
+    crlf_notes(patches)
     policy = Policy(max_offset=max_offset, exact=exact, ambiguity="error" if strict else "report")
     if check_applied:
         checked = check_tree(directory, patches, policy)

@@ -137,6 +137,9 @@ class FilePatch:
     rename: bool = False
     copy: bool = False
     header_line: int = 0  # line of the file's first header in the patch file (1-based)
+    #: Its ``+++`` line ends in CRLF, so the CR of every line of its hunks was stripped, as GNU patch
+    #: 2.7.6 strips them ("Stripping trailing CRs from patch"): said to the user once per file.
+    crlf_stripped: bool = False
     #: For module-file rows (``patch_from_files``): the whole content to create, exactly.
     content: bytes | None = None
 
@@ -179,6 +182,7 @@ class FilePatch:
             binary=self.binary,
             rename=self.rename,
             header_line=self.header_line,
+            crlf_stripped=self.crlf_stripped,
             content=self.content,
         )
 
@@ -422,23 +426,18 @@ def parse_patch(data: bytes, *, name: str, strip: int = 1) -> Patch:
         if _is_file_header(lines, i):
             if preamble_end is None:
                 preamble_end = i
-            if line.endswith(b"\r\n"):
-                # GNU patch then strips the CR of *every* patch line ("Stripping trailing CRs from
-                # patch"), so the same file applies to LF files and fails on CRLF ones: refuse to guess.
-                raise PatchParseError(
-                    name,
-                    i + 1,
-                    "the patch's own lines end in CRLF (its headers too): a mail client or editor "
-                    "converted it; GNU patch would strip every CR and change what it applies",
-                    hint="restore the patch with LF headers (CRs inside content lines are kept)",
-                )
             old = strip_path(line[4:], strip, patch=name, line=i + 1)
             new = strip_path(lines[i + 1][4:], strip, patch=name, line=i + 2)
             if old is None and new is None:
                 raise PatchParseError(name, i + 1, "both sides of the file header are /dev/null")
             header = i + 1
-            i, hunks = _parse_hunks(lines, i + 2, name=name)
-            files.append(FilePatch(old_path=old, new_path=new, hunks=hunks, header_line=header))
+            crlf = strips_cr(lines[i + 1])
+            i, hunks = _parse_hunks(lines, i + 2, name=name, strip_cr=crlf)
+            files.append(
+                FilePatch(
+                    old_path=old, new_path=new, hunks=hunks, header_line=header, crlf_stripped=crlf
+                )
+            )
             continue
         if line.startswith(b"@@ -") and _HUNK_HEADER.match(line) and preamble_end is not None:
             raise PatchParseError(
@@ -513,13 +512,15 @@ def _parse_git_section(
     new: bytes | None
     hunks: tuple[Hunk, ...] = ()
     header_line = head.line
+    crlf = False
     if i < n and lines[i].startswith(b"--- ") and i + 1 < n and lines[i + 1].startswith(b"+++ "):
         if not (i + 2 < n and lines[i + 2].startswith(b"@@ ")):
             raise PatchParseError(name, i + 3, f"file header for {label} is not followed by a hunk")
         # The file to patch comes from the ---/+++ names, as GNU patch and git apply choose it.
         old = strip_path(lines[i][4:], strip, patch=name, line=i + 1)
         new = strip_path(lines[i + 1][4:], strip, patch=name, line=i + 2)
-        i, hunks = _parse_hunks(lines, i + 2, name=name)
+        crlf = strips_cr(lines[i + 1])
+        i, hunks = _parse_hunks(lines, i + 2, name=name, strip_cr=crlf)
     else:
         if head.names is None:
             raise PatchParseError(name, head.line, "cannot read the file names of 'diff --git'")
@@ -560,6 +561,7 @@ def _parse_git_section(
         rename=rename,
         copy=copy,
         header_line=header_line,
+        crlf_stripped=crlf,
     )
 
 
@@ -576,11 +578,37 @@ def _strip_git_name(raw: bytes, strip: int, *, patch: str, line: int) -> bytes:
     return rest
 
 
-def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[Hunk, ...]]:
-    """Read consecutive ``@@`` hunks starting at ``lines[i]``; return the index after them."""
+# What a file read with its CRs stripped is told as (apply's stderr, check's note), once per file.
+CRLF_NOTE = (
+    "its lines end in CRLF; read as GNU patch 2.7.6 reads them (the CR of every line of its hunks "
+    'stripped: "Stripping trailing CRs from patch")'
+)
+
+
+def strips_cr(plus_line: bytes) -> bool:
+    """GNU patch 2.7.6's rule, measured on the binary: a file's ``+++`` line ending in CR LF makes
+    it strip the trailing CR of every line of that file's hunks (and print "(Stripping trailing CRs
+    from patch; use --binary to disable.)" before "patching file"). The ``---``, ``diff --git`` and
+    ``index`` lines do not count, and the next file decides again (tests/test_crlf_patches.py)."""
+    return plus_line.endswith(b"\r\n")
+
+
+def _uncr(line: bytes) -> bytes:
+    return line[:-2] + b"\n" if line.endswith(b"\r\n") else line
+
+
+def _parse_hunks(
+    lines: list[bytes], i: int, *, name: str, strip_cr: bool = False
+) -> tuple[int, tuple[Hunk, ...]]:
+    """Read consecutive ``@@`` hunks starting at ``lines[i]``; return the index after them.
+
+    ``strip_cr``: the CR of each line the hunks consume goes first (:func:`strips_cr`); ``lines``
+    is the caller's own split, rewritten in place."""
     hunks: list[Hunk] = []
     n = len(lines)
     while i < n and lines[i].startswith(b"@@ "):
+        if strip_cr:
+            lines[i] = _uncr(lines[i])
         match = _HUNK_HEADER.match(lines[i])
         if match is None:
             raise PatchParseError(
@@ -623,6 +651,8 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                     "header still missing",
                 )
             line = lines[i]
+            if strip_cr and line.endswith(b"\r\n"):
+                line = lines[i] = line[:-2] + b"\n"
             if not line.endswith(b"\n"):
                 # GNU: "patch unexpectedly ends in middle of line" (exit 2): a file cut off inside
                 # its last line, not a last line without newline (that carries its marker).
@@ -694,6 +724,8 @@ def _parse_hunks(lines: list[bytes], i: int, *, name: str) -> tuple[int, tuple[H
                 )
             i += 1
         if i < n and lines[i].startswith(_NO_NEWLINE) and not marked:
+            if strip_cr:
+                lines[i] = _uncr(lines[i])
             _drop_newline(body, old, new, name=name, line=i + 1)
             i += 1
         if i < n and _looks_like_hunk_line(lines[i]):

@@ -126,9 +126,17 @@ _DIFFISH = re.compile(
 )
 
 
-def format_patch_argv(sha: str) -> list[str]:
+def format_patch_argv(sha: str, *, relative: str | None = None) -> list[str]:
+    """The pinned argv; ``relative`` (``"vllm/"``) writes paths relative to the package directory,
+    for a ``paths: package`` series (``a/v1/...``): git's own ``--relative`` in place of
+    ``--no-relative``, so the bytes stay exactly what format-patch writes (the fork keeps the
+    package under ``vllm/``; :func:`refusals` has already refused any change outside it)."""
     args = ["format-patch"]
-    args += [opt for opt, _pin, _why in FORMAT_PATCH_OPTIONS if opt is not None]
+    for opt, _pin, _why in FORMAT_PATCH_OPTIONS:
+        if opt == "--no-relative" and relative is not None:
+            opt = f"--relative={relative}"
+        if opt is not None:
+            args.append(opt)
     args += ["-1", sha]
     return args
 
@@ -137,10 +145,10 @@ def format_patch_config() -> list[tuple[str, str]]:
     return [pin for _opt, pin, _why in FORMAT_PATCH_OPTIONS if pin is not None]
 
 
-def format_commit(view: Path, sha: str) -> bytes:
+def format_commit(view: Path, sha: str, *, relative: str | None = None) -> bytes:
     """The pinned ``git format-patch`` of one commit, run in ``view`` (a scratch repository)."""
     return gitrun.check(
-        format_patch_argv(sha),
+        format_patch_argv(sha, relative=relative),
         git_dir=view,
         config=format_patch_config(),
         what=f"exporting {sha[:12]}",
@@ -282,7 +290,11 @@ def binary_paths_of(
 
 
 def format_commits(
-    view: Path, commits: Sequence[forkgit.ForkCommit], *, scratch: bool = False
+    view: Path,
+    commits: Sequence[forkgit.ForkCommit],
+    *,
+    scratch: bool = False,
+    relative: str | None = None,
 ) -> dict[str, bytes]:
     """:func:`format_commit` of each commit of a linear chain, from one ``git format-patch``.
 
@@ -301,8 +313,8 @@ def format_commits(
         commits[i].parents[0] == chain[i - 1] for i in range(1, len(commits))
     )
     if len(commits) < 2 or not linear:
-        return {c.sha: format_commit(view, c.sha) for c in commits}
-    args = [a for a in format_patch_argv(chain[-1]) if a != "--stdout"][:-2]
+        return {c.sha: format_commit(view, c.sha, relative=relative) for c in commits}
+    args = [a for a in format_patch_argv(chain[-1], relative=relative) if a != "--stdout"][:-2]
     span = f"{commits[0].parents[0]}..{chain[-1]}"
 
     def compute() -> list[str]:
@@ -349,8 +361,11 @@ def export_commits(
     commits: Sequence[forkgit.ForkCommit],
     *,
     module_rows: frozenset[str] = frozenset(),
+    relative: str | None = None,
 ) -> dict[str, bytes | dict[bytes, bytes]]:
     """sha -> patch bytes (or, for a module-file row's commit, path -> file bytes) for every commit.
+
+    ``relative``: see :func:`format_patch_argv` (``patch_relative`` of the manifest).
 
     Every refusal of every commit is collected before anything is raised, so one run names them all.
     """
@@ -385,7 +400,7 @@ def export_commits(
             ),
             kind="blob",
         )
-        formatted = format_commits(view, commits, scratch=True)
+        formatted = format_commits(view, commits, scratch=True, relative=relative)
         for commit in commits:
             if commit.row in module_rows:
                 result[commit.sha] = {
@@ -511,14 +526,15 @@ def _read(root: Path, rel: str) -> bytes | None:
         return None
 
 
+def patch_relative(manifest: Manifest) -> str | None:
+    """The directory patch paths are relative to inside the fork's tree: ``"vllm/"`` for a
+    ``paths: package`` series, None (the tree's root) for ``paths: root``."""
+    return f"{manifest.package}/" if manifest.paths == "package" else None
+
+
 def plan_export(manifest: Manifest, fork: Path, *, export_points: Sequence[str] = ()) -> ExportPlan:
     """Everything export would change in the repository, computed without writing."""
 
-    if manifest.paths != "root":
-        raise UsageError(
-            f"{manifest.path}: export writes patches relative to the directory holding the package "
-            f"(paths: root); this manifest says paths: {manifest.paths}",
-        )
     if not manifest.export_points:
         raise UsageError(
             f"{manifest.path}: the manifest names no export point",
@@ -580,7 +596,9 @@ def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -
         plan.vanished_rows += matching.vanished_rows
         by_name = {r.name: r for r in rows}
         module_rows = frozenset(n for n in by_name if by_name[n].is_module)
-        exported = export_commits(git_dir, commits, module_rows=module_rows)
+        exported = export_commits(
+            git_dir, commits, module_rows=module_rows, relative=patch_relative(manifest)
+        )
         paired = {c.sha: n for n, c in matching.pairs}
         added = {c.sha: n for n, c in matching.missing_rows}
         for commit in commits:

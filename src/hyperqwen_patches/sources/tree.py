@@ -785,24 +785,70 @@ def check_applied(root: Path, patches: Sequence[Patch], policy: Policy) -> TreeC
         return TreeCheckResult(root=root, patches=verify_applied(patches, tree.read, policy))
 
 
-def misplaced(root: Path, patches: Sequence[Patch]) -> str | None:
+@record(frozen=True)
+class Misplaced:
+    """Why DIR is not the directory the patches apply in, and the one beside it they fit, if any."""
+
+    reason: str
+    instead: Path | None  # DIR's parent or one of its subdirectories, when exactly one fits best
+    found: int = 0  # how many of the edited files ``instead`` holds
+    edited: int = 0  # how many files the patches edit
+
+
+def misplaced(root: Path, patches: Sequence[Patch]) -> Misplaced | None:
     """Why ``root`` cannot be the directory the patches apply in, or None.
 
-    A series edits existing files; when not one of the top-level directories those files live in
-    exists under ``root`` (a venv root given for its site-packages), every hunk would fail, and 17
-    "file not found" errors hide the one mistake.
+    A series edits existing files; when not one of the top-level entries those files live under
+    exists in ``root`` (a venv root given for its site-packages), every hunk would fail, and 17
+    "file not found" errors hide the one mistake. The directory to give instead is looked for one
+    level up and one level down (package-relative patches ``a/v1/...`` given a release root that
+    holds ``vllm/``, root-relative ``a/vllm/...`` given ``site-packages/vllm``): the one holding the
+    most of the edited files, named only when no other holds as many, so the hint is never a guess.
     """
     if not root.is_dir():
-        return "it is not a directory" if root.exists() else "it does not exist"
-    tops = sorted(
-        {
-            fp.old_path.split(b"/", 1)[0]
-            for patch in patches
-            for fp in patch.files
-            if fp.old_path is not None and b"/" in fp.old_path
-        }
+        return Misplaced("it is not a directory" if root.exists() else "it does not exist", None)
+    edited = sorted(
+        {fp.old_path for patch in patches for fp in patch.files if fp.old_path is not None}
     )
-    if not tops or any(os.path.isdir(os.path.join(os.fsencode(root), top)) for top in tops):
+    if not edited or _fits(root, edited):
         return None
-    names = ", ".join(t.decode("utf-8", errors="backslashreplace") + "/" for t in tops)
-    return f"the patches edit files under {names} and {root} has no such directory"
+    tops = sorted({p.split(b"/", 1)[0] + (b"/" if b"/" in p else b"") for p in edited})
+    names = ", ".join(t.decode("utf-8", errors="backslashreplace") for t in tops[:6])
+    names += f" and {len(tops) - 6} more" if len(tops) > 6 else ""
+    reason = f"the patches edit files under {names} and {root} has none of them"
+    if all(t.endswith(b"/") for t in tops):
+        reason = f"the patches edit files under {names} and {root} has no such directory"
+    scores = sorted(((_holds(d, edited), str(d)) for d in _neighbours(root)), reverse=True)
+    if scores and scores[0][0] > 0 and (len(scores) == 1 or scores[1][0] < scores[0][0]):
+        return Misplaced(reason, Path(scores[0][1]), scores[0][0], len(edited))
+    return Misplaced(reason, None, 0, len(edited))
+
+
+def _fits(root: Path, edited: Sequence[bytes]) -> bool:
+    base = os.fsencode(root)
+    for path in edited:
+        top, slash, _rest = path.partition(b"/")
+        if (
+            os.path.isdir(os.path.join(base, top))
+            if slash
+            else os.path.isfile(os.path.join(base, top))
+        ):
+            return True
+    return False
+
+
+def _holds(directory: Path, edited: Sequence[bytes]) -> int:
+    base = os.fsencode(directory)
+    return sum(os.path.isfile(os.path.join(base, p)) for p in edited)
+
+
+def _neighbours(root: Path) -> list[Path]:
+    """``root``'s parent and its subdirectories (not hidden ones), where the patches may fit."""
+    out = [root.resolve().parent] if root.resolve().parent != root.resolve() else []
+    with contextlib.suppress(OSError):
+        out += sorted(
+            Path(e.path)
+            for e in os.scandir(root)
+            if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+        )
+    return out

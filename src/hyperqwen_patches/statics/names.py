@@ -66,6 +66,10 @@ class Views:
     new: Symbols
     old_label: str
     new_label: str
+    # Both releases without the series (None: not known), for what upstream itself changed: a
+    # signature the two releases share is not a change between them, whatever the series does to it.
+    old_pristine: Symbols | None = None
+    new_pristine: Symbols | None = None
     # references(), once: both the name and the signature checks read them.
     _references: tuple[list[Ref], list[CallRef]] | None = None
 
@@ -78,6 +82,9 @@ class Views:
         old_label: str,
         new_label: str,
         package: str = "vllm",
+        *,
+        old_pristine: Reader | None = None,
+        new_pristine: Reader | None = None,
     ) -> Views:
         prov = analysis.prov
 
@@ -88,7 +95,13 @@ class Views:
             return prov.content[path] if path in prov.created else new_read(path)
 
         return cls(
-            analysis, Symbols(patched, package), Symbols(carried, package), old_label, new_label
+            analysis,
+            Symbols(patched, package),
+            Symbols(carried, package),
+            old_label,
+            new_label,
+            None if old_pristine is None else Symbols(old_pristine, package),
+            None if new_pristine is None else Symbols(new_pristine, package),
         )
 
     def pristine_site(self, found: Found) -> bool:
@@ -279,6 +292,13 @@ def _cut_views(
         return content[path] if path in content else ctx.pristine.read(path)
 
     views = Views.build(
-        analysis, cut.read, on_pin, cut.label, ctx.pristine.label, ctx.manifest.package
+        analysis,
+        cut.read,
+        on_pin,
+        cut.label,
+        ctx.pristine.label,
+        ctx.manifest.package,
+        old_pristine=cut.read,
+        new_pristine=ctx.pristine.read,
     )
     return views, cut.close

@@ -94,7 +94,14 @@ def port_statics(
     patches = series_patches(manifest) if patches is None else patches
     analysis = analysis or trace_series(manifest, old, patches)
     views = Views.build(
-        analysis, old.read, carried_reader(patches, new), old.label, new.label, manifest.package
+        analysis,
+        old.read,
+        carried_reader(patches, new),
+        old.label,
+        new.label,
+        manifest.package,
+        old_pristine=old.read,
+        new_pristine=new.read,
     )
     accept = tuple(a.name for a in manifest.accepted_names)
     names = removed_names(views, accept)

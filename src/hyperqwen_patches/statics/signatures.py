@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import StaticFinding
 from hyperqwen_patches.statics.names import BUILTINS, Views, accepted, resolve
-from hyperqwen_patches.statics.refs import CallRef
+from hyperqwen_patches.statics.refs import CallRef, Ref
 from hyperqwen_patches.statics.symbols import ClassInfo, Found, Result, Symbols, Unknown
 
 if TYPE_CHECKING:
@@ -157,18 +157,72 @@ def changed_signatures(views: Views, accept: tuple[str, ...] = ()) -> SignatureR
         problems = bind(new_fn, new_bound, call.positional, call.keywords)
         if not problems:
             continue
+        if _unchanged_upstream(views, call.ref):
+            # The call binds against the definition as the series leaves the old pin, and both
+            # releases define the callee alike: what it lacks on the target is the series' own
+            # widening, in a row that does not carry there (port's triage shows that row), not a
+            # change upstream made (issue 38: "build(...) no longer binds" though build never changed).
+            skip("signature unchanged upstream (the series' own definition)")
+            continue
         if accepted(accept, call.ref.dotted):
             stats["accepted"] += 1
             continue
         stats["changed"] += 1
+        old_at = _where(views, ref, old_found, old_fn, old_side=True)
+        new_at = _where(views, ref, new_found, new_fn, old_side=False)
         report.findings.append(
-            _finding(call, problems, old_fn, new_fn, views.old_label, views.new_label)
+            _finding(call, problems, old_fn, new_fn, old_at, new_at, views.new_label)
         )
     return report
 
 
+def _unchanged_upstream(views: Views, ref: Ref) -> bool:
+    """Both releases, without the series, give the callee the same parameters."""
+    if views.old_pristine is None or views.new_pristine is None:
+        return False
+    before = callee(views.old_pristine, resolve(views.old_pristine, ref))
+    after = callee(views.new_pristine, resolve(views.new_pristine, ref))
+    if isinstance(before, str) or isinstance(after, str):
+        return False
+    return _sig(before[0]) == _sig(after[0]) and before[1] == after[1]
+
+
+def _where(views: Views, ref: Ref, found: Result, fn: Def, *, old_side: bool) -> str:
+    """Which definition a call was bound against: release, file:line, and the row that shaped it.
+
+    On the old side provenance names the row that wrote a line of the signature; on the target side
+    a definition whose parameters differ from the release's own is the series' (a row that carries
+    there)."""
+    symbols = views.old if old_side else views.new
+    if isinstance(found, Found) and found.kind == "class":
+        # The class's __init__ may be a base class's, in another module: name where it is.
+        assert isinstance(found.obj, ClassInfo)
+        found = symbols.class_attr(found.obj, "__init__", via_instance=True)
+    path = found.path if isinstance(found, Found) else b""
+    label = views.old_label if old_side else views.new_label
+    where = f"{label} {path.decode('utf-8', 'backslashreplace')}:{fn.lineno}"
+    last = fn.body[0].lineno - 1 if fn.body else fn.lineno
+    if old_side:
+        row = views.analysis.prov.owner_of_span(path, fn.lineno, last)
+        return (
+            f"{where} as row {row} leaves it" if row is not None else f"{where} (the release's own)"
+        )
+    if views.new_pristine is None:
+        return where
+    own = callee(views.new_pristine, resolve(views.new_pristine, ref))
+    if isinstance(own, str) or _sig(own[0]) != _sig(fn):
+        return f"{where} as the series leaves it"
+    return f"{where} (the release's own)"
+
+
 def _finding(
-    call: CallRef, problems: list[str], old: Def, new: Def, old_label: str, new_label: str
+    call: CallRef,
+    problems: list[str],
+    old: Def,
+    new: Def,
+    old_at: str,
+    new_at: str,
+    new_label: str,
 ) -> StaticFinding:
     return StaticFinding(
         CHECK,
@@ -177,7 +231,7 @@ def _finding(
         call.path,
         call.line,
         f"{call.text}(...) no longer binds on {new_label}: {'; '.join(problems)}",
-        f"{old_label}: {old.name}{_sig(old)}\n{new_label}: {new.name}{_sig(new)}",
+        f"{old_at}: {old.name}{_sig(old)}\n{new_at}: {new.name}{_sig(new)}",
     )
 
 
