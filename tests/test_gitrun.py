@@ -191,3 +191,21 @@ def test_a_repositorys_grafts_are_not_honoured(tmp_path: Path) -> None:
     assert sh(["rev-list", "HEAD"], cwd=repo).decode().split() == [tip]  # plain git honours it
     ours = gitrun.check(["rev-list", tip], git_dir=repo / ".git", what="listing")
     assert len(ours.split()) == 3
+
+
+def test_a_linked_worktree_is_a_repository_given_by_its_top(tmp_path: Path) -> None:
+    """A linked worktree's `.git` is a file naming its git dir: the repository a user names by the
+    worktree's top is that git dir (the series repository checked out with `git worktree add`)."""
+    repo = init_repo(tmp_path / "r")
+    (repo / "f").write_text("x\n")
+    sh(["add", "f"], cwd=repo)
+    sh(["commit", "-q", "-m", "c"], cwd=repo)
+    sh(["worktree", "add", "-q", str(tmp_path / "wt")], cwd=repo)
+    found = gitrun.git_dir_of(tmp_path / "wt")
+    assert found == (repo / ".git/worktrees/wt").resolve()
+    head = gitrun.check(["rev-parse", "HEAD"], git_dir=found, what="reading")
+    assert head.strip() == sh(["rev-parse", "HEAD"], cwd=repo).strip()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad/.git").write_text("not a gitfile\n")
+    with pytest.raises(GitError, match="without a gitdir"):
+        gitrun.git_dir_of(tmp_path / "bad")

@@ -313,6 +313,8 @@ def git_dir_of(path: Path) -> Path:
     if not path.exists():
         raise GitError(f"{path}: no such repository", hint="pass a path to a git repository")
     candidate = (path / ".git" if (path / ".git").exists() else path).resolve()
+    if candidate.is_file():  # a linked worktree's (or submodule's) ".git" file names its git dir
+        candidate = _gitfile_target(candidate)
     if candidate in _GIT_DIRS:  # one git process per repository and run, not one per question
         return _GIT_DIRS[candidate]
     result = run(["rev-parse", "--absolute-git-dir"], git_dir=candidate)
@@ -327,6 +329,17 @@ def git_dir_of(path: Path) -> Path:
 
 
 _GIT_DIRS: dict[Path, Path] = {}
+
+
+def _gitfile_target(gitfile: Path) -> Path:
+    try:
+        text = gitfile.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as exc:
+        raise GitError(f"{gitfile}: unreadable ({exc.strerror})") from exc
+    if not text.startswith("gitdir: "):
+        raise GitError(f"{gitfile}: not a git repository (a file without a gitdir: line)")
+    target = Path(text[len("gitdir: ") :].strip())
+    return (gitfile.parent / target).resolve()
 
 
 def init_bare(path: Path) -> Path:
