@@ -466,6 +466,6 @@ def render_rebase(result: object) -> None:
             out.print(f"  {show(f.path)}: {what}")
         if paused.findings:
             out.print("  it went in, and is wrong as written; fix these there:")
-            for line in paused.findings:
-                out.print(f"    {line}", soft_wrap=True)
+            for finding in paused.findings:
+                out.print(f"    {finding}", soft_wrap=True)
         out.print(f"then: {as_typed(paused.resume)}   (or --skip, --abort)")

@@ -244,7 +244,12 @@ def _compare(old: SeriesRow, new: SeriesRow, status: Status | None = None) -> Ro
                 for p in sorted(set(old.files) | set(new.files))
             )
     if status is None:
-        status = {"none": "unchanged", "positional": "positional", "semantic": "changed"}[drift]
+        by_drift: dict[str, Status] = {
+            "none": "unchanged",
+            "positional": "positional",
+            "semantic": "changed",
+        }
+        status = by_drift[drift]
     return RowDiff(
         status=status,
         old=old,
@@ -344,7 +349,7 @@ def diff_series(old: SeriesSnapshot, new: SeriesSnapshot) -> SeriesDiff:
         for n in new.rows
         if n.name not in old_names and n.name not in renamed_new
     ]
-    counts = {s: sum(1 for r in rows if r.status == s) for s in STATUSES}
+    counts: dict[str, int] = {s: sum(1 for r in rows if r.status == s) for s in STATUSES}
     return SeriesDiff(
         old_label=old.label,
         new_label=new.label,
@@ -365,7 +370,8 @@ def _with_moved(d: RowDiff, moved: bool) -> RowDiff:
 class SeriesTree(Protocol):
     """Read-only view of a repository state: a directory on disk or a git revision."""
 
-    label: str
+    @property
+    def label(self) -> str: ...
 
     def read(self, path: bytes) -> bytes | None: ...
 
