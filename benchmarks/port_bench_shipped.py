@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from port_bench import HQP, Clock, compile_package, git_env, trailers
+from port_bench import HQP, Clock, compile_package, trailers
 
 ROOT = Path(__file__).resolve().parent.parent
 
