@@ -212,3 +212,26 @@ def test_a_worktree_half_set_up_is_set_up_again_not_committed(
     assert "<<<<<<<" in (worktree / "vllm/c2.py").read_text()
     assert pausing.load(fork / ".git").ready  # type: ignore[union-attr]
     assert [c[0] for c in again.commits] == ["row-c1", "row-a"]
+
+
+def test_the_forks_own_filters_never_run_on_the_rebases_files(tmp_path: Path) -> None:
+    """A fork whose config defines a clean and a smudge filter for .py files (attributes in its
+    info/attributes, as an LFS-like setup has them): the pause's worktree holds the rows' bytes and
+    the resolved commit the person's bytes, with nothing of either filter in them."""
+    repo, fork, old, new = _two_pause_project(tmp_path)
+    git(fork, "config", "filter.inject.clean", "sed 's/^/CLEANED /'")
+    git(fork, "config", "filter.inject.smudge", "sed 's/^/SMUDGED /'")
+    git(fork, "config", "filter.inject.required", "true")
+    (fork / ".git/info").mkdir(exist_ok=True)
+    (fork / ".git/info/attributes").write_text("*.py filter=inject\n")
+    kw = {"from_source": f"dir:{old}", "to_source": f"dir:{new}"}
+    _, first = port(repo, "0.30.0", rebase=RebaseRequest(fork=fork), **kw)  # type: ignore[arg-type]
+    assert first is not None and first.paused is not None
+    worktree = first.paused.worktree
+    assert (worktree / "vllm/a.py").read_text() == BASE  # no smudge on checkout
+    (worktree / "vllm/c1.py").write_text(lines_with({20: "line 20 both\n"}))
+    _, second = port(repo, "0.30.0", rebase=RebaseRequest(fork=fork, action="continue"), **kw)  # type: ignore[arg-type]
+    assert second is not None
+    resolved = dict((r, c) for r, c, _ in second.commits)["row-c1"]
+    assert git(fork, "show", f"{resolved}:vllm/c1.py") + "\n" == lines_with({20: "line 20 both\n"})
+    assert "SMUDGED" not in (worktree / "vllm/a.py").read_text()

@@ -25,7 +25,12 @@ def admin_dir(worktree: Path) -> Path:
 
 
 def run_in(worktree: Path, args: Sequence[str], *, what: str) -> bytes:
-    """``git ARGS`` in ``worktree``, as that worktree; GitError naming ``what`` on failure."""
+    """``git ARGS`` in ``worktree``, as that worktree; GitError naming ``what`` on failure.
+
+    The fork's own content filters are switched off: a ``filter.<name>.clean`` or ``smudge`` command
+    in its config would run on every file git checks out or stages here (and a clean filter's output
+    would become a row), so each filter the fork defines is given empty commands, which git takes as
+    no filter. Hooks are off for every git call already (gitrun's pinned ``core.hooksPath``)."""
     admin = admin_dir(worktree)
     return gitrun.check(
         args,
@@ -33,5 +38,39 @@ def run_in(worktree: Path, args: Sequence[str], *, what: str) -> bytes:
         cwd=worktree,
         index=admin / "index",
         env={"GIT_WORK_TREE": str(worktree)},
+        config=no_filters(admin),
         what=what,
     )
+
+
+_NO_FILTERS: dict[Path, tuple[tuple[str, str], ...]] = {}
+
+
+def no_filters(git_dir: Path) -> tuple[tuple[str, str], ...]:
+    """``-c`` pins that switch off every content filter ``git_dir``'s config defines (once a run)."""
+    if git_dir not in _NO_FILTERS:
+        listed = gitrun.run(
+            [
+                "config",
+                "--name-only",
+                "--get-regexp",
+                r"^filter\..+\.(clean|smudge|process|required)$",
+            ],
+            git_dir=git_dir,
+        )
+        names = {
+            line.decode("utf-8", "surrogateescape").rsplit(".", 1)[0]
+            for line in listed.stdout.splitlines()
+            if listed.ok
+        }
+        _NO_FILTERS[git_dir] = tuple(
+            (f"{name}.{key}", value)
+            for name in sorted(names)
+            for key, value in (
+                ("clean", ""),
+                ("smudge", ""),
+                ("process", ""),
+                ("required", "false"),
+            )
+        )
+    return _NO_FILTERS[git_dir]
