@@ -183,7 +183,7 @@ def check_series(ctx: CheckContext) -> list[Finding]:
 
 def _hunk_message(h: HunkResult, max_offset: int | None) -> str:
     if h.status == "ambiguous":
-        where = ", ".join(str(x) for x in h.other_matches)
+        where = h.others_text()
         return f"ambiguous: its context matches at line {h.applied_line or h.reported_line} and also at {where}"
     if h.status == "failed":
         reason = f": {h.reason}" if h.reason else ""
