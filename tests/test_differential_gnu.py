@@ -684,8 +684,17 @@ def test_many_hunks_of_repeated_lines_with_ties_and_failures_agree_with_gnu_patc
 def test_the_line_index_finds_what_the_scan_finds(
     lines: list[bytes], pattern: list[bytes], low: int, high: int
 ) -> None:
+    from unittest import mock
+
+    from hyperqwen_patches.engine import placement
     from hyperqwen_patches.engine.placement import FileLines
 
     scanned = FileLines(lines).matching_starts(tuple(pattern), low, high)
     indexed = FileLines(lines, indexed=True).matching_starts(tuple(pattern), low, high)
     assert indexed == scanned
+    # The whole file's starts, memoised per preimage: through the rarest line and through the
+    # table of windows (WINDOW_FROM forced down so these small files use it).
+    for window_from in (placement.WINDOW_FROM, -1):
+        with mock.patch.object(placement, "WINDOW_FROM", window_from):
+            starts = FileLines(lines, indexed=True).starts(tuple(pattern))
+        assert [w for w in starts if low <= w <= high] == scanned
