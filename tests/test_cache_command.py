@@ -88,3 +88,59 @@ def test_prune_never_follows_an_area_that_is_a_link(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["removed"] == []
     assert victim.read_bytes() == b"not the cache's"
+
+
+def test_prune_leaves_a_base_commit_a_warm_check_is_borrowing(tmp_path: Path) -> None:
+    """A warm ``check`` takes the base entry without building it; it used to hold no lock, so a
+    prune meanwhile deleted what it borrowed (1 of 3 warm checks broke). It now holds the entry's
+    lock shared for as long as it borrows it: prune skips the entry, and removes it afterwards."""
+    import contextlib
+
+    from fixtures_git import PRISTINE, DictTree
+
+    from hyperqwen_patches.sources import basecommit
+
+    cache = tmp_path / "cache"
+    label = "pypi:vllm==0.29.0"
+    built = basecommit.cached_base(
+        cache, label, DictTree(PRISTINE), package="vllm", version="0.29.0"
+    )
+    assert built is not None
+    entry = built[0]
+    os.utime(entry, (time.time() - 90 * 86400,) * 2)  # old enough for any --days
+    for cold in (False, True):
+        if cold:  # the cold path too: built, then held from the moment it is published
+            assert json.loads(hqp(cache, "--prune", "--days", "0", "--json").stdout)["removed"]
+            assert not entry.exists()
+        with contextlib.ExitStack() as hold:
+            got = basecommit.cached_base(
+                cache, label, DictTree(PRISTINE), package="vllm", version="0.29.0", hold=hold
+            )
+            assert got == built
+            os.utime(entry, (time.time() - 90 * 86400,) * 2)
+            pruned = json.loads(hqp(cache, "--prune", "--days", "0", "--json").stdout)
+            assert pruned["removed"] == [] and (entry / basecommit.BASE_MARKER).is_file()
+        after = json.loads(hqp(cache, "--prune", "--days", "0", "--dry-run", "--json").stdout)
+        assert after["removed"] == [str(entry)]
+
+
+def test_a_base_entry_from_before_listings_were_checked_is_built_again(tmp_path: Path) -> None:
+    """A base commit built from a member table that had lost a row lacks that file for good; entries
+    written before the listing was checked against RECORD carry no format line and are rebuilt."""
+    from fixtures_git import PRISTINE, DictTree
+
+    from hyperqwen_patches.sources import basecommit
+
+    cache = tmp_path / "cache"
+    label = "pypi:vllm==0.29.0"
+    entry, commit = basecommit.cached_base(
+        cache, label, DictTree(PRISTINE), package="vllm", version="0.29.0"
+    ) or (None, None)
+    assert entry is not None
+    marker = entry / basecommit.BASE_MARKER
+    assert marker.read_text() == f"{commit}\n{basecommit.BASE_FORMAT}\n"
+    marker.write_text(f"{commit}\n")  # as an older version wrote it
+    again = basecommit.cached_base(
+        cache, label, DictTree(PRISTINE), package="vllm", version="0.29.0"
+    )
+    assert again == (entry, commit) and marker.read_text().endswith(f"{basecommit.BASE_FORMAT}\n")

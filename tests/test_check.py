@@ -171,6 +171,7 @@ def test_green_series_table_and_json(tmp_path: Path) -> None:
             "offset": 0,
             "status": "exact",
             "other_matches": [],
+            "other_count": 0,
         }
     ]
     assert kvarn["status"] == "exact" and kvarn["files"] == 1

@@ -18,6 +18,7 @@ Example counts are kept small enough that the suite runs well under two minutes 
 from __future__ import annotations
 
 import os
+import random
 import re
 import subprocess
 import tempfile
@@ -520,6 +521,27 @@ FIXED = {
         b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n"
         b"\\ No newline at end of file\n\\ No newline at end of file\n",
     ),
+    # GNU's tie-break: copies of the preimage 2 lines above and 2 below the first guess; its probe
+    # order (offsets 0, +1, -1, +2, -2, ...) takes the later one.
+    "tie-between-equally-near-copies-takes-the-later": Case(
+        {b"f": b"u\n" + b"x\ny\nz\nv\n" + b"x\ny\nz\nw\n"},
+        b"--- a/f\n+++ b/f\n@@ -4,3 +4,3 @@\n x\n-y\n+Y\n z\n",
+    ),
+    "tie-after-an-offset-hunk-uses-the-running-offset": Case(
+        {b"f": b"a\nb\nc\nd\n" + numbered(6) + b"x\ny\nz\nq\nr\nx\ny\nz\n"},
+        b"--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n 1\n-2\n+two\n 3\n@@ -11,3 +11,3 @@\n x\n-y\n+Y\n z\n",
+    ),
+    # "FAILED at L" counts the lines earlier hunks added (out_offset), not where they landed.
+    "failed-at-after-an-offset-hunk-that-added-lines": Case(
+        {b"f": b"up\nup\nup\n" + numbered(30)},
+        b"--- a/f\n+++ b/f\n@@ -2,3 +2,5 @@\n 2\n-3\n+three\n+and\n+more\n 4\n"
+        b"@@ -20,3 +22,3 @@\n 20\n-not there\n+X\n 22\n",
+    ),
+    "failed-at-after-a-negative-offset-hunk-that-removed-lines": Case(
+        {b"f": numbered(30, 3)},
+        b"--- a/f\n+++ b/f\n@@ -5,4 +5,2 @@\n 7\n-8\n-9\n 10\n"
+        b"@@ -20,3 +18,3 @@\n 20\n-not there\n+X\n 22\n",
+    ),
     "zero-context-insertion": Case(
         {b"f": b"up\n" + numbered(10)},
         b"--- a/f\n+++ b/f\n@@ -3,0 +4,2 @@\n+x\n+y\n@@ -7 +9 @@\n-7\n+seven\n",
@@ -613,6 +635,45 @@ def test_many_hunks_over_repeated_lines_agree_with_gnu_patch() -> None:
     engine_vs_gnu(Case({b"f": content}, b"--- a/f\n+++ b/f\n" + b"".join(hunks)))
 
 
+def repeated_workload(n: int, seed: int, *, shifted: bool = True) -> Case:
+    """n hunks whose preimages are made of repeated lines only (every one matches in many places),
+    one in three stated 1-2 lines off (ties between equally near copies are common) and a few that
+    match nowhere: the shape that made placement quadratic, small enough to run against GNU."""
+    rng = random.Random(seed)
+    filler = [b"pass\n", b"pass\n", b"\n", b"return\n"]
+    lines = [rng.choice(filler) for _ in range(n * 6)]
+    hunks = []
+    for i in range(n):
+        start = i * 6 + 2
+        pre = lines[start - 1 : start + 2]
+        mid = b"gone\n" if i % 37 == 5 and shifted else pre[1]
+        stated = start + (rng.choice((-2, -1, 1, 2)) if i % 3 == 1 and shifted else 0)
+        hunks.append(
+            b"@@ -%d,3 +%d,3 @@\n" % (stated, stated)
+            + b" "
+            + pre[0]
+            + b"-"
+            + mid
+            + b"+new %d\n" % i
+            + b" "
+            + pre[2]
+        )
+    return Case({b"f": b"".join(lines)}, b"--- a/f\n+++ b/f\n" + b"".join(hunks))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_many_hunks_of_repeated_lines_with_ties_and_failures_agree_with_gnu_patch(
+    seed: int,
+) -> None:
+    """Past INDEXED_FROM hunks and WINDOW_FROM candidates, preimages are found through the window
+    table and every hunk picks its match by bisection: GNU is the oracle for the winner of each tie
+    and for every "FAILED at" line."""
+    engine_vs_gnu(repeated_workload(120, seed))
+    # and every hunk at its stated line (each still matching in many places): GNU applies them all
+    # and the bytes are compared too
+    engine_vs_gnu(repeated_workload(120, seed, shifted=False))
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.sampled_from([b"a\n", b"b\n", b"    pass\n", b"\n", b"x\n"]), max_size=60),
@@ -623,8 +684,17 @@ def test_many_hunks_over_repeated_lines_agree_with_gnu_patch() -> None:
 def test_the_line_index_finds_what_the_scan_finds(
     lines: list[bytes], pattern: list[bytes], low: int, high: int
 ) -> None:
+    from unittest import mock
+
+    from hyperqwen_patches.engine import placement
     from hyperqwen_patches.engine.placement import FileLines
 
     scanned = FileLines(lines).matching_starts(tuple(pattern), low, high)
     indexed = FileLines(lines, indexed=True).matching_starts(tuple(pattern), low, high)
     assert indexed == scanned
+    # The whole file's starts, memoised per preimage: through the rarest line and through the
+    # table of windows (WINDOW_FROM forced down so these small files use it).
+    for window_from in (placement.WINDOW_FROM, -1):
+        with mock.patch.object(placement, "WINDOW_FROM", window_from):
+            starts = FileLines(lines, indexed=True).starts(tuple(pattern))
+        assert [w for w in starts if low <= w <= high] == scanned

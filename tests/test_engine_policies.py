@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pytest
 from test_differential_gnu import run_gnu
 
 from hyperqwen_patches.engine import (
@@ -244,3 +245,78 @@ def test_a_line_inserted_upstream_is_one_inserted_line_in_the_near_miss() -> Non
     assert miss.aligned.count(b"\n+") + miss.aligned.startswith(b"+") == 1
     assert b"+upstream line\n" in miss.aligned
     assert aligned_summary(miss) == "7 of 7 preimage lines are there, with 1 other line among them"
+
+
+# --- ambiguity over repeated lines: a few lines shown, all counted (issue 43, item 13) ------------
+
+REPEATED = {b"f": b"pass\n" * 100}
+IN_THE_MIDDLE = b"--- a/f\n+++ b/f\n@@ -50,3 +50,3 @@\n pass\n-pass\n+done\n pass\n"
+
+
+def _all_other_matches(content: bytes, pattern: list[bytes], placed: int) -> list[int]:
+    """Every other start of ``pattern`` in ``content`` (a brute-force scan, the reference)."""
+    lines = content.splitlines(keepends=True)
+    size = len(pattern)
+    return [
+        w
+        for w in range(1, len(lines) - size + 2)
+        if w != placed and lines[w - 1 : w - 1 + size] == pattern
+    ]
+
+
+def test_other_matches_show_the_three_nearest_and_count_them_all() -> None:
+    result = apply_series([parse_patch(IN_THE_MIDDLE, name="p")], Reader(REPEATED))
+    (hunk,) = result.patches[0].files[0].hunks
+    assert hunk.applied_line == 50 and hunk.status == "exact"
+    everywhere = _all_other_matches(REPEATED[b"f"], [b"pass\n"] * 3, 50)
+    assert hunk.other_count == len(everywhere) == 97
+    assert hunk.other_matches == (49, 51, 52)  # nearest first, the later one on a tie, ascending
+    assert hunk.others_text() == "49, 51, 52 and 94 more"
+
+
+def test_other_matches_through_the_index_equal_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past INDEXED_FROM hunks the window table and bisection answer; below it the scan does: both
+    give the same placements, lists and counts (hunks stated off so ties and offsets occur)."""
+    from hyperqwen_patches.engine import applying, placement
+
+    data = b"--- a/f\n+++ b/f\n" + b"".join(
+        b"@@ -%d,3 +%d,3 @@\n pass\n-pass\n+done %d\n pass\n" % (s + i % 3, s, i)
+        for i, s in enumerate(range(3, 600, 30))
+    )
+    content = {b"f": (b"pass\n" * 6 + b"x\n") * 90}  # windows cut by x: offsets and ties
+    patch = parse_patch(data, name="p")
+    indexed = apply_series([patch], Reader(content)).patches[0].files[0].hunks
+    assert len(indexed) > applying.INDEXED_FROM
+    monkeypatch.setattr(applying, "INDEXED_FROM", 10**9)
+    scanned = apply_series([patch], Reader(content)).patches[0].files[0].hunks
+    assert indexed == scanned
+    assert {h.status for h in scanned} == {"exact", "offset"}
+    assert all(len(h.other_matches) == 3 and h.other_count > 3 for h in scanned[:-1])
+    assert placement.WINDOW_FROM < 500  # the window table was used
+
+
+def test_strict_ambiguity_names_a_few_lines_and_the_count() -> None:
+    result = apply_series(
+        [parse_patch(IN_THE_MIDDLE, name="p")], Reader(REPEATED), Policy(ambiguity="error")
+    )
+    (hunk,) = result.patches[0].files[0].hunks
+    assert hunk.status == "ambiguous"
+    assert hunk.reason == "the preimage also matches at line(s) 49, 51, 52 and 94 more"
+
+
+def test_ten_thousand_repeated_hunks_keep_small_results() -> None:
+    """Not a timing test: the O(N^2) of listing every other match shows as result size."""
+    n = 10_000
+    content = {b"f": b"pass\n" * (n * 4)}
+    data = b"--- a/f\n+++ b/f\n" + b"".join(
+        b"@@ -%d,3 +%d,3 @@\n pass\n-pass\n+x%d\n pass\n" % (i * 4 + 1, i * 4 + 1, i)
+        for i in range(n)
+    )
+    result = apply_series([parse_patch(data, name="p")], Reader(content))
+    hunks = result.patches[0].files[0].hunks
+    assert result.ok and len(hunks) == n
+    assert max(len(h.other_matches) for h in hunks) == 3
+    # hunk i may start after the last change of hunk i-1: every later window counts
+    assert hunks[0].other_count == n * 4 - 3
+    # the last may start from the line after the previous change (39995) to the end (39998)
+    assert hunks[-1].other_matches == (39995, 39996, 39998) and hunks[-1].other_count == 3

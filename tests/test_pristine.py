@@ -694,3 +694,69 @@ def test_the_download_progress_never_passes_the_size_pip_announces(
     announced = {t for _, t in rec.updates[:-1]} - {None}
     assert all(abs(t - size) <= 0.05 * size for t in announced), (announced, size)
     assert all(t is None or done <= t for done, t in rec.updates), rec.updates
+
+
+def _delete_row(table: Path, path: bytes) -> None:
+    con = sqlite3.connect(table)
+    con.execute("DELETE FROM members WHERE path = ?", (path,))
+    con.commit()
+    con.close()
+
+
+def test_a_deleted_member_table_row_is_caught_on_read_and_refetched(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row lost from the table made a release file "not exist" (exit 1, nothing about the cache):
+    a miss is checked against the wheel's RECORD, and a file RECORD lists is a damaged entry, named."""
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
+    entry = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel"
+    _delete_row(entry / "members.sqlite", b"hqpfake/stored.txt")
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        assert tree.read(b"hqpfake/absent.py") is None  # a file RECORD does not list: just absent
+        assert pip_runs(caplog) == 1
+        assert tree.read(b"hqpfake/stored.txt") == MARKER * 4
+    assert pip_runs(caplog) == 2
+    (warning,) = [r.getMessage() for r in caplog.records if "is corrupt" in r.getMessage()]
+    assert str(entry) in warning and "missing from the member table" in warning
+    assert "hqpfake/stored.txt" in warning
+
+
+def test_a_deleted_member_table_row_never_reaches_the_listing(
+    local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """paths() builds the cached base commit: a table short of a RECORD file is refetched first,
+    so no base commit is built (and cached) without that file."""
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        before = tree.paths()
+    entry = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel"
+    _delete_row(entry / "members.sqlite", b"hqpfake/sub/mod,with,commas.py")
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        assert tree.paths() == before
+    assert pip_runs(caplog) == 2
+    assert any(
+        "1 RECORD file(s) missing from it (first: hqpfake/sub/mod,with,commas.py)" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_a_base_commit_built_while_a_row_is_lost_still_has_the_file(
+    local_index: Path, tmp_path: Path
+) -> None:
+    """The cold ``check``'s cached base commit is built from the listing: with a row lost it lacked
+    the file and stayed cached that way. Now the listing is checked first: the file is there."""
+    from hyperqwen_patches.sources import basecommit
+
+    open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
+    _delete_row(tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/members.sqlite", b"hqpfake/stored.txt")
+    with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
+        got = basecommit.cached_base(
+            tmp_path / "cache", f"pypi:{PKG}==1.0", tree, package=PKG, version="1.0"
+        )
+    assert got is not None
+    listed = subprocess.run(
+        ["git", "--git-dir", str(got[0]), "ls-tree", "-r", "--name-only", got[1]],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert "hqpfake/stored.txt" in listed and "hqpfake/__init__.py" in listed

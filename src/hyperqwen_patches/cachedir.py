@@ -37,6 +37,34 @@ def entry_lock(cache_root: Path, name: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def entry_shared_lock(cache_root: Path, name: str) -> Iterator[None]:
+    """The entry's lock (:func:`entry_lock`), shared: held by a run that uses the entry (a warm
+    ``check`` borrowing a base commit). Any number of users hold it at once; a build waits for them
+    and ``cache --prune`` (exclusive, not waiting) skips the entry while one does. Not to be taken
+    by a process that already holds the exclusive lock of ``name`` (flock would wait on itself)."""
+    import fcntl
+
+    path = cache_root / "locks" / f"{name}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a+b")  # noqa: SIM115  (closed below, after the unlock)
+    except OSError:
+        try:  # a cache this user cannot write (tests/test_cache_readonly.py): flock needs no write
+            fh = open(path, "rb")  # noqa: SIM115
+        except OSError:
+            # No lock file and no right to make one: this user's prune could not remove the
+            # entry either, so there is nothing to hold it against.
+            yield
+            return
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def entry_lock_if_free(cache_root: Path, name: str) -> Iterator[bool]:
     """The entry's lock (:func:`entry_lock`) if no process holds it, without waiting: yields whether
     it was taken. ``cache --prune`` removes an entry or its staging debris only under it, so it

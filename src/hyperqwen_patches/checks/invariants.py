@@ -25,12 +25,26 @@ if TYPE_CHECKING:
 # --- invariant 1: one pin -----------------------------------------------------------------------------
 
 
+def _repo_text(path: Path, shown: str) -> str:
+    """A text file of the repository: ``ValueError`` (one line naming ``shown``) for a directory,
+    a FIFO (opening one waits forever), a device, or bytes that are not UTF-8."""
+    from hyperqwen_patches.inputfile import read_repo_file
+
+    data = read_repo_file(path, "the file", shown=shown)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{shown} is not UTF-8 (byte {exc.start})") from None
+
+
 def check_pin(ctx: CheckContext) -> list[Finding]:
     """Invariant 1: the manifest pin equals ``docker/requirements.txt``'s ``vllm==``."""
     m = ctx.manifest
     subject = REQUIREMENTS
     try:
-        text = (ctx.root / REQUIREMENTS).read_text(encoding="utf-8")
+        text = _repo_text(ctx.root / REQUIREMENTS, REQUIREMENTS)
+    except ValueError as exc:  # a directory, a FIFO, a device, not UTF-8: one finding, not a hang
+        return [Finding("pin", "error", subject, str(exc))]
     except FileNotFoundError:
         return [
             Finding(
@@ -139,9 +153,12 @@ def check_series(ctx: CheckContext) -> list[Finding]:
         add(rel, f"{what} that no row of {MANIFEST_RELPATH} names")
     # Series file ⇔ rows, in order.
     try:
-        text = (ctx.root / SERIES).read_text(encoding="utf-8")
+        text = _repo_text(ctx.root / SERIES, SERIES)
     except FileNotFoundError:
         add(SERIES, f"{SERIES} does not exist (run: hyperqwen-patches render)")
+        return findings
+    except ValueError as exc:
+        add(SERIES, f"{exc} (run: hyperqwen-patches render)")
         return findings
     entries = _series_entries(text)
     expected = [series_entry(r) for r in m.active_rows if not r.is_module]
@@ -184,7 +201,7 @@ def check_series(ctx: CheckContext) -> list[Finding]:
 
 def _hunk_message(h: HunkResult, max_offset: int | None) -> str:
     if h.status == "ambiguous":
-        where = ", ".join(str(x) for x in h.other_matches)
+        where = h.others_text()
         return f"ambiguous: its context matches at line {h.applied_line or h.reported_line} and also at {where}"
     if h.status == "failed":
         reason = f": {h.reason}" if h.reason else ""

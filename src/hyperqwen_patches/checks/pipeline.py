@@ -88,7 +88,8 @@ class HunkRecord:
     applied_line: int | None
     offset: int
     status: str
-    other_matches: tuple[int, ...] = ()
+    other_matches: tuple[int, ...] = ()  # at most 3 (nearest the placed line) of other_count
+    other_count: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +100,7 @@ class HunkRecord:
             "offset": self.offset,
             "status": self.status,
             "other_matches": list(self.other_matches),
+            "other_count": self.other_count,
         }
 
 
@@ -279,6 +281,7 @@ def _hunk_records(result: Any) -> tuple[HunkRecord, ...]:
                     offset=h.offset,
                     status=h.status,
                     other_matches=tuple(h.other_matches),
+                    other_count=h.other_count,
                 )
             )
     return tuple(out)

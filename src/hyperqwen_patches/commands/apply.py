@@ -324,6 +324,7 @@ def _hunk_record(hunk: HunkResult, patch_line: int | None = None) -> dict[str, A
         "status": hunk.status,
         "reported_line": hunk.reported_line,
         "other_matches": list(hunk.other_matches),
+        "other_count": hunk.other_count,
         "reason": hunk.reason,
         "near_miss": _near_miss_record(hunk.near_miss),
     }
@@ -451,7 +452,7 @@ def _render_apply(result: TreeApplyResult, patches: Sequence[Patch] = ()) -> Non
                     continue
                 status = hunk.status
                 if hunk.other_matches and hunk.ok:
-                    status += " (also at " + ", ".join(map(str, hunk.other_matches)) + ")"
+                    status += f" (also at {hunk.others_text()})"
                 rows.append(
                     (
                         patch.name,

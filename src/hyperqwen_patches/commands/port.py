@@ -380,7 +380,7 @@ def render_terminal(report: object, *, details: bool) -> None:
                 )
             for h in f.hunks:
                 if h.other_matches:
-                    others = ", ".join(map(str, h.other_matches))
+                    others = h.others_text()
                     out.print(
                         Text(
                             f"{row.name}: {show(h.path)} hunk #{h.number} applies at line {h.line} "

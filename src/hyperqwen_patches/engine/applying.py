@@ -73,7 +73,9 @@ class HunkResult:
     lines).``): L is the line in the output file, K the file's cumulative offset. ``applied_line`` is
     None when the hunk failed; ``reported_line`` is then GNU's ``Hunk #N FAILED at L.`` number.
     ``other_matches`` are input-file lines (before this patch) where the preimage also matches within
-    the search range; under the ``"report"`` policy they do not change the status.
+    the search range, at most ``placement.SHOWN_OTHERS`` of them (nearest the placed line);
+    ``other_count`` says how many there are in all. Under the ``"report"`` policy they do not change
+    the status.
     """
 
     number: int
@@ -88,10 +90,15 @@ class HunkResult:
     #: GNU patch's hint on a failed hunk: its first line and the file's line at the reported place
     #: differ in CRLF vs LF (printed as "FAILED at L (different line endings).").
     line_endings_differ: bool = False
+    other_count: int = 0
 
     @property
     def ok(self) -> bool:
         return self.status in ("exact", "offset")
+
+    def others_text(self) -> str:
+        """The other matches as a message shows them (``5, 12, 19 and 9,997 more``)."""
+        return others_text(self.other_matches, self.other_count)
 
     def gnu_message(self) -> str | None:
         """The line GNU patch would print for this hunk (None when it prints nothing)."""
@@ -526,8 +533,7 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
             reason = f"offset {in_offset} exceeds the allowed maximum of {policy.max_offset}"
         elif placed.others and policy.ambiguity == "error":
             status = "ambiguous"
-            shown = ", ".join(str(w) for w in placed.others)
-            reason = f"the preimage also matches at line(s) {shown}"
+            reason = f"the preimage also matches at line(s) {others_text(placed.others, placed.other_count)}"
         if status in ("failed", "ambiguous"):
             failed = True
             results.append(
@@ -541,6 +547,7 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
                     status=status,
                     reported_line=reported,
                     other_matches=placed.others,
+                    other_count=placed.other_count,
                     near_miss=None,
                     reason=reason,
                 )
@@ -567,6 +574,7 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
                 status=status,
                 reported_line=reported,
                 other_matches=placed.others,
+                other_count=placed.other_count,
             )
         )
     if failed:
@@ -580,6 +588,13 @@ def _place_hunks(hunks: Sequence[Hunk], content: bytes, policy: Policy) -> _Outc
             if not output[k].endswith(b"\n"):
                 output[k] += b"\n"
     return _Outcome("applied", b"".join(output), tuple(results))
+
+
+def others_text(shown: Sequence[int], count: int) -> str:
+    """``5, 12, 19`` or, when more matched than are listed, ``5, 12, 19 and 9,997 more``."""
+    text = ", ".join(str(w) for w in shown)
+    rest = count - len(shown)
+    return f"{text} and {rest:,} more" if rest > 0 else text
 
 
 def _unlocated(hunk: Hunk, miss: NearMiss | None) -> str:

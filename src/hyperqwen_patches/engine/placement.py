@@ -17,6 +17,12 @@ Instead of probing offset by offset, we index the file's lines once and look onl
 the preimage's first line occurs; choosing the one nearest to the first guess (positive side first at
 equal distance) is the same order GNU patch's loop visits them in. The same index gives every other
 match in the search range, which is what ambiguity detection reports.
+
+Ambiguity is reported as a count plus at most ``SHOWN_OTHERS`` lines (the ones nearest the placed
+line): listing every other match made N hunks over repeated lines cost O(N^2) time and memory (2,000
+hunks: 1.6 GB). In a file with many hunks, the sorted starts of a preimage are computed once per
+distinct preimage (``FileLines.starts``), and every hunk sharing it picks its winner, its neighbours
+and its count by bisection.
 """
 
 from __future__ import annotations
@@ -26,6 +32,16 @@ from collections.abc import Sequence
 
 from hyperqwen_patches.engine.patchset import Hunk
 from hyperqwen_patches.records import record
+
+SHOWN_OTHERS = 3  # other matches listed per hunk; the rest are only counted
+# A preimage line occurring more often than this does not vote for a near miss: voting over every
+# place of a line repeated all over the file made each failed hunk cost a pass over the file.
+NEAR_MISS_COMMON = 256
+# Past this many candidate places (of the preimage's rarest line), the starts of a preimage come
+# from a table of every window of its length, keyed by the window's hash: distinct preimages made of
+# repeated lines otherwise cost one pass over the file each (10,000 hunks: 6 s).
+WINDOW_FROM = 64
+WINDOW_TABLES = 8  # at most this many lengths tabled at once (each is ~40 bytes per file line)
 
 
 @record(frozen=True, slots=True)
@@ -58,12 +74,52 @@ class FileLines:
     would make placement quadratic: 2,000 hunks over repeated lines took 52 s).
     """
 
-    __slots__ = ("_index", "indexed", "lines")
+    __slots__ = ("_index", "_starts", "_windows", "indexed", "lines")
 
     def __init__(self, lines: Sequence[bytes], *, indexed: bool = False) -> None:
         self.lines = tuple(lines)
         self._index: dict[bytes, list[int]] | None = None
+        self._starts: dict[tuple[bytes, ...], list[int]] = {}
+        self._windows: dict[int, dict[int, list[int]]] = {}
         self.indexed = indexed
+
+    def starts(self, pattern: tuple[bytes, ...]) -> list[int]:
+        """Every line where ``pattern`` matches in the whole file, ascending; memoised per pattern,
+        so hunks sharing a preimage (repeated lines) pay for one search, not one each."""
+        found = self._starts.get(pattern)
+        if found is None:
+            size = len(pattern)
+            if min(len(self.positions(text)) for text in pattern) <= WINDOW_FROM:
+                found = self._indexed_starts(pattern, 1, len(self.lines) - size + 1)
+            else:
+                lines = self.lines
+                found = [
+                    start
+                    for start in self._window_table(size).get(hash(pattern), ())
+                    if lines[start - 1 : start - 1 + size]
+                    == pattern  # a hash collision is no match
+                ]
+            self._starts[pattern] = found
+        return found
+
+    def _window_table(self, size: int) -> dict[int, list[int]]:
+        """hash(window) -> its 1-based starts, for every window of ``size`` lines: one pass over the
+        file per length, then each distinct preimage of that length costs only its own matches."""
+        table = self._windows.get(size)
+        if table is None:
+            if len(self._windows) >= WINDOW_TABLES:
+                del self._windows[next(iter(self._windows))]  # the oldest length
+            lines = self.lines
+            table = {}
+            windows = zip(*(lines[k:] for k in range(size)), strict=False)
+            for start, key in enumerate(map(hash, windows), start=1):
+                places = table.get(key)
+                if places is None:
+                    table[key] = [start]
+                else:
+                    places.append(start)
+            self._windows[size] = table
+        return table
 
     def positions(self, line: bytes) -> list[int]:
         if self._index is None:
@@ -137,7 +193,10 @@ class Placement:
     where: int
     offset: int  # the jump from the first guess (where - first_guess), 0 when not found
     first_guess: int
-    others: tuple[int, ...]  # other lines in the search range where the preimage matches exactly
+    # Other lines in the search range where the preimage matches exactly and could apply: at most
+    # SHOWN_OTHERS of them (nearest the placed line, ascending), and how many there are in all.
+    others: tuple[int, ...]
+    other_count: int = 0
 
 
 def first_line(hunk: Hunk) -> int:
@@ -220,19 +279,69 @@ def locate(
         return Placement(first_guess, 0, first_guess, ())
     if exact and not at_guess:
         return Placement(0, 0, first_guess, ())
-    matches = file.matching_starts(pattern, low, high, hunk.anchor)
+    low = max(low, 1)
+    high = min(high, len(file.lines) - pat_lines + 1)
+    if file.indexed:
+        matches = file.starts(pattern)  # the whole file's, sorted: bisect to the window below
+    else:
+        matches = file.matching_starts(pattern, low, high, hunk.anchor)
+    lo = bisect_left(matches, low)
+    hi = bisect_right(matches, high)  # matches[lo:hi] are the window's, without copying them
     if at_guess:
         best = first_guess
-    elif exact or not matches:
+    elif exact or lo == hi:
         return Placement(0, 0, first_guess, ())
     else:
-        best = min(matches, key=lambda w: (abs(w - first_guess), w < first_guess))
-    others = (
-        tuple(w for w in matches if w != best and applicable(hunk, w, last_frozen_line))
-        if want_others
-        else ()
-    )
-    return Placement(best, best - first_guess, first_guess, others)
+        best = nearest(matches, lo, hi, first_guess)
+    if not want_others:
+        return Placement(best, best - first_guess, first_guess, ())
+    # Applicable others form a range too: ``applicable`` is ``w >= last_frozen_line - prefix + 1``.
+    lo = max(lo, bisect_left(matches, last_frozen_line - hunk.prefix_context + 1, lo, hi))
+    count = hi - lo
+    at = bisect_left(matches, best, lo, hi)
+    if at < hi and matches[at] == best:
+        count -= 1
+        shown = around(matches, lo, hi, at, best, skip=at)
+    else:
+        shown = around(matches, lo, hi, at, best, skip=-1)
+    return Placement(best, best - first_guess, first_guess, shown, count)
+
+
+def nearest(matches: Sequence[int], lo: int, hi: int, guess: int) -> int:
+    """The match in ``matches[lo:hi]`` (ascending, not empty) nearest ``guess``, the later one at
+    equal distance: the order of GNU patch's probes (offsets 0, +1, -1, +2, -2, ...)."""
+    at = bisect_left(matches, guess, lo, hi)
+    if at == hi:
+        return matches[hi - 1]
+    if at == lo:
+        return matches[lo]
+    before, after = matches[at - 1], matches[at]
+    return after if after - guess <= guess - before else before
+
+
+def around(
+    matches: Sequence[int], lo: int, hi: int, at: int, target: int, *, skip: int
+) -> tuple[int, ...]:
+    """Up to SHOWN_OTHERS entries of ``matches[lo:hi]`` nearest ``target`` (``at`` is where it
+    sorts; index ``skip`` excluded), ascending: a merge outward from ``at``, so its cost does not
+    grow with the number of matches."""
+    left, right = at - 1, at
+    picked: list[int] = []
+    while len(picked) < SHOWN_OTHERS:
+        if right == skip:
+            right += 1
+        if left == skip:
+            left -= 1
+        has_left, has_right = left >= lo, right < hi
+        if not (has_left or has_right):
+            break
+        if has_right and (not has_left or matches[right] - target <= target - matches[left]):
+            picked.append(matches[right])
+            right += 1
+        else:
+            picked.append(matches[left])
+            left -= 1
+    return tuple(sorted(picked))
 
 
 def applicable(hunk: Hunk, where: int, last_frozen_line: int) -> bool:
@@ -257,7 +366,10 @@ def near_miss(hunk: Hunk, file: FileLines, first_guess: int) -> NearMiss | None:
         return None
     votes: dict[int, int] = {}
     for k, text in enumerate(pattern):
-        for position in file.positions(text):
+        places = file.positions(text)
+        if len(places) > NEAR_MISS_COMMON:
+            continue
+        for position in places:
             start = position - k
             if start >= 1:
                 votes[start] = votes.get(start, 0) + 1

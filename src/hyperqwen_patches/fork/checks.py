@@ -99,14 +99,19 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
     from hyperqwen_patches.cachedir import cache_dir
 
     # A release's base commit is built once per machine into the cache and borrowed from there.
-    cached = basecommit.cached_base(
-        cache_dir(),
-        ctx.pristine.label,
-        ctx.pristine,
-        package=manifest.package,
-        version=manifest.pin,
-        progress=ctx.progress,
-    )
+    try:
+        cached = basecommit.cached_base(
+            cache_dir(),
+            ctx.pristine.label,
+            ctx.pristine,
+            package=manifest.package,
+            version=manifest.pin,
+            progress=ctx.progress,
+            hold=stack,  # a shared lock on the entry while this session borrows it: prune skips it
+        )
+    except BaseException:
+        stack.close()
+        raise
     lenders = [cached[0]] if cached is not None else []
     scratch = stack.enter_context(forkgit.scratch_repo(borrow=borrow, also=lenders))
     try:

@@ -32,7 +32,7 @@ from hyperqwen_patches.atomicfile import write_atomic
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.records import field, record
-from hyperqwen_patches.series.manifest import Manifest, yaml_scalar
+from hyperqwen_patches.series.manifest import Manifest, Row, yaml_scalar
 from hyperqwen_patches.sources import basecommit
 
 if TYPE_CHECKING:
@@ -630,7 +630,7 @@ def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -
             if isinstance(content, dict):
                 assert row is not None and row.files is not None
                 wanted = {_module_target(row.files, p, manifest): d for p, d in content.items()}
-                on_disk = _module_files_on_disk(root, row.files)
+                on_disk = _module_files_on_disk(root, row)
                 for rel in sorted(set(wanted) | set(on_disk)):
                     old, new = on_disk.get(rel), wanted.get(rel)
                     drift = classify(old, new)
@@ -667,20 +667,45 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _module_files_on_disk(root: Path, files: str) -> dict[str, bytes]:
-    from hyperqwen_patches.series.rows import IGNORED_DIRS, IGNORED_SUFFIXES
+def _module_files_on_disk(root: Path, row: Row) -> dict[str, bytes]:
+    """The files a module row's directory holds now, by repository path.
 
-    base = root / files
+    The directory must be the repository's own (``rows.inside_repository``): one linked elsewhere
+    was walked, and the outside files' names printed as "removed". Inside it, a link or a file that
+    is not a regular file (a FIFO would wait forever) is refused by name, as building the row does."""
+    from hyperqwen_patches.inputfile import read_repo_file
+    from hyperqwen_patches.series.rows import (
+        IGNORED_DIRS,
+        IGNORED_SUFFIXES,
+        RowError,
+        inside_repository,
+    )
+
+    assert row.files is not None
+    base = root / row.files
     out: dict[str, bytes] = {}
     if not base.is_dir():
         return out
+    inside_repository(root, base, row)
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames[:] = [d for d in dirnames if os.fsencode(d) not in IGNORED_DIRS]
+        for name in [*dirnames, *filenames]:
+            full = Path(dirpath) / name
+            if full.is_symlink():
+                raise RowError(
+                    row,
+                    f"{full.relative_to(root).as_posix()} is a symbolic link; module files "
+                    "must be plain files",
+                )
         for name in filenames:
             if os.fsencode(name).endswith(IGNORED_SUFFIXES):
                 continue
             full = Path(dirpath) / name
-            out[full.relative_to(root).as_posix()] = full.read_bytes()
+            rel = full.relative_to(root).as_posix()
+            try:
+                out[rel] = read_repo_file(full, "module file", shown=rel)
+            except (ValueError, FileNotFoundError) as exc:
+                raise RowError(row, str(exc)) from None
     return out
 
 

@@ -184,7 +184,12 @@ def commit_for_row(view: Path, manifest: Manifest, row: Row) -> tuple[bytes, dic
         env = basecommit.fixed_identity_env()
     else:
         assert row.patch is not None
-        data = (manifest.root / row.patch).read_bytes()
+        from hyperqwen_patches.inputfile import read_repo_file
+
+        try:
+            data = read_repo_file(manifest.root / row.patch, "the patch file", shown=row.patch)
+        except (ValueError, FileNotFoundError) as exc:
+            raise UsageError(f"row {row.name}: {exc}") from None
         mail = read_mail(view, data, row=row)
         if mail is None:
             message = f"{row.name}: {row.what}\n".encode()

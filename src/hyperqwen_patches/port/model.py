@@ -63,7 +63,8 @@ class HunkVerdict:
     stated_line: int
     line: int | None  # where it applies (GNU's reported line), or where its reverse matched
     offset: int  # GNU's cumulative offset for an applied hunk; 0 otherwise
-    other_matches: tuple[int, ...] = ()  # other places the preimage matches (ambiguity)
+    other_matches: tuple[int, ...] = ()  # other places the preimage matches (ambiguity): at most 3
+    other_count: int = 0  # how many other places in all
     total: int = 0  # conflicts: preimage length
     # The same, aligned: the hunk's preimage against the release's lines where it nearly fits, as
     # diff lines (" " equal, "-" only in the preimage, "+" only in the release), starting at
@@ -83,6 +84,12 @@ class HunkVerdict:
     # (whitespace, indentation): upstream may have taken the change; review for retirement.
     upstream_evidence: tuple[tuple[int, bytes], ...] = ()
 
+    def others_text(self) -> str:
+        """``5, 12, 19`` or ``5, 12, 19 and 9,997 more`` (at most 3 lines are kept)."""
+        text = ", ".join(map(str, self.other_matches))
+        rest = self.other_count - len(self.other_matches)
+        return f"{text} and {rest:,} more" if rest > 0 else text
+
     def to_json(self) -> dict[str, Any]:
         return {
             "path": show(self.path),
@@ -92,6 +99,7 @@ class HunkVerdict:
             "line": self.line,
             "offset": self.offset,
             "other_matches": list(self.other_matches),
+            "other_count": self.other_count,
             "total": self.total,
             "aligned": show(self.aligned),
             "aligned_line": self.aligned_line,

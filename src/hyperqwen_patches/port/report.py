@@ -74,9 +74,7 @@ def _hunk_section(h: HunkVerdict) -> list[str]:
     out: list[str] = []
     if h.status in ("exact", "offset"):
         ambiguous = (
-            f"; its preimage also matches at line(s) {', '.join(map(str, h.other_matches))}"
-            if h.other_matches
-            else ""
+            f"; its preimage also matches at line(s) {h.others_text()}" if h.other_matches else ""
         )
         if h.status == "offset" or ambiguous:
             out.append(f"- {where}: applies at line {h.line} (offset {h.offset}){ambiguous}")

@@ -202,6 +202,7 @@ def _applied(path: bytes, result: HunkResult, pair: PristinePair) -> HunkVerdict
         line=result.applied_line,
         offset=result.offset,
         other_matches=result.other_matches,
+        other_count=result.other_count,
     )
 
 

@@ -159,7 +159,7 @@ def plan_adopt(
     for path, origin in entries:
         rel = _rel(root, path)
         try:
-            data = read_input(path, "patch file")
+            data = read_input(path, "patch file", pipes=False)
         except ValueError as exc:
             raise AdoptError(f"{origin}: {exc}") from None
         except OSError as exc:
@@ -279,7 +279,8 @@ def _list_entries(root: Path, list_file: Path) -> list[tuple[Path, str]]:
     """quilt's series format: one patch per line, ``#`` comments, blank lines, an optional ``-p1``."""
     shown = _rel(root, list_file)
     try:
-        text = read_input(list_file, "series file").decode("utf-8")
+        # pipes=False: a FIFO in a repository has no writer; opening it would wait forever
+        text = read_input(list_file, "series file", pipes=False).decode("utf-8")
     except ValueError as exc:
         raise AdoptError(str(exc)) from None
     except FileNotFoundError:

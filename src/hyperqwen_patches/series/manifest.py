@@ -328,10 +328,12 @@ def default_source(package: str, pin: str) -> str:
 
 
 def find_repo_root(start: Path) -> Path | None:
-    """The nearest directory at or above ``start`` that holds ``patches/manifest.yaml``."""
+    """The nearest directory at or above ``start`` that holds ``patches/manifest.yaml``. Of any
+    kind: a manifest that is a directory or a FIFO is then refused by name (``load_manifest``), not
+    passed over for a repository further up."""
     start = start.resolve()
     for candidate in (start, *start.parents):
-        if (candidate / MANIFEST_RELPATH).is_file():
+        if (candidate / MANIFEST_RELPATH).exists():
             return candidate
     return None
 
@@ -339,7 +341,7 @@ def find_repo_root(start: Path) -> Path | None:
 def resolve_repo(repo: Path | None) -> Path:
     """The repository to work on: ``repo`` as given, else the nearest one at or above the cwd."""
     if repo is not None:
-        if not (repo / MANIFEST_RELPATH).is_file():
+        if not (repo / MANIFEST_RELPATH).exists():
             raise UsageError(
                 f"{repo} is not a hyperqwen-patches repository (no {MANIFEST_RELPATH} in it)",
                 hint="pass --repo with the directory that holds patches/manifest.yaml",
@@ -374,14 +376,14 @@ def load_manifest(root: Path) -> Manifest:
     inside_repo(root, "patches")
     path = root / MANIFEST_RELPATH
     shown = MANIFEST_RELPATH
+    from hyperqwen_patches.inputfile import read_repo_file
+
     try:
-        data = path.read_bytes()
+        data = read_repo_file(path, "the manifest", shown=shown)
     except FileNotFoundError:
         raise ManifestError([Problem(shown, 0, "", f"no manifest at {path}")]) from None
-    except OSError as exc:
-        raise ManifestError(
-            [Problem(shown, 0, "", f"cannot read {path}: {exc.strerror}")]
-        ) from None
+    except ValueError as exc:  # a directory, a FIFO (opening it would wait forever), a device
+        raise ManifestError([Problem(shown, 0, "", str(exc))]) from None
     return parse_manifest(data, path=path, root=root, shown=shown)
 
 

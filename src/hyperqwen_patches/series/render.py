@@ -14,6 +14,8 @@ import re
 from pathlib import PurePosixPath
 
 from hyperqwen_patches.atomicfile import write_atomic
+from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.inputfile import read_repo_file
 from hyperqwen_patches.records import record
 from hyperqwen_patches.series.manifest import Manifest, Row
 
@@ -199,9 +201,12 @@ def drift(manifest: Manifest) -> list[Drift]:
     for rel, wanted in render(manifest).items():
         file = manifest.root / rel
         try:
-            current: bytes | None = file.read_bytes()
+            current: bytes | None = read_repo_file(file, "the file", shown=rel)
         except FileNotFoundError:
             current = None
+        except ValueError as exc:  # a directory or a FIFO (opening one would wait forever)
+            out.append(Drift(path=rel, exists=True, diff=f"{exc}\n"))
+            continue
         if current == wanted:
             continue
         old = (current or b"").decode("utf-8", errors="replace").splitlines(keepends=True)
@@ -223,10 +228,12 @@ def write(manifest: Manifest) -> list[str]:
     for rel, wanted in render(manifest).items():
         file = manifest.root / rel
         try:
-            if file.read_bytes() == wanted:
+            if read_repo_file(file, "the file", shown=rel) == wanted:
                 continue
         except FileNotFoundError:
             pass
+        except ValueError as exc:  # not ours to replace: what is there may be someone's work
+            raise UsageError(f"{exc}; render writes only over regular files") from None
         write_atomic(file, wanted)
         changed.append(rel)
     return changed

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hyperqwen_patches import records
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.inputfile import read_repo_file
 from hyperqwen_patches.records import record
 from hyperqwen_patches.series.manifest import Manifest, Row, load_manifest
 
@@ -51,7 +52,7 @@ def module_files(root: Path, row: Row, package: str, paths: str) -> dict[bytes, 
     if not base.is_dir():
         what = "is not a directory" if base.exists() else "does not exist"
         raise RowError(row, f"the module directory {row.files} {what}")
-    _inside_repository(root, base, row)
+    inside_repository(root, base, row)
     top = os.fsencode(base)
     out: dict[bytes, bytes] = {}
     prefix = package.encode() + b"/"
@@ -79,8 +80,12 @@ def module_files(root: Path, row: Row, package: str, paths: str) -> dict[bytes, 
                     f"{os.fsdecode(rel)} is not under {package}/: a module directory mirrors the tree "
                     f"(e.g. {row.files}/{package}/...)",
                 )
-            with open(full, "rb") as fh:
-                out[tree_path] = fh.read()
+            try:  # a FIFO here would wait forever for a writer, a device never end
+                out[tree_path] = read_repo_file(
+                    Path(os.fsdecode(full)), "module file", shown=os.fsdecode(rel)
+                )
+            except (ValueError, FileNotFoundError) as exc:
+                raise RowError(row, str(exc)) from None
     if not out:
         raise RowError(row, f"the module directory {row.files} holds no files")
     return out
@@ -94,7 +99,7 @@ def _prefixed(fp: FilePatch, prefix: bytes) -> FilePatch:
     )
 
 
-def _inside_repository(root: Path, path: Path, row: Row) -> None:
+def inside_repository(root: Path, path: Path, row: Row) -> None:
     """A row's file or directory must be the repository's own: one reached through a symbolic link
     to elsewhere would make a check read (and print) files the series does not carry."""
     # The manifest refuses ".." and absolute paths, so only a link on the way can lead out: look
@@ -125,13 +130,13 @@ def build_patch(manifest: Manifest, row: Row) -> Patch:
             row.name, module_files(manifest.root, row, manifest.package, manifest.paths)
         )
     assert row.patch is not None
-    _inside_repository(manifest.root, manifest.root / row.patch, row)
+    inside_repository(manifest.root, manifest.root / row.patch, row)
     try:
-        data = (manifest.root / row.patch).read_bytes()
+        data = read_repo_file(manifest.root / row.patch, "the patch file", shown=row.patch)
     except FileNotFoundError:
         raise RowError(row, f"the patch file {row.patch} does not exist") from None
-    except IsADirectoryError:
-        raise RowError(row, f"the patch file {row.patch} is a directory") from None
+    except ValueError as exc:  # a directory, a FIFO, a device, too large
+        raise RowError(row, str(exc)) from None
     patch = parse_patch(data, name=row.name, strip=1)
     if manifest.paths == "package":
         prefix = manifest.package.encode() + b"/"

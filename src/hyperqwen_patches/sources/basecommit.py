@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hyperqwen_patches import gitrun
-from hyperqwen_patches.cachedir import entry_lock, staging_dir
+from hyperqwen_patches.cachedir import entry_lock, entry_shared_lock, staging_dir
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.records import record
 
@@ -248,6 +248,10 @@ def _link_objects(source: Path, target: Path) -> None:
 # --- a cache of base commits for immutable sources ----------------------------------------------------
 
 BASE_MARKER = "hqp-base"
+# The marker's second line. Entries without it were built before a release's listing was checked
+# against the wheel's RECORD (pristine.WheelTree.paths), so one built from a member table that had
+# lost a row would lack that file for good: such an entry is not trusted and is built again, once.
+BASE_FORMAT = "listing-checked-against-record"
 _KEY_RE = re.compile(r"[^A-Za-z0-9._=-]+")
 
 
@@ -259,6 +263,7 @@ def cached_base(
     package: str,
     version: str,
     progress: Progress | None = None,
+    hold: contextlib.ExitStack | None = None,
 ) -> tuple[Path, str] | None:
     """A bare repository in the cache holding the base commit of an immutable source, and its SHA.
 
@@ -267,18 +272,63 @@ def cached_base(
     name and renamed into place complete, with the SHA written last (``hqp-base``), so an interrupted
     build leaves nothing a later run trusts; a concurrent run that loses the rename uses the winner's.
     ``check`` borrows the entry through alternates instead of writing 97 MB of blobs on every run.
+
+    ``hold``: the entry is used (borrowed) until that stack closes, and a shared lock on it is kept
+    in the stack that long, so ``cache --prune`` (which removes an entry only under its exclusive
+    lock, without waiting) leaves it alone; warm runs share the entry, a build waits for them.
     """
     if label.startswith("dir:"):
         return _cached_dir_base(
-            cache_root, label, tree, package=package, version=version, progress=progress
+            cache_root, label, tree, package=package, version=version, progress=progress, hold=hold
         )
     if not label.startswith("pypi:"):
         return None
     root = cache_root / "base"
     entry = root / f"{_KEY_RE.sub('_', label)}.git"
-    found = _valid_entry(entry)
-    if found is not None:
-        return entry, found
+    for _ in range(3):  # a prune or a rebuild may come between the build and the shared lock
+        found = _held_valid(cache_root, entry, hold)
+        if found is not None:
+            return entry, found
+        built = _build_pypi_entry(cache_root, entry, tree, label, package, version, progress)
+        if hold is None:
+            return built
+    raise UsageError(f"the cached base commit {entry} keeps disappearing while it is used")
+
+
+def _held_valid(
+    cache_root: Path, entry: Path, hold: contextlib.ExitStack | None, fingerprint: str | None = None
+) -> str | None:
+    """The entry's commit if it is valid (and, with ``fingerprint``, of that state); with ``hold``,
+    checked under the entry's shared lock, which is then kept in ``hold``."""
+    if hold is None:
+        found = _valid_entry(entry)
+        return found if fingerprint is None or _fingerprint_of(entry) == fingerprint else None
+    with contextlib.ExitStack() as local:
+        local.enter_context(entry_shared_lock(cache_root, entry.name))
+        found = _valid_entry(entry)
+        if found is not None and (fingerprint is None or _fingerprint_of(entry) == fingerprint):
+            hold.push(local.pop_all())  # stays locked until the caller is done with the entry
+            return found
+    return None
+
+
+def _fingerprint_of(entry: Path) -> str | None:
+    try:
+        return (entry / FINGERPRINT).read_text().strip()
+    except OSError:
+        return None
+
+
+def _build_pypi_entry(
+    cache_root: Path,
+    entry: Path,
+    tree: TreeSource,
+    label: str,
+    package: str,
+    version: str,
+    progress: Progress | None,
+) -> tuple[Path, str]:
+    root = entry.parent
     root.mkdir(parents=True, exist_ok=True)
     with entry_lock(cache_root, entry.name):
         found = _valid_entry(entry)  # built by the process we waited for
@@ -288,7 +338,7 @@ def cached_base(
         try:
             gitrun.init_bare(tmp)
             commit = _build(tmp, tree, label, package=package, version=version, progress=progress)
-            (tmp / BASE_MARKER).write_text(commit + "\n")
+            (tmp / BASE_MARKER).write_text(f"{commit}\n{BASE_FORMAT}\n")
             if entry.exists():  # unusable (no marker, or a missing object): replace it
                 shutil.rmtree(entry, ignore_errors=True)
             try:
@@ -325,9 +375,13 @@ def _build(
 
 def _valid_entry(entry: Path) -> str | None:
     marker = entry / BASE_MARKER
-    if not marker.is_file():
+    try:
+        lines = marker.read_text().split("\n")
+    except (OSError, UnicodeDecodeError):
         return None
-    commit = marker.read_text().strip()
+    if len(lines) < 2 or lines[1] != BASE_FORMAT:
+        return None  # half written, or built before listings were checked against RECORD
+    commit = lines[0].strip()
     probe = gitrun.run(["cat-file", "-e", f"{commit}^{{tree}}"], git_dir=entry)
     return commit if probe.ok else None
 
@@ -394,6 +448,7 @@ def _cached_dir_base(
     package: str,
     version: str,
     progress: Progress | None = None,
+    hold: contextlib.ExitStack | None = None,
 ) -> tuple[Path, str] | None:
     """:func:`cached_base` for a ``dir:`` source: an entry per state of the directory's files.
 
@@ -408,22 +463,43 @@ def _cached_dir_base(
     key = hashlib.sha1(f"{top}\0{version}".encode()).hexdigest()[:16]
     root = cache_root / "base"
     entry = root / f"dir_{key}_{fingerprint.digest[:16]}.git"
-    found = _valid_entry(entry)
-    if found is not None and (entry / FINGERPRINT).read_text().strip() == fingerprint.digest:
+    found = _held_valid(cache_root, entry, hold, fingerprint.digest)
+    if found is not None:
         return entry, found
     if time.time() - fingerprint.newest < RACY_SECONDS:
         return None
+    built = _build_dir_entry(
+        cache_root, entry, key, fingerprint, tree, label, package, version, progress
+    )
+    if hold is None:
+        return built
+    found = _held_valid(cache_root, entry, hold, fingerprint.digest)
+    return (entry, found) if found is not None else None  # pruned meanwhile: built per run instead
+
+
+def _build_dir_entry(
+    cache_root: Path,
+    entry: Path,
+    key: str,
+    fingerprint: DirFingerprint,
+    tree: TreeSource,
+    label: str,
+    package: str,
+    version: str,
+    progress: Progress | None,
+) -> tuple[Path, str]:
+    root = entry.parent
     root.mkdir(parents=True, exist_ok=True)
     with entry_lock(cache_root, entry.name):
         found = _valid_entry(entry)  # built by the process we waited for
-        if found is not None and (entry / FINGERPRINT).read_text().strip() == fingerprint.digest:
+        if found is not None and _fingerprint_of(entry) == fingerprint.digest:
             return entry, found
         tmp = staging_dir(root, entry.name)
         try:
             gitrun.init_bare(tmp)
             commit = _build(tmp, tree, label, package=package, version=version, progress=progress)
             (tmp / FINGERPRINT).write_text(fingerprint.digest + "\n")
-            (tmp / BASE_MARKER).write_text(commit + "\n")
+            (tmp / BASE_MARKER).write_text(f"{commit}\n{BASE_FORMAT}\n")
             if entry.exists():
                 shutil.rmtree(entry, ignore_errors=True)
             try:

@@ -310,15 +310,52 @@ class WheelTree(PristineTree):
         # 362 members 1,067 times, each decompressed and hashed): the last few hundred are kept.
         self._recent: collections.OrderedDict[bytes, bytes | None] = collections.OrderedDict()
         self._recent_lock = threading.Lock()
+        self._recorded: frozenset[bytes] | None = None  # RECORD's text members, read on demand
         try:
             self._fd: int | None = os.open(entry / index["file"], os.O_RDONLY)
         except OSError:
             self._members.close()
             raise
 
+    def _expected_paths(self) -> frozenset[bytes]:
+        """The text members the table must hold: the package's files the wheel's RECORD lists, less
+        the binaries. Read from the wheel itself (its central directory: ~30 ms for vLLM's), once per
+        open tree and only when a read misses or the whole listing is wanted, so a warm run that finds
+        every member pays nothing."""
+        if self._recorded is None:
+            import zipfile
+
+            package = self.label.removeprefix("pypi:").split("==")[0]
+            binaries = set(self.index["binaries"])
+            try:
+                with zipfile.ZipFile(self.entry / self.index["file"]) as zf:
+                    names = zf.namelist()
+                    name = next((n for n in names if n.endswith(".dist-info/RECORD")), None)
+                    if name is None:
+                        raise _BadMember("the wheel has no RECORD")
+                    rows = list(csv.reader(io.StringIO(zf.read(name).decode())))
+            except (zipfile.BadZipFile, UnicodeDecodeError, csv.Error) as exc:
+                raise _BadMember(f"the wheel's RECORD does not read: {exc}") from None
+            self._recorded = frozenset(
+                row[0].encode("utf-8", errors="surrogateescape")
+                for row in rows
+                if row
+                and row[0].startswith(f"{package}/")
+                and not row[0].endswith("/")
+                and row[0] not in binaries
+            )
+        return self._recorded
+
     def _member(self, path: bytes) -> bytes | None:
         member = self._members.get(path)
         if member is None:
+            # Not in the table: absent from the release, or a row lost from the table (a release
+            # file would then silently "not exist", and a base commit built from it lack the file).
+            if path in self._expected_paths():
+                raise _BadMember(
+                    f"{_show_path(path)}: listed in the wheel's RECORD but missing from the member "
+                    f"table {self.entry / 'members.sqlite'}"
+                )
             return None
         assert self._fd is not None
         head = os.pread(self._fd, _LOCAL_HEADER_SIZE + len(path), member.header)
@@ -378,8 +415,22 @@ class WheelTree(PristineTree):
         import sqlite3
 
         try:
-            return self._members.paths()
-        except sqlite3.Error as exc:  # a damaged member table: fetched again, as a bad member is
+            listed = self._members.paths()
+            # The listing builds base commits (cached): verified against RECORD first, so a lost
+            # or an extra row never becomes a cached tree without that file (or with another).
+            expected = self._expected_paths()
+            if len(listed) != len(expected) or not expected.issuperset(listed):
+                lost = sorted(expected.difference(listed))
+                extra = sorted(set(listed).difference(expected))
+                what = (
+                    f"{len(lost)} RECORD file(s) missing from it (first: {_show_path(lost[0])})"
+                    if lost
+                    else f"{len(extra)} row(s) RECORD does not list (first: {_show_path(extra[0])})"
+                )
+                raise _BadMember(f"member table {self.entry / 'members.sqlite'}: {what}")
+            return listed
+        except (sqlite3.Error, _BadMember, OSError) as exc:
+            # a damaged member table: fetched again, as a bad member is
             self._recover(exc)
             return self.paths()
 
