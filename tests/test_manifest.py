@@ -150,7 +150,7 @@ def test_unknown_keys_are_errors_with_a_suggestion() -> None:
     got = problems(VALID.replace("retires_when: never", "retire_when: never"))
     assert got == [
         "patches/manifest.yaml:26: rows[1].retire_when: unknown key; did you mean 'retires_when'? "
-        "(known: name, kind, what, cut_against, retires_when, patch, files, upstream, export_point, commit, skip, git_apply, unset)",
+        "(known: name, kind, what, cut_against, retires_when, patch, files, upstream, export_point, commit, skip, git_apply, unset, series_comment, series_options)",
         "patches/manifest.yaml:21: rows[1].retires_when: required field is missing",
     ]
     assert problems(VALID.replace("paths: root", "pathz: root"))[0].startswith(

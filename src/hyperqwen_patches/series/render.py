@@ -1,5 +1,10 @@
 """``render``: the ledger ``PATCHES.md`` and the plain apply order ``patches/series``, from the manifest.
 
+A series kept in its own folder (the manifest's ``series: patches/vllm-0.29/series``) gets its apply
+order there and its ledger beside it, so a repository carrying another release's series keeps that
+one's files. A series with a checksum file (``checksums: .../SHA256SUMS``) gets it rewritten from the
+patch files' bytes, in ``sha256sum``'s format, so the project's own ``sha256sum -c`` keeps working.
+
 Output is a pure function of the manifest (no dates, no environment, manifest order everywhere except
 retirements, which are grouped by pin in version order), so ``render --check`` and invariant 6 can compare
 bytes. Every manifest string placed in Markdown goes through :func:`md`, so a ``|`` or a newline in a
@@ -19,7 +24,6 @@ from hyperqwen_patches.series.manifest import Manifest, Row
 
 LEDGER = "PATCHES.md"
 SERIES = "patches/series"
-OUTPUTS = (LEDGER, SERIES)
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~])")
 _URL = re.compile(r"^https?://[^\s<>|]+$")
@@ -45,9 +49,10 @@ def short(commit: str | None) -> str:
     return commit[:12] if commit else "—"
 
 
-def series_entry(row: Row) -> str:
-    """A row's path as the series file writes it: relative to ``patches/`` (quilt's convention)."""
-    return PurePosixPath(os.path.relpath(row.source_path, "patches")).as_posix()
+def series_entry(row: Row, base: str = "patches") -> str:
+    """A row's path as the series file writes it: relative to the series file's directory ``base``
+    (quilt's convention)."""
+    return PurePosixPath(os.path.relpath(row.source_path, base)).as_posix()
 
 
 def version_key(version: str) -> tuple[tuple[int, str], ...]:
@@ -64,17 +69,39 @@ def render_series(manifest: Manifest) -> str:
         "# `hyperqwen-patches render`: do not edit by hand. Paths are relative to this directory",
         f"# (quilt's convention); apply each with `patch -p1 --fuzz 0` run {where}.",
         "# Lines starting with '#' are comments (module-file rows and skipped rows appear as comments),",
-        "# so a plain loop reads it with: grep -v '^#' patches/series",
+        f"# so a plain loop reads it with: grep -v '^#' {manifest.series}",
     ]
     for row in manifest.rows:
-        entry = series_entry(row)
+        entry = series_entry(row, manifest.series_dir)
+        if row.series_comment is not None:  # an adopted file's own comments, above their entry
+            lines += row.series_comment.splitlines()
         if row.skip is not None:
             lines.append(f"# skipped: {entry} (row {row.name}: {one_line(row.skip)})")
         elif row.is_module:
             lines.append(f"# files: {entry}/ (row {row.name}: module files, copied into the tree)")
         else:
-            lines.append(entry)
+            lines.append(f"{entry} {row.series_options}" if row.series_options else entry)
     return "\n".join(lines) + "\n"
+
+
+def render_checksums(manifest: Manifest, checksums: str) -> bytes:
+    """``sha256sum``'s output for every applied patch file, in series order, relative to the
+    checksum file's directory (what ``sha256sum -c`` run there reads). A missing file is left out:
+    invariant 2 names it."""
+    import hashlib
+
+    base = PurePosixPath(checksums).parent.as_posix()
+    out: list[bytes] = []
+    for row in manifest.active_rows:
+        if row.patch is None:
+            continue
+        try:
+            data = (manifest.root / row.patch).read_bytes()
+        except OSError:
+            continue
+        rel = PurePosixPath(os.path.relpath(row.patch, base)).as_posix()
+        out.append(f"{hashlib.sha256(data).hexdigest()}  {rel}\n".encode())
+    return b"".join(out)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -93,7 +120,7 @@ def render_ledger(manifest: Manifest) -> str:
         "",
         "Rendered from `patches/manifest.yaml` by `hyperqwen-patches render`; do not edit by hand",
         "(`hyperqwen-patches check` fails when this file differs from what `render` writes). The apply",
-        f"order is `patches/series`; patch paths are relative to {base}, applied with",
+        f"order is `{manifest.series}`; patch paths are relative to {base}, applied with",
         "`patch -p1 --fuzz 0`.",
         "",
         f"- **pin**: {pkg} {md(manifest.pin)}",
@@ -178,10 +205,13 @@ def render_ledger(manifest: Manifest) -> str:
 
 def render(manifest: Manifest) -> dict[str, bytes]:
     """Repo-relative path → the bytes ``render`` writes there."""
-    return {
-        LEDGER: render_ledger(manifest).encode(),
-        SERIES: render_series(manifest).encode(),
+    out = {
+        manifest.ledger: render_ledger(manifest).encode(),
+        manifest.series: render_series(manifest).encode(),
     }
+    if manifest.checksums is not None:
+        out[manifest.checksums] = render_checksums(manifest, manifest.checksums)
+    return out
 
 
 @record(frozen=True)
