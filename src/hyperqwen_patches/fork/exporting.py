@@ -398,7 +398,11 @@ def export_commits(
 
 # --- the export operation: fork → patch files, manifest SHAs, series and ledger ------------------------
 
-Drift = Literal["unchanged", "new", "removed", "positional", "semantic", "rendered", "manifest"]
+# "format": the same changes written another way (a hand-kept preamble, context, hunk split):
+# what the first export after `adopt` finds on files the project wrote by hand.
+Drift = Literal[
+    "unchanged", "new", "removed", "positional", "format", "semantic", "rendered", "manifest"
+]
 
 
 @record(frozen=True)
@@ -433,6 +437,10 @@ class ExportPlan:
         return [c for c in self.changes if c.drift == "positional"]
 
     @property
+    def format_only(self) -> list[FileChange]:
+        return [c for c in self.changes if c.drift == "format"]
+
+    @property
     def up_to_date(self) -> bool:
         return not self.changes and not self.added_rows
 
@@ -453,8 +461,10 @@ class ExportPlan:
 
 def classify(old: bytes | None, new: bytes | None) -> Drift:
     """unchanged / new / removed / positional (only ``index`` hashes and ``@@`` numbers moved) /
-    semantic; the one definition of positional drift is ``seriesdiff.fold_positional``."""
-    from hyperqwen_patches.series.rangediff import fold_positional
+    format (the same removed and added lines of the same files, written another way: preamble,
+    context, hunk split) / semantic; the one definition of positional drift is
+    ``seriesdiff.fold_positional``, of format drift ``rangediff.changes_of``."""
+    from hyperqwen_patches.series.rangediff import changes_of, fold_positional
 
     if old == new:
         return "unchanged"
@@ -462,7 +472,10 @@ def classify(old: bytes | None, new: bytes | None) -> Drift:
         return "new"
     if new is None:
         return "removed"
-    return "positional" if fold_positional(old) == fold_positional(new) else "semantic"
+    if fold_positional(old) == fold_positional(new):
+        return "positional"
+    same = changes_of(old)
+    return "format" if same is not None and same == changes_of(new) else "semantic"
 
 
 def find_base(git_dir: Path, tip: str, *, package: str, pin: str, branch: str) -> str:

@@ -98,6 +98,35 @@ def fold_positional(data: bytes) -> bytes:
     return b"".join(out)
 
 
+def changes_of(data: bytes) -> tuple[object, ...] | None:
+    """What a patch changes, with its format folded away: per file its paths and modes and the runs
+    of removed and added lines in order. The preamble (prose, header lines, export marker, diffstat),
+    the amount of context, how changes are split into hunks, ``index`` lines and ``@@`` numbers all
+    drop out. None: not a patch."""
+    from hyperqwen_patches.engine.patchset import CONTEXT, PatchParseError, parse_patch
+
+    try:
+        patch = parse_patch(data, name="")
+    except PatchParseError:
+        return None
+    out: list[object] = []
+    for fp in patch.files:
+        runs: list[tuple[tuple[int, bytes], ...]] = []
+        for hunk in fp.hunks:
+            run: list[tuple[int, bytes]] = []
+            for kind, text in hunk.lines:
+                if kind == CONTEXT:
+                    if run:
+                        runs.append(tuple(run))
+                        run = []
+                    continue
+                run.append((kind, text))
+            if run:
+                runs.append(tuple(run))
+        out.append((fp.old_path, fp.new_path, fp.old_mode, fp.new_mode, fp.binary, tuple(runs)))
+    return tuple(out)
+
+
 def _lines(data: bytes) -> list[bytes]:
     """Lines for difflib: each ends in a newline, a missing final one marked as diff marks it."""
     lines = data.splitlines(keepends=True)
