@@ -648,7 +648,8 @@ def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -
             FileChange(_rel(manifest.path, root), "", old_text, new_text, "manifest")
         )
     edited = parse_manifest(new_text, path=manifest.path, root=root)
-    for rel, data in render(edited).items():
+    pending = {c.path: c.new for c in plan.changes if c.new is not None}
+    for rel, data in render(edited, pending).items():
         old = _read(root, rel)
         if old != data:
             plan.changes.append(FileChange(rel, "", old, data, "rendered"))

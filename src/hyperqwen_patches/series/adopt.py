@@ -264,13 +264,23 @@ def plan_adopt(
     from hyperqwen_patches.series.render import render
 
     plan.files = {MANIFEST_RELPATH: text, **render(manifest)}
-    plan.replaced = [p for p in plan.files if (root / p).exists()]
+    # Replaced: an existing file whose bytes change (a SHA256SUMS render writes as it was is kept).
+    plan.replaced = [p for p, data in plan.files.items() if _differs(root / p, data)]
     return plan
+
+
+def _differs(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() != data
+    except FileNotFoundError:
+        return False
 
 
 def write_adopt(plan: AdoptPlan) -> list[str]:
     """Write the manifest and the rendered files, each atomically; patch files are never written."""
     for rel, data in plan.files.items():
+        if (plan.root / rel).exists() and not _differs(plan.root / rel, data):
+            continue  # the same bytes: leave the file (and its time stamp) as it is
         write_atomic(plan.root / rel, data)
     return sorted(plan.files)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from hyperqwen_patches.atomicfile import write_atomic
@@ -84,10 +85,12 @@ def render_series(manifest: Manifest) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_checksums(manifest: Manifest, checksums: str) -> bytes:
+def render_checksums(
+    manifest: Manifest, checksums: str, pending: Mapping[str, bytes] | None = None
+) -> bytes:
     """``sha256sum``'s output for every applied patch file, in series order, relative to the
     checksum file's directory (what ``sha256sum -c`` run there reads). A missing file is left out:
-    invariant 2 names it."""
+    invariant 2 names it. ``pending``: files about to be written (export's), by repo-relative path."""
     import hashlib
 
     base = PurePosixPath(checksums).parent.as_posix()
@@ -95,10 +98,12 @@ def render_checksums(manifest: Manifest, checksums: str) -> bytes:
     for row in manifest.active_rows:
         if row.patch is None:
             continue
-        try:
-            data = (manifest.root / row.patch).read_bytes()
-        except OSError:
-            continue
+        data = (pending or {}).get(row.patch)
+        if data is None:
+            try:
+                data = (manifest.root / row.patch).read_bytes()
+            except OSError:
+                continue
         rel = PurePosixPath(os.path.relpath(row.patch, base)).as_posix()
         out.append(f"{hashlib.sha256(data).hexdigest()}  {rel}\n".encode())
     return b"".join(out)
@@ -203,14 +208,15 @@ def render_ledger(manifest: Manifest) -> str:
     return "\n".join(out) + "\n"
 
 
-def render(manifest: Manifest) -> dict[str, bytes]:
-    """Repo-relative path → the bytes ``render`` writes there."""
+def render(manifest: Manifest, pending: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
+    """Repo-relative path → the bytes ``render`` writes there (``pending``: patch files about to be
+    written, which the checksum file must sum as they will be)."""
     out = {
         manifest.ledger: render_ledger(manifest).encode(),
         manifest.series: render_series(manifest).encode(),
     }
     if manifest.checksums is not None:
-        out[manifest.checksums] = render_checksums(manifest, manifest.checksums)
+        out[manifest.checksums] = render_checksums(manifest, manifest.checksums, pending)
     return out
 
 
