@@ -122,7 +122,9 @@ def write_project(
             at = env.index("environment_variables: dict[str, Any] = {\n") - 1
             env[at:at] = [f"    {k}: str = ''\n" for k in RUNTIME_KNOBS]
             close = env.index("}\n")
-            env[close:close] = [f'    "{k}": lambda: os.getenv("{k}", ""),\n' for k in RUNTIME_KNOBS]
+            env[close:close] = [
+                f'    "{k}": lambda: os.getenv("{k}", ""),\n' for k in RUNTIME_KNOBS
+            ]
             ign = env.index("    ignored_factors = {\n") + 2
             comment = [f"        # {KNOB_REASON}\n"] if knob_comment else []
             env[ign:ign] = comment + [f'        "{k}",\n' for k in RUNTIME_KNOBS]
@@ -210,15 +212,17 @@ def write_project(
     (folder / "README.md").write_text("".join(readme))
     (folder / "check_series.sh").write_text(
         "#!/usr/bin/env bash\n"
-        "# Every patch of this folder on a pristine vllm tree: GNU patch at fuzz 0, then git apply.\n"
+        "# Every patch of this folder, in order, on a copy of a pristine vllm tree ($1 holds vllm/):\n"
+        "# git apply --check, then GNU patch at fuzz 0.\n"
         "set -euo pipefail\n"
         'here=$(cd "$(dirname "$0")" && pwd)\n'
         '(cd "$here" && sha256sum -c --quiet SHA256SUMS)\n'
-        'cd "$1/vllm"\n'
+        "work=$(mktemp -d); trap 'rm -rf \"$work\"' EXIT\n"
+        'cp -r "$1/vllm" "$work/vllm"; cd "$work/vllm"\n'
         "grep -v '^#' \"$here/series\" | while read -r p opt; do\n"
         '  [ -n "$p" ] || continue\n'
-        '  patch -p1 --fuzz 0 --dry-run < "$here/$p" > /dev/null\n'
-        '  git apply --check -p1 "$here/$p"\n'
+        '  git apply --check --ignore-whitespace -p1 "$here/$p"\n'
+        '  patch -p1 --fuzz 0 --batch --quiet < "$here/$p"\n'
         "done\n"
     )
     modules = folder / f"modules/{top}v1/attention/ops/qwen38"
