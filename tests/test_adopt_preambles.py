@@ -78,6 +78,12 @@ def test_the_last_header_block_before_the_marker_is_read(tmp_path: Path) -> None
     assert row.unset == ()
 
 
+def test_a_prose_paragraph_like_a_header_loses_to_the_last_block(tmp_path: Path) -> None:
+    first = f"{PROSE}\n\nMore prose.\n\nKind: feature\nWhat: the real block\n\n" + MARKER
+    (row,) = plan(repo(tmp_path, {"0001-x.patch": first})).rows
+    assert (row.kind, row.what) == ("feature", "the real block")
+
+
 def test_a_header_block_in_any_case(tmp_path: Path) -> None:
     lower = "Prose.\n\nkind: feature\nwhat: a lower-case block\nretires-when: never\n\n---\n"
     (row,) = plan(repo(tmp_path, {"0001-x.patch": lower})).rows
