@@ -30,6 +30,7 @@ DIFF = (
     "+TWO\n"
     " three\n"
 )
+PROSE = "kind: fix. Retires when upstream takes it."
 MARKER = (
     "--- exported from 1afa72741 (fix-budget); regenerate with tools/export.sh, do not edit ---\n"
 )
