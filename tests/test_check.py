@@ -421,7 +421,7 @@ def test_invalid_manifest_is_exit_2_before_any_check(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as info:
         checked(root)
     assert [str(p) for p in info.value.problems] == [
-        "patches/manifest.yaml:5: extra: unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs)",
+        "patches/manifest.yaml:5: extra: unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs, series, requirements, checksums)",
         "patches/manifest.yaml:2: pin: must be a string, got a number (quote it)",
     ]
     before = snapshot(tmp_path)
@@ -435,7 +435,7 @@ def test_invalid_manifest_is_exit_2_before_any_check(tmp_path: Path) -> None:
             "patches/manifest.yaml",
             5,
             "extra",
-            "unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs)",
+            "unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs, series, requirements, checksums)",
         ),
         ("patches/manifest.yaml", 2, "pin", "must be a string, got a number (quote it)"),
     ]
