@@ -301,7 +301,7 @@ def test_first_export_after_adopt_is_format_drift_then_clean(
     assert check.returncode == 0, check.stderr
     labels = {line.split()[0] for line in check.stdout.splitlines() if line.endswith(")")}
     assert labels == {"format"}
-    assert "format drift only (18;" in check.stderr
+    assert "format drift only (18:" in check.stderr
     assert hqp("export", "--fork", fork, cwd=project.root).returncode == 0
     again = hqp("export", "--check", "--fork", fork, cwd=project.root)
     assert "every export is up to date" in again.stderr

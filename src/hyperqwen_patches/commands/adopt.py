@@ -146,11 +146,12 @@ def adopt_command(
 
         emit_json(plan.to_json() | {"dry_run": dry_run, "written": written})
         return
-    _render(plan, dry_run)
+    _render(plan, dry_run, written)
 
 
-def _render(plan: AdoptPlan, dry_run: bool) -> None:
+def _render(plan: AdoptPlan, dry_run: bool, written: list[str]) -> None:
     from hyperqwen_patches.console import as_typed, err, out, table_lines
+    from hyperqwen_patches.series.requirements import REQUIREMENTS
 
     columns = [
         ("#", "right"),
@@ -175,10 +176,26 @@ def _render(plan: AdoptPlan, dry_run: bool) -> None:
     unset = sum(1 for r in plan.rows if r.unset)
     verb = "would write" if dry_run else "wrote"
     replaced = f" (replacing {', '.join(plan.replaced)})" if plan.replaced else ""
+    shown = sorted(plan.files) if dry_run else written
     err.print(
         f"adopt: {len(plan.rows)} rows, pin {plan.pin} (from {plan.pin_from}), paths: {plan.paths}; "
-        f"{verb} {', '.join(sorted(plan.files))}{replaced}",
+        f"{verb} {', '.join(shown) or 'nothing new'}{replaced}",
     )
+    points = ", ".join(f"{name} (branch {branch})" for name, branch, _ in plan.export_points)
+    err.print(f"adopt: export point{'s' if len(plan.export_points) > 1 else ''} {points}")
+    kept = [
+        f"{plan.checksums} (render rewrites it, check verifies it)" if plan.checksums else "",
+        f"git_apply: true on the series' rows ({plan.git_apply_from} runs git apply --check)"
+        if plan.git_apply_from
+        else "",
+        f"{plan.series.rsplit('/', 1)[0]}/ as the series' folder; {REQUIREMENTS} pins another "
+        "build's release (requirements: null)"
+        if plan.requirements is None
+        else "",
+    ]
+    for line in kept:
+        if line:
+            err.print(f"adopt: kept {line}", soft_wrap=True)
     if unset:
         err.print(f"adopt: {unset} rows have unset fields (no header line); check lists them")
     if not dry_run:

@@ -128,13 +128,16 @@ def export_command(
                 hint="run: hyperqwen-patches export --fork " + str(fork),
             )
         if plan.changes:
-            err.print(
-                f"export --check: positional drift only ({len(plan.positional)} patch file(s); "
-                "index hashes and @@ line numbers moved), "
-                f"format drift only ({len(plan.format_only)}; the same changes written another "
-                "way), no semantic change",
-                soft_wrap=True,
+            only = (
+                f"positional drift only ({len(plan.positional)} patch file(s); "
+                "index hashes and @@ line numbers moved)"
             )
+            if plan.format_only:
+                only += (
+                    f", format drift only ({len(plan.format_only)}: the same changes written "
+                    "another way)"
+                )
+            err.print(f"export --check: {only}, no semantic change", soft_wrap=True)
         else:
             err.print("export --check: every export is up to date", soft_wrap=True)
         return

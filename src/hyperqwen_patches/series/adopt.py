@@ -277,12 +277,15 @@ def _differs(path: Path, data: bytes) -> bool:
 
 
 def write_adopt(plan: AdoptPlan) -> list[str]:
-    """Write the manifest and the rendered files, each atomically; patch files are never written."""
+    """Write the manifest and the rendered files, each atomically; patch files are never written.
+    Returns what was written: a file already holding the same bytes is left as it is."""
+    written: list[str] = []
     for rel, data in plan.files.items():
         if (plan.root / rel).exists() and not _differs(plan.root / rel, data):
-            continue  # the same bytes: leave the file (and its time stamp) as it is
+            continue  # the same bytes (a SHA256SUMS as the project keeps it): time stamp kept
         write_atomic(plan.root / rel, data)
-    return sorted(plan.files)
+        written.append(rel)
+    return sorted(written)
 
 
 def manifest_text(plan: AdoptPlan) -> str:
