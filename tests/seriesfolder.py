@@ -20,7 +20,8 @@ edits a line an earlier one added); one file saved with CRLF endings (``crlf=Fal
 a row that keeps two runtime-only knobs off ``compile_factors``' key under a comment saying why
 (``knob_comment=False`` leaves the comment out).
 
-``python tests/seriesfolder.py DEST`` writes it for a person to look at.
+``python tests/seriesfolder.py DEST [--lf] [--root-paths]`` writes it for a person to look at
+(docs/adopting.md walks through it).
 """
 
 from __future__ import annotations
@@ -233,4 +234,11 @@ def write_project(
 
 
 if __name__ == "__main__":
-    print(write_project(Path(sys.argv[1])).root)
+    # python tests/seriesfolder.py DEST [--lf] [--root-paths]: --lf saves the CRLF file with LF,
+    # --root-paths writes a/vllm/... paths (paths: root) instead of a/v1/... (paths: package).
+    args = sys.argv[1:]
+    print(
+        write_project(
+            Path(args[0]), crlf="--lf" not in args, root_paths="--root-paths" in args
+        ).root
+    )
