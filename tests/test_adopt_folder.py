@@ -335,3 +335,14 @@ def test_apply_matches_a_gnu_patch_loop(lf_only: Project, tmp_path: Path) -> Non
             )
     shutil.copytree(project.root / FOLDER / "modules", gnu / "vllm", dirs_exist_ok=True)
     assert snapshot(ours) == snapshot(gnu)
+
+
+def test_re_adopting_the_rendered_series_changes_nothing(lf_only: Project, tmp_path: Path) -> None:
+    """Render's own header and module-row comment are not taken for the user's comments."""
+    project = copy(lf_only, tmp_path)
+    assert adopt(project).returncode == 0
+    first = snapshot(project.root)
+    again = adopt(project, "--force")
+    assert again.returncode == 0, again.stderr
+    assert snapshot(project.root) == first
+    assert "wrote nothing new" in again.stderr

@@ -206,8 +206,11 @@ def _render(plan: AdoptPlan, dry_run: bool, written: list[str]) -> None:
         f"git_apply: true on the series' rows ({plan.git_apply_from} runs git apply --check)"
         if plan.git_apply_from
         else "",
-        f"{plan.series.rsplit('/', 1)[0]}/ as the series' folder; {REQUIREMENTS} pins another "
-        "build's release (requirements: null)"
+        f"{plan.series} as the apply order (its folder's own: PATCHES.md beside it, other "
+        "series untouched)"
+        if plan.series != "patches/series"
+        else "",
+        f"{REQUIREMENTS} aside: it does not state this pin (requirements: null)"
         if plan.requirements is None
         else "",
     ]

@@ -57,6 +57,7 @@ from hyperqwen_patches.series.manifest import (
     parse_manifest,
     yaml_scalar,
 )
+from hyperqwen_patches.series.render import SERIES_HEAD, SERIES_HEAD_LINES
 from hyperqwen_patches.series.requirements import REQUIREMENTS, package_pins
 
 # Header line -> manifest field, in the order the manifest writes them.
@@ -75,6 +76,8 @@ _HEX_RE = re.compile(r"^[0-9a-f]{7,64}$")
 _BRANCH_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?!/)[A-Za-z0-9][A-Za-z0-9._/-]*(?<![/.])$")
 # What makes a file a patch rather than a list of patch files: a git diff header, or a ---/+++ pair.
 _PATCH_HEAD_RE = re.compile(rb"^diff --git |^--- \S.*\r?\n\+\+\+ \S", re.M)
+# The comment render writes in a series file for a module or skipped row (series/render.py).
+_RENDERED_ROW = re.compile(r"^# (files|skipped): \S+ \(row [a-z0-9][a-z0-9._-]*: ")
 _CHECKSUM_NAMES = ("SHA256SUMS", "sha256sums", "SHA256SUMS.txt")
 _GIT_APPLY_CHECK_RE = re.compile(r"\bgit\s+apply\b[^\n]*--check\b")
 _SUBJECT_PREFIX = re.compile(r"^\s*(\[[^\]]*\]\s*)+")
@@ -305,7 +308,7 @@ def manifest_text(plan: AdoptPlan) -> str:
         lines.append(f"series: {yaml_scalar(plan.series)}")
     if plan.requirements is None:
         lines += [
-            f"# {REQUIREMENTS} pins another release (another build's): not this series' pin.",
+            f"# {REQUIREMENTS} does not state this series' pin (another build's, or none).",
             "requirements: null",
         ]
     if plan.checksums is not None:
@@ -414,11 +417,12 @@ def _pin(
         return hint is None or version == hint or version.startswith(hint + ".")
 
     def statement(pin: str) -> str | None:
-        if not found:
-            return DEFAULT_REQUIREMENTS  # absent or silent: check says so, compares nothing
-        if all(v == pin for _, v in exact) and len(exact) == len(found):
+        """The requirements file as the pin's statement, or None where it states another."""
+        if not req.is_file():
+            return DEFAULT_REQUIREMENTS  # absent: check says "not present" and compares nothing
+        if found and all(v == pin for _, v in exact) and len(exact) == len(found):
             return DEFAULT_REQUIREMENTS
-        return None
+        return None  # silent about the package, or another build's release
 
     if given is not None:
         if not VERSION_RE.match(given):
@@ -574,10 +578,16 @@ def _list_entries(root: Path, list_file: Path) -> list[_Entry]:
     out: list[_Entry] = []
     base = list_file.parent
     pending: list[str] = []  # comment and blank lines waiting for their entry
-    for number, raw in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    # A file render wrote (re-adopting with --force): its own header and row comments are render's,
+    # written again from the manifest, so keeping them would repeat them on every re-adopt.
+    rendered = bool(lines) and lines[0] == SERIES_HEAD
+    for number, raw in enumerate(lines, 1):
         line = re.sub(r"(^|\s)#.*$", "", raw).strip()
         if not line:
             kept = raw.strip()
+            if rendered and (number <= SERIES_HEAD_LINES or _RENDERED_ROW.match(kept)):
+                continue
             pending.append(kept if kept.startswith("#") else "")
             continue
         origin = f"{shown}:{number}"

@@ -25,6 +25,10 @@ from hyperqwen_patches.series.manifest import Manifest, Row
 
 LEDGER = "PATCHES.md"
 SERIES = "patches/series"
+# The first line of the header render writes atop a series file, and how many lines it has: adopt
+# knows a file render wrote by it (re-adopting must not keep render's header as the user's comments).
+SERIES_HEAD = "# The apply order of the series, rendered from patches/manifest.yaml by"
+SERIES_HEAD_LINES = 5
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~])")
 _URL = re.compile(r"^https?://[^\s<>|]+$")
@@ -66,12 +70,13 @@ def render_series(manifest: Manifest) -> str:
     if manifest.paths == "package":
         where = f"inside the {manifest.package}/ package directory"
     lines = [
-        "# The apply order of the series, rendered from patches/manifest.yaml by",
+        SERIES_HEAD,
         "# `hyperqwen-patches render`: do not edit by hand. Paths are relative to this directory",
         f"# (quilt's convention); apply each with `patch -p1 --fuzz 0` run {where}.",
         "# Lines starting with '#' are comments (module-file rows and skipped rows appear as comments),",
         f"# so a plain loop reads it with: grep -v '^#' {manifest.series}",
     ]
+    assert len(lines) == SERIES_HEAD_LINES
     for row in manifest.rows:
         entry = series_entry(row, manifest.series_dir)
         if row.series_comment is not None:  # an adopted file's own comments, above their entry
