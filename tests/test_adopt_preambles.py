@@ -85,6 +85,15 @@ def test_a_prose_paragraph_like_a_header_loses_to_the_last_block(tmp_path: Path)
     assert (row.kind, row.what) == ("feature", "the real block")
 
 
+def test_a_block_right_before_the_marker_needs_no_blank_line_above(tmp_path: Path) -> None:
+    tight = (
+        f"Prose that runs on.\n{PROSE}\nStill prose, then the block:\nKind: feature\nWhat: tight\n"
+        + MARKER
+    )
+    (row,) = plan(repo(tmp_path, {"0001-x.patch": tight})).rows
+    assert (row.kind, row.what) == ("feature", "tight")
+
+
 def test_a_header_block_in_any_case(tmp_path: Path) -> None:
     lower = "Prose.\n\nkind: feature\nwhat: a lower-case block\nretires-when: never\n\n---\n"
     (row,) = plan(repo(tmp_path, {"0001-x.patch": lower})).rows

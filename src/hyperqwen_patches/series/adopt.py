@@ -646,9 +646,9 @@ def _headers(
     ((branch or None, "file:line"); ``(None, "")`` without one).
 
     The header block is the last run of ``Key: value`` lines (indented lines continue a value)
-    standing as a paragraph of its own (blank lines, the preamble's edges or a ``---``/marker line
-    around it) before the marker or, without one, before the diff, and holding one of the known
-    keys. Prose anywhere else is ignored, even a sentence that starts ``kind: fix.``."""
+    holding one of the known keys and standing as a paragraph of its own (blank lines, the
+    preamble's edges or a ``---``/marker line around it), or ending right before the marker (or,
+    without one, the diff). Prose anywhere else is ignored, even a sentence that starts ``kind: fix.``."""
     subject: str | None = None
     lines = preamble.decode("utf-8", errors="backslashreplace").splitlines()
     for number, line in enumerate(lines, 1):
@@ -672,11 +672,15 @@ def _headers(
     def edge(i: int) -> bool:  # what may stand around a header block
         return i < 0 or i >= end or not lines[i].strip() or lines[i].strip().startswith("---")
 
+    def at_end(j: int) -> bool:  # only blank and --- lines between line j and the marker or diff
+        return all(edge(k) for k in range(j, end))
+
+    # Runs of Key: value lines (indented lines continue the value above); a run is a header block
+    # when it stands as a paragraph of its own, or ends right before the marker (or the diff).
     blocks: list[list[tuple[int, str, str]]] = []  # [(line, key, value)]
     i = 0
     while i < end:
-        m = _HEADER_RE.match(lines[i])
-        if m is None or not edge(i - 1):
+        if _HEADER_RE.match(lines[i]) is None:
             i += 1
             continue
         block: list[tuple[int, str, str]] = []
@@ -685,15 +689,16 @@ def _headers(
             m = _HEADER_RE.match(lines[j])
             if m is not None:
                 block.append((j + 1, m["key"], m["value"]))
-            elif lines[j][:1].isspace() and lines[j].strip() and block:
+            elif lines[j][:1].isspace() and lines[j].strip():
                 number, key, value = block[-1]
                 block[-1] = (number, key, f"{value} {lines[j].strip()}".strip())
             else:
                 break
             j += 1
-        if edge(j) and any(key.lower() in HEADERS for _, key, _ in block):
+        standalone = edge(i - 1) and edge(j)
+        if (standalone or at_end(j)) and any(key.lower() in HEADERS for _, key, _ in block):
             blocks.append(block)
-        i = max(j, i + 1)
+        i = j
     headers: dict[str, tuple[str, int]] = {}
     for number, key, value in blocks[-1] if blocks else []:
         if key.lower() not in HEADERS:
