@@ -229,7 +229,7 @@ def plan_adopt(
         for knob, reason, _line in declared_in_patch(parsed, envs_paths):
             knobs.setdefault(knob, reason)
     pin, pin_from, requirements = _pin(root, package, pin, series_rel, parsed_rows)
-    checksums = _checksums(root, series_file, [e.path for e in entries if e.in_series])
+    checksums = _checksums(root, series_file)
     git_apply_from = _git_apply_script(root, series_file)
     points, point_of = _export_points(markers, package, pin)
     for i, (entry, rel, headers, subject) in enumerate(parsed_rows):
@@ -461,7 +461,7 @@ def _pin(
     )
 
 
-def _checksums(root: Path, series_file: Path, paths: list[Path]) -> str | None:
+def _checksums(root: Path, series_file: Path) -> str | None:
     """The series folder's checksum file, verified as ``sha256sum -c`` would: adopting a series
     whose sums already disagree would rewrite them and hide it, so that is refused by file and line."""
     import hashlib

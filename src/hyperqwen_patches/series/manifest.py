@@ -280,7 +280,7 @@ class Manifest:
     def ledger(self) -> str:
         """PATCHES.md: at the root for the default series, beside the series file otherwise (so a
         series in its own folder never writes over another series' ledger)."""
-        if self.series == DEFAULT_SERIES:
+        if self.series == DEFAULT_SERIES or self.series_dir == ".":
             return "PATCHES.md"
         return f"{self.series_dir}/PATCHES.md"
 
