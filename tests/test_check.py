@@ -214,7 +214,7 @@ def test_invariant_1_pin_disagrees(tmp_path: Path) -> None:
     report = checked(root)
     pin = [f for f in report.findings if f.check == "pin"]
     assert [(f.severity, f.message) for f in pin] == [
-        ("note", "docker/requirements.txt: not present; not compared")
+        ("note", "not present: no file states the pin here; nothing to compare")
     ]
     # requirements: null: the file there pins another build's release, not this series'.
     (root / "docker/requirements.txt").write_text("vllm==0.28.0\n")

@@ -42,7 +42,14 @@ def check_pin(ctx: CheckContext) -> list[Finding]:
     try:
         text = (ctx.root / requirements).read_text(encoding="utf-8")
     except FileNotFoundError:
-        return [Finding("pin", "note", subject, f"{requirements}: not present; not compared")]
+        return [
+            Finding(
+                "pin",
+                "note",
+                subject,
+                "not present: no file states the pin here; nothing to compare",
+            )
+        ]
     pins = package_pins(text, m.package)
     if not pins:
         return [
