@@ -200,6 +200,9 @@ def test_format_drift_is_the_same_changes_written_another_way() -> None:
     assert classify(HAND.encode(), changed.encode()) == "semantic"
     other_file = EXPORTED.replace("vllm/a.py", "vllm/b.py")
     assert classify(HAND.encode(), other_file.encode()) == "semantic"
+    # The same lines changed at another place (other neighbours) is another change.
+    elsewhere = EXPORTED.replace(" one\n-two\n+TWO\n three\n", " uno\n-two\n+TWO\n tres\n")
+    assert classify(HAND.encode(), elsewhere.encode()) == "semantic"
 
 
 @pytest.fixture(scope="module")

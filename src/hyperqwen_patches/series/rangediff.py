@@ -99,10 +99,12 @@ def fold_positional(data: bytes) -> bytes:
 
 
 def changes_of(data: bytes) -> tuple[object, ...] | None:
-    """What a patch changes, with its format folded away: per file its paths and modes and the runs
-    of removed and added lines in order. The preamble (prose, header lines, export marker, diffstat),
-    the amount of context, how changes are split into hunks, ``index`` lines and ``@@`` numbers all
-    drop out. None: not a patch."""
+    """What a patch changes, with its format folded away: per file its paths and modes and, in
+    order, each run of removed and added lines with the context line right above and right below it
+    (what anchors it: the same text inserted elsewhere is another change). The preamble (prose,
+    header lines, export marker, diffstat), how much context there is beyond those neighbours, how
+    the changes are split into hunks, ``index`` lines and ``@@`` numbers all drop out. None: not a
+    patch."""
     from hyperqwen_patches.engine.patchset import CONTEXT, PatchParseError, parse_patch
 
     try:
@@ -111,18 +113,20 @@ def changes_of(data: bytes) -> tuple[object, ...] | None:
         return None
     out: list[object] = []
     for fp in patch.files:
-        runs: list[tuple[tuple[int, bytes], ...]] = []
+        runs: list[tuple[bytes | None, tuple[tuple[int, bytes], ...], bytes | None]] = []
         for hunk in fp.hunks:
+            before: bytes | None = None
             run: list[tuple[int, bytes]] = []
             for kind, text in hunk.lines:
                 if kind == CONTEXT:
                     if run:
-                        runs.append(tuple(run))
+                        runs.append((before, tuple(run), text))
                         run = []
+                    before = text
                     continue
                 run.append((kind, text))
-            if run:
-                runs.append(tuple(run))
+            if run:  # a change at the hunk's end: nothing below it (the end of the file)
+                runs.append((before, tuple(run), None))
         out.append((fp.old_path, fp.new_path, fp.old_mode, fp.new_mode, fp.binary, tuple(runs)))
     return tuple(out)
 
