@@ -346,3 +346,30 @@ def test_re_adopting_the_rendered_series_changes_nothing(lf_only: Project, tmp_p
     assert again.returncode == 0, again.stderr
     assert snapshot(project.root) == first
     assert "wrote nothing new" in again.stderr
+
+
+def test_edit_refresh_then_export_check_clean_and_sums_kept(
+    root_paths: Project, tmp_path: Path
+) -> None:
+    project = copy(root_paths, tmp_path)
+    assert adopt(project).returncode == 0
+    fork = tmp_path / "fork"
+    assert hqp("import", "--into", fork, "--create", cwd=project.root).returncode == 0
+    assert hqp("export", "--fork", fork, cwd=project.root).returncode == 0
+    opened = hqp("edit", "--fork", fork, "cache-token-2", cwd=project.root)
+    assert opened.returncode == 0, opened.stderr
+    work = Path(opened.stdout.strip().splitlines()[-1])
+    changed = [p for p in work.rglob("*.py") if b"# row 2: tweak" in p.read_bytes()]
+    assert changed
+    changed[0].write_bytes(changed[0].read_bytes().replace(b"# row 2: tweak", b"# row 2: edited"))
+    refreshed = hqp("refresh", "--fork", fork, cwd=project.root)
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert f"{FOLDER}/SHA256SUMS" in refreshed.stdout + refreshed.stderr
+    assert b"# row 2: edited" in (project.root / project.series_files[1]).read_bytes()
+    clean = hqp("export", "--check", "--fork", fork, cwd=project.root)
+    assert "every export is up to date" in clean.stderr
+    assert hqp("check", "--fork", fork, cwd=project.root).returncode == 0
+    sums = subprocess.run(
+        ["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=project.root / FOLDER, check=False
+    )
+    assert sums.returncode == 0
