@@ -435,3 +435,19 @@ def test_a_nul_in_a_series_line_or_a_device_listed_is_refused_by_file_and_line(
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "patches/zero.patch is not a file" in proc.stderr  # refused before it is read
     assert not (project.root / "patches/manifest.yaml").exists()
+
+
+def test_import_works_right_after_adopt(project: Project, tmp_path: Path) -> None:
+    """#38 item 3: the marker ``--- exported from fork@0123abcd ---`` names the export point, so
+    ``import`` builds the fork at once and replays identically, step by step and at the tip."""
+    assert adopt(project, *KNOB_ARGS).returncode == 0
+    manifest = load_manifest(project.root)
+    assert [(p.name, p.branch) for p in manifest.export_points] == [("fork", "fork")]
+    fork = tmp_path / "fork"
+    result = hqp("import", "--into", fork, "--create", cwd=project.root)
+    assert result.returncode == 0, result.stderr
+    assert "53 rows" in result.stdout + result.stderr
+    check = hqp("check", "--fork", fork, cwd=project.root)
+    lines = (check.stdout + check.stderr).splitlines()
+    held = next(line for line in lines if line.strip().startswith("held"))
+    assert "replay-identity" in held and "fork-commits" in held

@@ -210,10 +210,20 @@ def test_invariant_1_pin_disagrees(tmp_path: Path) -> None:
             "docker/requirements.txt does not name vllm; it must pin vllm==0.29.0",
         )
     ]
+    # A series repository without the file has nothing to disagree with: the table says so (#38).
     (root / "docker/requirements.txt").unlink()
-    assert checked(root).findings[0].message == (
-        "docker/requirements.txt does not exist; it must pin vllm==0.29.0"
-    )
+    report = checked(root)
+    pin = [f for f in report.findings if f.check == "pin"]
+    assert [(f.severity, f.message) for f in pin] == [
+        ("note", "not present: no file states the pin here; nothing to compare")
+    ]
+    # requirements: null: the file there pins another build's release, not this series'.
+    (root / "docker/requirements.txt").write_text("vllm==0.28.0\n")
+    manifest = root / "patches/manifest.yaml"
+    manifest.write_text(manifest.read_text() + "requirements: null\n")
+    pin = [f for f in checked(root).findings if f.check == "pin"]
+    assert [f.severity for f in pin] == ["note"]
+    assert "requirements: null" in pin[0].message
 
 
 def test_invariant_2_files_rows_and_series_both_ways(tmp_path: Path) -> None:
@@ -412,7 +422,7 @@ def test_invalid_manifest_is_exit_2_before_any_check(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as info:
         checked(root)
     assert [str(p) for p in info.value.problems] == [
-        "patches/manifest.yaml:5: extra: unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs)",
+        "patches/manifest.yaml:5: extra: unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs, series, requirements, checksums)",
         "patches/manifest.yaml:2: pin: must be a string, got a number (quote it)",
     ]
     before = snapshot(tmp_path)
@@ -426,7 +436,7 @@ def test_invalid_manifest_is_exit_2_before_any_check(tmp_path: Path) -> None:
             "patches/manifest.yaml",
             5,
             "extra",
-            "unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs)",
+            "unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs, series, requirements, checksums)",
         ),
         ("patches/manifest.yaml", 2, "pin", "must be a string, got a number (quote it)"),
     ]

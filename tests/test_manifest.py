@@ -150,7 +150,7 @@ def test_unknown_keys_are_errors_with_a_suggestion() -> None:
     got = problems(VALID.replace("retires_when: never", "retire_when: never"))
     assert got == [
         "patches/manifest.yaml:26: rows[1].retire_when: unknown key; did you mean 'retires_when'? "
-        "(known: name, kind, what, cut_against, retires_when, patch, files, upstream, export_point, commit, skip, git_apply, unset)",
+        "(known: name, kind, what, cut_against, retires_when, patch, files, upstream, export_point, commit, skip, git_apply, unset, series_comment, series_options)",
         "patches/manifest.yaml:21: rows[1].retires_when: required field is missing",
     ]
     assert problems(VALID.replace("paths: root", "pathz: root"))[0].startswith(
@@ -391,3 +391,50 @@ def test_an_edited_manifest_is_a_new_entry(own_cache: Path) -> None:
     edited = parse(VALID.replace("an old backport", "an older backport"))
     assert edited.row("old-fix").what == "an older backport"  # type: ignore[union-attr]
     assert len(cache_entries(own_cache)) == 2
+
+
+def test_a_series_in_its_own_folder_its_pin_file_and_its_sums() -> None:
+    """#38: a series kept in patches/vllm-0.29/ beside another release's, with SHA256SUMS, and a
+    requirements file pinning another build's release."""
+    text = VALID + (
+        "series: patches/vllm-0.29/series\nrequirements: null\n"
+        "checksums: patches/vllm-0.29/SHA256SUMS\n"
+    )
+    model = parse(text)
+    assert (model.series, model.series_dir, model.ledger) == (
+        "patches/vllm-0.29/series",
+        "patches/vllm-0.29",
+        "patches/vllm-0.29/PATCHES.md",
+    )
+    assert (model.requirements, model.checksums) == (None, "patches/vllm-0.29/SHA256SUMS")
+    default = parse(VALID)
+    assert (default.series, default.ledger, default.requirements, default.checksums) == (
+        "patches/series",
+        "PATCHES.md",
+        "docker/requirements.txt",
+        None,
+    )
+    assert problems(VALID + "series: patches/x\nchecksums: patches/x\n") == [
+        "patches/manifest.yaml:41: series: series, requirements and checksums name one file"
+    ]
+    assert problems(VALID + "series: ../series\n")[0].endswith(
+        "must be a plain relative path inside the repository "
+        "(forward slashes, no '..', no leading '/', no './' or trailing '/')"
+    )
+
+
+def test_a_rows_series_comment_and_option() -> None:
+    row = "    retires_when: never (our own code)\n"
+    kept = VALID.replace(
+        row, row + '    series_comment: "# group\\n\\n"\n    series_options: "-p1"\n'
+    )
+    modules = parse(kept).row("kvarn-modules")
+    assert modules is not None
+    assert (modules.series_comment, modules.series_options) == ("# group\n\n", "-p1")
+    bad = VALID.replace(row, row + '    series_comment: "group\\n"\n    series_options: "-p0"\n')
+    assert problems(bad) == [
+        "patches/manifest.yaml:27: rows[1].series_comment: holds only '#' comment lines and blank "
+        "lines, each ending in a newline",
+        "patches/manifest.yaml:28: rows[1].series_options: '-p0': the only option is -p1 (every row "
+        "applies with -p1)",
+    ]

@@ -16,7 +16,7 @@ from hyperqwen_patches.checks.context import (
 )
 from hyperqwen_patches.engine.patchset import CRLF_NOTE
 from hyperqwen_patches.series.manifest import MANIFEST_RELPATH
-from hyperqwen_patches.series.requirements import REQUIREMENTS, package_pins
+from hyperqwen_patches.series.requirements import package_pins
 
 if TYPE_CHECKING:
     from hyperqwen_patches.engine.applying import HunkResult
@@ -38,20 +38,31 @@ def _repo_text(path: Path, shown: str) -> str:
 
 
 def check_pin(ctx: CheckContext) -> list[Finding]:
-    """Invariant 1: the manifest pin equals ``docker/requirements.txt``'s ``vllm==``."""
+    """Invariant 1: the manifest pin equals ``docker/requirements.txt``'s ``vllm==`` (the manifest's
+    ``requirements`` file), where there is one: a series repository without it has nothing to
+    disagree with, and ``requirements: null`` says the file there pins another build's release."""
     m = ctx.manifest
-    subject = REQUIREMENTS
+    if m.requirements is None:
+        return [
+            Finding(
+                "pin",
+                "note",
+                MANIFEST_RELPATH,
+                "requirements: null: no requirements file states this series' pin; not compared",
+            )
+        ]
+    requirements = subject = m.requirements
     try:
-        text = _repo_text(ctx.root / REQUIREMENTS, REQUIREMENTS)
+        text = _repo_text(ctx.root / requirements, requirements)
     except ValueError as exc:  # a directory, a FIFO, a device, not UTF-8: one finding, not a hang
         return [Finding("pin", "error", subject, str(exc))]
     except FileNotFoundError:
         return [
             Finding(
                 "pin",
-                "error",
+                "note",
                 subject,
-                f"{REQUIREMENTS} does not exist; it must pin {m.package}=={m.pin}",
+                "not present: no file states the pin here; nothing to compare",
             )
         ]
     pins = package_pins(text, m.package)
@@ -61,7 +72,7 @@ def check_pin(ctx: CheckContext) -> list[Finding]:
                 "pin",
                 "error",
                 subject,
-                f"{REQUIREMENTS} does not name {m.package}; it must pin {m.package}=={m.pin}",
+                f"{requirements} does not name {m.package}; it must pin {m.package}=={m.pin}",
             )
         ]
     findings: list[Finding] = []
@@ -76,7 +87,7 @@ def check_pin(ctx: CheckContext) -> list[Finding]:
                 Finding(
                     "pin",
                     "error",
-                    f"{REQUIREMENTS}:{number}",
+                    f"{requirements}:{number}",
                     f"{m.package}{spec or ' (unpinned)'} disagrees with the manifest pin {m.pin} "
                     f"({MANIFEST_RELPATH}); the pin is stated once, everything else must equal it",
                 )
@@ -97,10 +108,10 @@ def _series_entries(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _carried_files(root: Path) -> list[str]:
+def _carried_files(root: Path, tops: tuple[str, ...] = CARRIED_DIRS) -> list[str]:
     """Repo-relative paths of every patch file and module file under the carried directories."""
     out: list[str] = []
-    for top in CARRIED_DIRS:
+    for top in tops:
         base = root / top
         if not base.is_dir():
             continue
@@ -118,9 +129,11 @@ def _carried_files(root: Path) -> list[str]:
 
 def check_series(ctx: CheckContext) -> list[Finding]:
     """Invariant 2: ``patches/series``, the files under patches/ and kvarn/, and the rows agree both ways."""
-    from hyperqwen_patches.series.render import SERIES, series_entry
+    from hyperqwen_patches.series.manifest import DEFAULT_SERIES
+    from hyperqwen_patches.series.render import series_entry
 
     m = ctx.manifest
+    SERIES = m.series
     findings: list[Finding] = []
 
     def add(subject: str, message: str) -> None:
@@ -144,7 +157,10 @@ def check_series(ctx: CheckContext) -> list[Finding]:
     # Files → rows.
     named_patches = {r.patch for r in m.rows if r.patch is not None}
     module_dirs = [r.files for r in m.rows if r.files is not None]
-    for rel in _carried_files(ctx.root):
+    # A series in its own folder sits beside other series (another release's): only its folder
+    # (and its module directories, which the rows name) is its own.
+    tops = CARRIED_DIRS if m.series == DEFAULT_SERIES else (m.series_dir,)
+    for rel in _carried_files(ctx.root, tops):
         if rel in named_patches:
             continue
         if any(rel.startswith(f"{d}/") for d in module_dirs if d is not None):
@@ -161,8 +177,8 @@ def check_series(ctx: CheckContext) -> list[Finding]:
         add(SERIES, f"{exc} (run: hyperqwen-patches render)")
         return findings
     entries = _series_entries(text)
-    expected = [series_entry(r) for r in m.active_rows if not r.is_module]
-    by_entry = {series_entry(r): r for r in m.rows}
+    expected = [series_entry(r, m.series_dir) for r in m.active_rows if not r.is_module]
+    by_entry = {series_entry(r, m.series_dir): r for r in m.rows}
     listed = {e for _, e in entries}
     seen: set[str] = set()
     for number, entry in entries:
@@ -193,6 +209,51 @@ def check_series(ctx: CheckContext) -> list[Finding]:
             SERIES,
             f"the order differs from the manifest's: {', '.join(actual_order)} (manifest: {', '.join(wanted_order)})",
         )
+    if m.checksums is not None:
+        findings += _check_sums(ctx)
+    return findings
+
+
+def _check_sums(ctx: CheckContext) -> list[Finding]:
+    """The checksum file's sums against the files' bytes: one finding per file whose sum differs
+    (what the project's own ``sha256sum -c`` would say), naming the file and the line."""
+    import hashlib
+    import re
+
+    m = ctx.manifest
+    assert m.checksums is not None
+    base = ctx.root / Path(m.checksums).parent
+    try:
+        text = (ctx.root / m.checksums).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [
+            Finding(
+                "series", "error", m.checksums, "does not exist (run: hyperqwen-patches render)"
+            )
+        ]
+    findings: list[Finding] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        match = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
+        where = f"{m.checksums}:{number}"
+        if match is None:
+            findings.append(Finding("series", "error", where, f"not a sha256sum line: {line!r}"))
+            continue
+        try:
+            data = (base / match[2]).read_bytes()
+        except OSError:
+            findings.append(Finding("series", "error", where, f"{match[2]}: no such file"))
+            continue
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != match[1]:
+            findings.append(
+                Finding(
+                    "series",
+                    "error",
+                    where,
+                    f"{match[2]}: its sha256 is {actual[:12]}…, the checksum file says "
+                    f"{match[1][:12]}… (run: hyperqwen-patches render)",
+                )
+            )
     return findings
 
 

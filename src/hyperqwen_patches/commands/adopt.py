@@ -15,17 +15,29 @@ if TYPE_CHECKING:
 HELP = """Adopt an existing series: write patches/manifest.yaml for it, then render.
 
 SERIES_FILE is a quilt-style series file (one patch per line, relative to the file; `#` comments,
-blank lines and `-p1` allowed). Each row's metadata comes from its patch's header lines (`Kind:`,
-`What:`, `Upstream:`, `Cut-against:`, `Retires-when:`; `Cut-against: 0.31.0: adapted to #54809` keeps
-its note). A field without its header line gets a default and is listed in the row's `unset`, which
-`check` reports as a warning. The path convention (`a/vllm/...` or package-relative `a/v1/...`) is
-detected from the patches, the pin taken from docker/requirements.txt unless --pin is given. Patch
-files are never written: every one stays byte for byte as it was. PATCHES.md and patches/series are
-then what `render` writes (an existing hand-written PATCHES.md is replaced; your version control
-keeps it).
+blank lines and `-p1` allowed, and kept: the rendered file writes them back). It may live in a folder
+of its own (patches/vllm-0.29/series) beside another release's series: the manifest then names it
+(`series:`), PATCHES.md is written beside it, and no other series' file is touched.
+
+Each row's metadata comes from its patch's header block: the last run of `Kind:`, `What:`,
+`Upstream:`, `Cut-against:`, `Retires-when:` lines (any case; indented lines continue a value) before
+the export marker (`--- exported from SHA (row) ---`, `exported from BRANCH SHA`) or the diff. Prose
+elsewhere is ignored, even `kind: fix.` in a sentence. A field without its header line gets a default
+and is listed in the row's `unset`, which `check` reports as a warning. Markers naming a branch become
+export points (else one named after the pin), so `import` builds the fork right away.
+
+The pin: --pin, else docker/requirements.txt's, else the rows' Cut-against: version. A series in its
+own folder may sit beside another build's pin: that file is recorded as not this series'
+(`requirements: null`) and never taken as its pin.
+
+Kept guarantees: a SHA256SUMS beside the series (verified now; render rewrites it, check verifies
+it); a script beside it running `git apply --check` (every row gets `git_apply: true`); a comment
+a row writes above the knobs it adds to compile_factors' ignore list (copied into runtime_knobs).
+Patch files are never written.
 
 Refused, naming file and line, with nothing written: a missing file, a file listed twice, a file that
-is not a patch, a header value that cannot be read, an existing manifest (unless --force).
+is not a patch, a header value that cannot be read, a duplicate header inside the block, a sum that
+already differs, an existing manifest (unless --force).
 
 Examples:
 
@@ -33,9 +45,13 @@ Examples:
 
   hyperqwen-patches adopt patches/series --append kvarn/apply-order --modules kvarn/modules
 
+  hyperqwen-patches adopt patches/series --append kvarn/0001-a.patch --append kvarn/0002-b.patch
+
+  hyperqwen-patches adopt patches/vllm-0.29/series --modules patches/vllm-0.29/modules
+
   hyperqwen-patches adopt patches/series --dry-run --json     # what it would write
 
-Then run `hyperqwen-patches check`.
+Then run `hyperqwen-patches check`, and `hyperqwen-patches import --into ../fork --create`.
 """
 
 EPILOG = exit_codes_help(
@@ -55,7 +71,8 @@ def adopt_command(
         typer.Option(
             "--pin",
             metavar="VERSION",
-            help="The release the series is cut against; default: docker/requirements.txt's pin.",
+            help="The release the series is cut against; default: docker/requirements.txt's pin "
+            "(where it fits the series), else the rows' Cut-against: version.",
         ),
     ] = None,
     append: Annotated[
@@ -63,7 +80,8 @@ def adopt_command(
         typer.Option(
             "--append",
             metavar="FILE",
-            help="Another ordered list of patch files, applied after the series (repeatable).",
+            help="Another ordered list of patch files, or a patch file itself (one row; told by "
+            "its diff header, not its name), applied after the series (repeatable).",
         ),
     ] = None,
     modules: Annotated[
@@ -146,11 +164,12 @@ def adopt_command(
 
         emit_json(plan.to_json() | {"dry_run": dry_run, "written": written})
         return
-    _render(plan, dry_run)
+    _render(plan, dry_run, written)
 
 
-def _render(plan: AdoptPlan, dry_run: bool) -> None:
+def _render(plan: AdoptPlan, dry_run: bool, written: list[str]) -> None:
     from hyperqwen_patches.console import as_typed, err, out, table_lines
+    from hyperqwen_patches.series.requirements import REQUIREMENTS
 
     columns = [
         ("#", "right"),
@@ -175,10 +194,29 @@ def _render(plan: AdoptPlan, dry_run: bool) -> None:
     unset = sum(1 for r in plan.rows if r.unset)
     verb = "would write" if dry_run else "wrote"
     replaced = f" (replacing {', '.join(plan.replaced)})" if plan.replaced else ""
+    shown = sorted(plan.files) if dry_run else written
     err.print(
         f"adopt: {len(plan.rows)} rows, pin {plan.pin} (from {plan.pin_from}), paths: {plan.paths}; "
-        f"{verb} {', '.join(sorted(plan.files))}{replaced}",
+        f"{verb} {', '.join(shown) or 'nothing new'}{replaced}",
     )
+    points = ", ".join(f"{name} (branch {branch})" for name, branch, _ in plan.export_points)
+    err.print(f"adopt: export point{'s' if len(plan.export_points) > 1 else ''} {points}")
+    kept = [
+        f"{plan.checksums} (render rewrites it, check verifies it)" if plan.checksums else "",
+        f"git_apply: true on the series' rows ({plan.git_apply_from} runs git apply --check)"
+        if plan.git_apply_from
+        else "",
+        f"{plan.series} as the apply order (its folder's own: PATCHES.md beside it, other "
+        "series untouched)"
+        if plan.series != "patches/series"
+        else "",
+        f"{REQUIREMENTS} aside: it does not state this pin (requirements: null)"
+        if plan.requirements is None
+        else "",
+    ]
+    for line in kept:
+        if line:
+            err.print(f"adopt: kept {line}", soft_wrap=True)
     if unset:
         err.print(f"adopt: {unset} rows have unset fields (no header line); check lists them")
     if not dry_run:

@@ -25,7 +25,9 @@ Refused, with every offending commit named: merge commits, changes outside vllm/
 a message line GNU patch would read as the start of a diff.
 
 With --check nothing is written: the command lists what would change, separating positional drift
-(only `index` hashes and `@@` line numbers moved) from semantic drift, and fails on semantic drift.
+(only `index` hashes and `@@` line numbers moved) and format drift (the same removed and added lines
+of the same files, written another way: a hand-kept preamble, more context, another hunk split; what
+the first export after `adopt` finds) from semantic drift, and fails on semantic drift only.
 
 Examples:
 
@@ -35,7 +37,7 @@ Examples:
 """
 
 EPILOG = exit_codes_help(
-    ok="written (with --check: nothing or only positional drift)",
+    ok="written (with --check: nothing, or only positional or format drift)",
     finding="--check found semantic drift, or a commit cannot be exported",
     usage="usage or an invalid manifest",
 )
@@ -53,6 +55,7 @@ def print_plan(plan: ExportPlan, *, check: bool) -> None:
     for change in plan.changes:
         label = {
             "positional": "positional",
+            "format": "format",
             "semantic": "SEMANTIC",
             "new": "new",
             "removed": "removed",
@@ -120,15 +123,21 @@ def export_command(
         if semantic:
             raise FindingError(
                 f"export --check: semantic drift in {semantic} file(s)/row(s); "
-                f"{len(plan.positional)} with positional drift only",
+                f"{len(plan.positional)} with positional drift only, "
+                f"{len(plan.format_only)} with format drift only",
                 hint="run: hyperqwen-patches export --fork " + str(fork),
             )
         if plan.changes:
-            err.print(
-                f"export --check: positional drift only ({len(plan.positional)} patch file(s); "
-                "index hashes and @@ line numbers moved), no semantic change",
-                soft_wrap=True,
+            only = (
+                f"positional drift only ({len(plan.positional)} patch file(s); "
+                "index hashes and @@ line numbers moved)"
             )
+            if plan.format_only:
+                only += (
+                    f", format drift only ({len(plan.format_only)}: the same changes written "
+                    "another way)"
+                )
+            err.print(f"export --check: {only}, no semantic change", soft_wrap=True)
         else:
             err.print("export --check: every export is up to date", soft_wrap=True)
         return

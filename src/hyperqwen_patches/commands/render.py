@@ -10,6 +10,8 @@ from hyperqwen_patches.errors import exit_codes_help
 if TYPE_CHECKING:
     import typer
 
+    from hyperqwen_patches.series.manifest import Manifest
+
 
 HELP = """Write PATCHES.md (the ledger) and patches/series (the apply order) from patches/manifest.yaml.
 
@@ -79,7 +81,7 @@ def render_command(
                 f"render --check: {names} differ from what render writes",
                 hint="run: hyperqwen-patches render",
             )
-        err.print("render --check: PATCHES.md and patches/series are up to date", soft_wrap=True)
+        err.print(f"render --check: {_outputs(manifest)} are up to date", soft_wrap=True)
         return
     changed = render.write(manifest)
     if json_output:
@@ -87,7 +89,15 @@ def render_command(
     if changed:
         err.print(f"render: wrote {', '.join(changed)}", soft_wrap=True)
     else:
-        err.print("render: PATCHES.md and patches/series were already up to date", soft_wrap=True)
+        err.print(f"render: {_outputs(manifest)} were already up to date", soft_wrap=True)
+
+
+def _outputs(manifest: Manifest) -> str:
+    """The files render writes for this manifest, as a person reads them in one line."""
+    from hyperqwen_patches.series.render import render
+
+    names = sorted(render(manifest))
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def register(app: typer.Typer) -> None:

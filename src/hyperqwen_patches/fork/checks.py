@@ -302,6 +302,8 @@ def check_export(ctx: CheckContext) -> list[Finding]:
         return [_finding(Problem("export", "error", "fork", exc.message, exc.hint or ""))]
     what = {
         "positional": "positional drift only (index hashes and @@ line numbers moved); run export",
+        "format": "format drift only (the same changes written another way: preamble, context, "
+        "hunks); run export",
         "semantic": "semantic drift: export would change its content",
         "new": "export would create it",
         "removed": "export would remove it",

@@ -413,7 +413,11 @@ def export_commits(
 
 # --- the export operation: fork → patch files, manifest SHAs, series and ledger ------------------------
 
-Drift = Literal["unchanged", "new", "removed", "positional", "semantic", "rendered", "manifest"]
+# "format": the same changes written another way (a hand-kept preamble, context, hunk split):
+# what the first export after `adopt` finds on files the project wrote by hand.
+Drift = Literal[
+    "unchanged", "new", "removed", "positional", "format", "semantic", "rendered", "manifest"
+]
 
 
 @record(frozen=True)
@@ -448,6 +452,10 @@ class ExportPlan:
         return [c for c in self.changes if c.drift == "positional"]
 
     @property
+    def format_only(self) -> list[FileChange]:
+        return [c for c in self.changes if c.drift == "format"]
+
+    @property
     def up_to_date(self) -> bool:
         return not self.changes and not self.added_rows
 
@@ -468,8 +476,10 @@ class ExportPlan:
 
 def classify(old: bytes | None, new: bytes | None) -> Drift:
     """unchanged / new / removed / positional (only ``index`` hashes and ``@@`` numbers moved) /
-    semantic; the one definition of positional drift is ``seriesdiff.fold_positional``."""
-    from hyperqwen_patches.series.rangediff import fold_positional
+    format (the same removed and added lines of the same files, written another way: preamble,
+    context, hunk split) / semantic; the one definition of positional drift is
+    ``seriesdiff.fold_positional``, of format drift ``rangediff.changes_of``."""
+    from hyperqwen_patches.series.rangediff import changes_of, fold_positional
 
     if old == new:
         return "unchanged"
@@ -477,7 +487,10 @@ def classify(old: bytes | None, new: bytes | None) -> Drift:
         return "new"
     if new is None:
         return "removed"
-    return "positional" if fold_positional(old) == fold_positional(new) else "semantic"
+    if fold_positional(old) == fold_positional(new):
+        return "positional"
+    same = changes_of(old)
+    return "format" if same is not None and same == changes_of(new) else "semantic"
 
 
 def find_base(git_dir: Path, tip: str, *, package: str, pin: str, branch: str) -> str:
@@ -653,7 +666,8 @@ def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -
             FileChange(_rel(manifest.path, root), "", old_text, new_text, "manifest")
         )
     edited = parse_manifest(new_text, path=manifest.path, root=root)
-    for rel, data in render(edited).items():
+    pending = {c.path: c.new for c in plan.changes if c.new is not None}
+    for rel, data in render(edited, pending).items():
         old = _read(root, rel)
         if old != data:
             plan.changes.append(FileChange(rel, "", old, data, "rendered"))

@@ -10,6 +10,19 @@ ordered list of files applied after it, module directories copied into the tree 
     Cut-against: 0.30.0, hand-resolved against #53110
     Retires-when: upstream merges #12345
 
+Real preambles carry prose first (which may say ``kind: fix.`` in a sentence) and the header block
+last, right before an export marker (``--- exported from 1afa72741 (row); regenerate ... ---`` or
+``exported from qwen38/0.29 <sha>``) or the diff: the header block is the *last* run of consecutive
+``Key: value`` lines (indented lines continue a value) before the marker or the first file header,
+and everything else in the preamble is prose. Markers that name a branch become export points, so
+``import`` can build the fork right after ``adopt``.
+
+A series in its own folder (``patches/vllm-0.29/series``) beside another release's series is
+adopted as that folder: the manifest's ``series`` names its file, its ``SHA256SUMS`` is kept
+(``checksums``), a check script there that runs ``git apply --check`` gives every row
+``git_apply: true``, and ``docker/requirements.txt`` pinning another release for another build is
+recorded as such (``requirements: null``) instead of blocking ``--pin`` or being taken as the pin.
+
 ``plan_adopt`` reads all of it and returns the manifest it would write (rows in order, metadata from
 the headers, the path convention detected from the patches' paths) and what ``render`` writes from
 that manifest; ``write_adopt`` writes them. A field without its header line gets a default and is
@@ -25,21 +38,26 @@ import re
 from pathlib import Path, PurePosixPath
 
 from hyperqwen_patches.atomicfile import write_atomic
-from hyperqwen_patches.engine.patchset import PatchParseError, parse_patch
+from hyperqwen_patches.engine.patchset import Patch, PatchParseError, parse_patch
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.inputfile import read_input
-from hyperqwen_patches.records import field, record
+from hyperqwen_patches.records import field, record, replace
+from hyperqwen_patches.series.knobcomments import declared_in_patch
 from hyperqwen_patches.series.manifest import (
     CUT_RE,
+    DEFAULT_REQUIREMENTS,
+    DEFAULT_SERIES,
     KINDS,
     MANIFEST_RELPATH,
     NAME_RE,
     PACKAGE_RE,
+    PATCH_SUFFIXES,
     VERSION_RE,
     inside_repo,
     parse_manifest,
     yaml_scalar,
 )
+from hyperqwen_patches.series.render import SERIES_HEAD, SERIES_HEAD_LINES
 from hyperqwen_patches.series.requirements import REQUIREMENTS, package_pins
 
 # Header line -> manifest field, in the order the manifest writes them.
@@ -51,6 +69,17 @@ HEADERS = {
     "retires-when": "retires_when",
 }
 _HEADER_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z-]*):[ \t]*(?P<value>.*?)\s*$")
+# An export marker: "--- exported from <what> ---" (a row's generator) or "exported from <what>".
+_MARKER_RE = re.compile(r"^(?:-{3}\s+)?exported from\s+(?P<what>\S.*?)(?:\s+-{3})?\s*$", re.I)
+_HEX_RE = re.compile(r"^[0-9a-f]{7,64}$")
+# A git branch name as a marker writes it (a conservative subset of git check-ref-format).
+_BRANCH_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?!/)[A-Za-z0-9][A-Za-z0-9._/-]*(?<![/.])$")
+# What makes a file a patch rather than a list of patch files: a git diff header, or a ---/+++ pair.
+_PATCH_HEAD_RE = re.compile(rb"^diff --git |^--- \S.*\r?\n\+\+\+ \S", re.M)
+# The comment render writes in a series file for a module or skipped row (series/render.py).
+_RENDERED_ROW = re.compile(r"^# (files|skipped): \S+ \(row [a-z0-9][a-z0-9._-]*: ")
+_CHECKSUM_NAMES = ("SHA256SUMS", "sha256sums", "SHA256SUMS.txt")
+_GIT_APPLY_CHECK_RE = re.compile(r"\bgit\s+apply\b[^\n]*--check\b")
 _SUBJECT_PREFIX = re.compile(r"^\s*(\[[^\]]*\]\s*)+")
 _NONE_WORDS = {"", "none", "null", "-", "n/a"}
 
@@ -73,6 +102,10 @@ class AdoptedRow:
     files: str | None = None
     upstream: str | None = None
     unset: tuple[str, ...] = ()
+    export_point: str | None = None
+    git_apply: bool = False
+    series_comment: str | None = None
+    series_options: str | None = None
 
     def fields(self) -> list[tuple[str, str | None]]:
         """The manifest keys in docs/manifest.md's order (``None``: written as ``null``)."""
@@ -82,6 +115,8 @@ class AdoptedRow:
         if self.kind == "backport" or self.upstream is not None:
             out.append(("upstream", self.upstream))
         out += [("cut_against", self.cut_against), ("retires_when", self.retires_when)]
+        if self.export_point is not None:
+            out.append(("export_point", self.export_point))
         return out
 
 
@@ -97,6 +132,12 @@ class AdoptPlan:
     runtime_knobs: tuple[tuple[str, str], ...] = ()  # (knob, reason)
     files: dict[str, bytes] = field(default_factory=dict)  # repo-relative path -> bytes to write
     replaced: list[str] = field(default_factory=list)  # existing files the plan overwrites
+    # (name, branch, origin "file:line"): from the files' exported-from markers, else one after the pin
+    export_points: tuple[tuple[str, str, str], ...] = ()
+    series: str = "patches/series"  # where render writes the apply order
+    requirements: str | None = "docker/requirements.txt"  # None: it pins another build's release
+    checksums: str | None = None
+    git_apply_from: str | None = None  # "script:line" that runs git apply --check
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -111,6 +152,13 @@ class AdoptPlan:
                 for row in self.rows
             ],
             "runtime_knobs": [{"name": k, "reason": r} for k, r in self.runtime_knobs],
+            "export_points": [
+                {"name": n, "branch": b, "origin": o} for n, b, o in self.export_points
+            ],
+            "series": self.series,
+            "requirements": self.requirements,
+            "checksums": self.checksums,
+            "git_apply_from": self.git_apply_from,
             "writes": sorted(self.files),
             "replaces": sorted(self.replaced),
         }
@@ -139,71 +187,114 @@ def plan_adopt(
             f"{MANIFEST_RELPATH} exists already in {root}: this repository has a manifest",
             hint="pass --force to replace it (the old one is in your version control)",
         )
-    pin, pin_from = _pin(root, package, pin)
-    entries: list[tuple[Path, str]] = []  # (patch file, origin)
+    series_rel = _rel(root, series_file)
+    if series_rel.startswith("/") or series_rel.startswith("../"):
+        raise AdoptError(
+            f"{series_file} lies outside the repository {root}",
+            hint="adopt a series inside the repository (--into names it)",
+        )
+    entries: list[_Entry] = []
     seen: dict[Path, str] = {}
-    for list_file in (series_file, *appends):
-        for path, origin in _list_entries(root, list_file):
-            if path in seen:
+    for i, list_file in enumerate((series_file, *appends)):
+        found = _list_entries(root, list_file) if i == 0 else _append_entries(root, list_file)
+        for entry in found:
+            if entry.path in seen:
                 raise AdoptError(
-                    f"{origin}: {_rel(root, path)} is listed twice (first at {seen[path]})"
+                    f"{entry.origin}: {_rel(root, entry.path)} is listed twice "
+                    f"(first at {seen[entry.path]})"
                 )
-            seen[path] = origin
-            entries.append((path, origin))
+            seen[entry.path] = entry.origin
+            entries.append(_Entry(entry.path, entry.origin, entry.comment, entry.option, i == 0))
     if not entries and not modules:
-        raise AdoptError(f"{_rel(root, series_file)}: names no patch file")
+        raise AdoptError(f"{series_rel}: names no patch file")
 
     taken: set[str] = set()
     rows: list[AdoptedRow] = []
+    markers: list[tuple[str | None, str]] = []  # per row: (branch, origin) from its marker
     conventions: dict[str, list[str]] = {"root": [], "package": []}
-    for path, origin in entries:
-        rel = _rel(root, path)
-        try:
-            data = read_input(path, "patch file", pipes=False)
-        except ValueError as exc:
-            raise AdoptError(f"{origin}: {exc}") from None
-        except OSError as exc:
-            raise AdoptError(f"{origin}: cannot read {rel}: {exc.strerror}") from None
-        try:
-            parsed = parse_patch(data, name=rel)
-        except PatchParseError as exc:
-            raise AdoptError(
-                f"{origin}: {rel} is not a patch GNU patch would apply: {exc}"
-            ) from None
-        if not parsed.files:
-            raise AdoptError(f"{origin}: {rel} holds no file changes (not a patch)")
+    knobs: dict[str, str] = dict(runtime_knobs)
+    envs_paths = (f"{package}/envs.py".encode(), b"envs.py")
+    parsed_rows: list[tuple[_Entry, str, dict[str, tuple[str, int]], str | None]] = []
+    for entry in entries:
+        rel = _rel(root, entry.path)
+        parsed = _read_patch(entry.path, rel, entry.origin)
         for fp in parsed.files:
             where = fp.new_path if fp.new_path is not None else fp.old_path
             assert where is not None
             top = where.split(b"/", 1)[0]
             conventions["root" if top == package.encode() else "package"].append(rel)
-        headers, subject = _headers(parsed.preamble, rel)
-        rows.append(_row(rel, origin, headers, subject, pin, _name(path, taken)))
+        headers, subject, marker = _headers(parsed.preamble, rel)
+        markers.append(marker)
+        parsed_rows.append((entry, rel, headers, subject))
+        for knob, reason, _line in declared_in_patch(parsed, envs_paths):
+            knobs.setdefault(knob, reason)
+    pin, pin_from, requirements = _pin(root, package, pin, series_rel, parsed_rows)
+    checksums = _checksums(root, series_file)
+    git_apply_from = _git_apply_script(root, series_file)
+    points, point_of = _export_points(markers, package, pin)
+    for i, (entry, rel, headers, subject) in enumerate(parsed_rows):
+        row = _row(rel, entry.origin, headers, subject, pin, _name(entry.path, taken))
+        rows.append(
+            replace(
+                row,
+                export_point=point_of[i] if len(points) > 1 else None,
+                git_apply=git_apply_from is not None and entry.in_series,
+                series_comment=entry.comment,
+                series_options=entry.option,
+            )
+        )
     paths = _convention(conventions)
     for directory in modules:
         rows.append(_module_row(root, directory, package, paths, pin, _name(directory, taken)))
-    plan = AdoptPlan(root, package, pin, pin_from, paths, source, rows, runtime_knobs)
+    plan = AdoptPlan(
+        root,
+        package,
+        pin,
+        pin_from,
+        paths,
+        source,
+        rows,
+        tuple(knobs.items()),
+        export_points=tuple(points),
+        series=series_rel,
+        requirements=requirements,
+        checksums=checksums,
+        git_apply_from=git_apply_from,
+    )
     text = manifest_text(plan).encode("utf-8")
     # Validated as check will read it: adopt never writes a manifest the tool then refuses.
     manifest = parse_manifest(text, path=manifest_path, root=root)
     from hyperqwen_patches.series.render import render
 
     plan.files = {MANIFEST_RELPATH: text, **render(manifest)}
-    plan.replaced = [p for p in plan.files if (root / p).exists()]
+    # Replaced: an existing file whose bytes change (a SHA256SUMS render writes as it was is kept).
+    plan.replaced = [p for p, data in plan.files.items() if _differs(root / p, data)]
     return plan
 
 
+def _differs(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() != data
+    except FileNotFoundError:
+        return False
+
+
 def write_adopt(plan: AdoptPlan) -> list[str]:
-    """Write the manifest and the rendered files, each atomically; patch files are never written."""
+    """Write the manifest and the rendered files, each atomically; patch files are never written.
+    Returns what was written: a file already holding the same bytes is left as it is."""
+    written: list[str] = []
     for rel, data in plan.files.items():
+        if (plan.root / rel).exists() and not _differs(plan.root / rel, data):
+            continue  # the same bytes (a SHA256SUMS as the project keeps it): time stamp kept
         write_atomic(plan.root / rel, data)
-    return sorted(plan.files)
+        written.append(rel)
+    return sorted(written)
 
 
 def manifest_text(plan: AdoptPlan) -> str:
+    # No `$schema` line: the published schema has no address an adopted repository can reach, and
+    # a line that points nowhere makes editors complain (manifest.schema.json ships in the package).
     lines = [
-        "# yaml-language-server: $schema=https://hyperqwen-patches.invalid/manifest.schema.json",
-        "#",
         "# Written by `hyperqwen-patches adopt`; keys are described in docs/manifest.md. Rows listing",
         "# `unset` fields had no header line for them: fill them in and drop the `unset` line.",
         "format: 1",
@@ -212,12 +303,35 @@ def manifest_text(plan: AdoptPlan) -> str:
     ]
     if plan.source is not None:
         lines.append(f"source: {yaml_scalar(plan.source)}")
-    lines += [f"paths: {plan.paths}", "rows:"]
+    lines.append(f"paths: {plan.paths}")
+    if plan.series != DEFAULT_SERIES:
+        lines.append(f"series: {yaml_scalar(plan.series)}")
+    if plan.requirements is None:
+        lines += [
+            f"# {REQUIREMENTS} does not state this series' pin (another build's, or none).",
+            "requirements: null",
+        ]
+    if plan.checksums is not None:
+        lines.append(f"checksums: {yaml_scalar(plan.checksums)}")
+    lines.append("export_points:")
+    for name, branch, origin in plan.export_points:
+        lines += [
+            f"  # from {origin}",
+            f"  - name: {yaml_scalar(name)}",
+            f"    branch: {yaml_scalar(branch)}",
+        ]
+    lines.append("rows:")
     for row in plan.rows:
         for i, (key, value) in enumerate(row.fields()):
             dash = "  - " if i == 0 else "    "
             shown = "null" if value is None else _yaml_value(key, value)
             lines.append(f"{dash}{key}: {shown}")
+        if row.git_apply:
+            lines.append(f"    git_apply: true  # {plan.git_apply_from} runs git apply --check")
+        if row.series_comment is not None:
+            lines.append(f"    series_comment: {yaml_scalar(row.series_comment)}")
+        if row.series_options is not None:
+            lines.append(f"    series_options: {yaml_scalar(row.series_options)}")
         if row.unset:
             lines.append(f"    unset: [{', '.join(row.unset)}]")
     lines.append("retirements: []")
@@ -240,6 +354,17 @@ def _yaml_value(key: str, value: str) -> str:
 # --- reading the inputs ------------------------------------------------------------------------------
 
 
+@record(frozen=True)
+class _Entry:
+    """A patch file named by a list (or given to --append itself), with what its line carried."""
+
+    path: Path
+    origin: str  # "list-file:line" or "--append FILE"
+    comment: str | None = None  # the comment and blank lines above it in the series file
+    option: str | None = None  # "-p1" when the line said so
+    in_series: bool = True  # named by SERIES_FILE (not by an --append)
+
+
 def _rel(root: Path, path: Path) -> str:
     try:
         return path.resolve().relative_to(root).as_posix()
@@ -247,36 +372,198 @@ def _rel(root: Path, path: Path) -> str:
         return str(path)
 
 
-def _pin(root: Path, package: str, given: str | None) -> tuple[str, str]:
+def _read_patch(path: Path, rel: str, origin: str) -> Patch:
+    try:
+        data = read_input(path, "patch file", pipes=False)
+    except ValueError as exc:
+        raise AdoptError(f"{origin}: {exc}") from None
+    except OSError as exc:
+        raise AdoptError(f"{origin}: cannot read {rel}: {exc.strerror}") from None
+    try:
+        parsed = parse_patch(data, name=rel)
+    except PatchParseError as exc:
+        raise AdoptError(f"{origin}: {rel} is not a patch GNU patch would apply: {exc}") from None
+    if not parsed.files:
+        raise AdoptError(f"{origin}: {rel} holds no file changes (not a patch)")
+    return parsed
+
+
+def _pin(
+    root: Path,
+    package: str,
+    given: str | None,
+    series_rel: str,
+    parsed_rows: list[tuple[_Entry, str, dict[str, tuple[str, int]], str | None]],
+) -> tuple[str, str, str | None]:
+    """(pin, where it came from, the requirements file that states it or None).
+
+    ``--pin`` wins. A series in its own folder (``patches/vllm-0.29/series``) may sit in a
+    repository whose ``docker/requirements.txt`` pins another release for another build: then that
+    file is recorded as not this series' (``requirements: null``) instead of refusing ``--pin``, and
+    without ``--pin`` the pin comes from the series (its rows' ``Cut-against:`` versions, narrowed by
+    the folder's version), never from the other build's line. For the repository's own
+    ``patches/series`` the file is the pin's one statement, so a disagreement is refused."""
     req = root / REQUIREMENTS
     found: list[tuple[int, str]] = []
     if req.is_file():
         found = [(n, spec) for n, spec in package_pins(req.read_text("utf-8"), package)]
     exact = [(n, spec[2:]) for n, spec in found if spec.startswith("==") and "," not in spec]
+    own_folder = series_rel != DEFAULT_SERIES
+    folder = PurePosixPath(series_rel).parent.name
+    hint_match = re.search(r"(\d+(?:\.\d+)+)", folder) if own_folder else None
+    hint = hint_match[1] if hint_match else None
+
+    def fits(version: str) -> bool:
+        return hint is None or version == hint or version.startswith(hint + ".")
+
+    def statement(pin: str) -> str | None:
+        """The requirements file as the pin's statement, or None where it states another."""
+        if not req.is_file():
+            return DEFAULT_REQUIREMENTS  # absent: check says "not present" and compares nothing
+        if found and all(v == pin for _, v in exact) and len(exact) == len(found):
+            return DEFAULT_REQUIREMENTS
+        return None  # silent about the package, or another build's release
+
     if given is not None:
         if not VERSION_RE.match(given):
             raise AdoptError(f"--pin {given!r} is not a release version such as 0.31.0")
         for n, version in exact:
-            if version != given:
+            if version != given and not own_folder:
                 raise AdoptError(
                     f"{REQUIREMENTS}:{n}: pins {package}=={version}, not --pin {given}",
-                    hint="the pin is stated once: fix one of them (check's invariant 1 compares them)",
+                    hint="the pin is stated once: fix one of them (check's invariant 1 compares "
+                    "them); a series kept in its own folder may sit beside another build's pin",
                 )
-        return given, "--pin"
-    if len(exact) == 1:
+        return given, "--pin", statement(given)
+    if len(exact) == 1 and VERSION_RE.match(exact[0][1]) and fits(exact[0][1]):
         n, version = exact[0]
-        if VERSION_RE.match(version):
-            return version, f"{REQUIREMENTS}:{n}"
+        return version, f"{REQUIREMENTS}:{n}", DEFAULT_REQUIREMENTS
+    cuts: dict[str, str] = {}
+    for _entry, rel, headers, _subject in parsed_rows:
+        if "cut_against" in headers:
+            m = CUT_RE.match(headers["cut_against"][0])
+            if m is not None and fits(m["version"]):
+                cuts.setdefault(m["version"], f"{rel}:{headers['cut_against'][1]}")
+    if len(cuts) == 1 and (own_folder or not found):
+        version, where = next(iter(cuts.items()))
+        return version, f"the rows' Cut-against: ({where})", statement(version)
     if found:
+        what = ", ".join(f"line {n}: {package}{spec}" for n, spec in found)
         raise AdoptError(
-            f"{REQUIREMENTS}: no single {package}==VERSION line to take the pin from",
+            f"{REQUIREMENTS} ({what}) does not give this series' pin"
+            + (f" (its folder names {hint})" if hint else ""),
             hint="pass --pin VERSION",
         )
-    raise AdoptError(f"no --pin and no {REQUIREMENTS} naming {package}", hint="pass --pin VERSION")
+    raise AdoptError(
+        f"no --pin, no {REQUIREMENTS} naming {package}, and the rows' Cut-against: headers "
+        f"name {len(cuts)} versions",
+        hint="pass --pin VERSION",
+    )
 
 
-def _list_entries(root: Path, list_file: Path) -> list[tuple[Path, str]]:
-    """quilt's series format: one patch per line, ``#`` comments, blank lines, an optional ``-p1``."""
+def _checksums(root: Path, series_file: Path) -> str | None:
+    """The series folder's checksum file, verified as ``sha256sum -c`` would: adopting a series
+    whose sums already disagree would rewrite them and hide it, so that is refused by file and line."""
+    import hashlib
+
+    folder = series_file.resolve().parent
+    for name in _CHECKSUM_NAMES:
+        file = folder / name
+        if not file.is_file():
+            continue
+        rel = _rel(root, file)
+        try:
+            text = file.read_text("utf-8")
+        except UnicodeDecodeError as exc:
+            raise AdoptError(f"{rel}: not UTF-8 text (byte {exc.start})") from None
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            m = re.fullmatch(r"([0-9a-fA-F]{64}) [ *](.+)", line)
+            if m is None:
+                raise AdoptError(f"{rel}:{number}: not a sha256sum line: {line!r}")
+            target = folder / m[2]
+            try:
+                actual = hashlib.sha256(target.read_bytes()).hexdigest()
+            except OSError:
+                raise AdoptError(f"{rel}:{number}: {m[2]}: no such file") from None
+            if actual != m[1].lower():
+                raise AdoptError(
+                    f"{rel}:{number}: {m[2]}: its sha256 is {actual[:12]}…, the file says "
+                    f"{m[1][:12]}…",
+                    hint="the series' own sha256sum -c fails too: fix the file or its sum first",
+                )
+        return rel
+    return None
+
+
+def _git_apply_script(root: Path, series_file: Path) -> str | None:
+    """``file:line`` of a script in the series' folder that runs ``git apply --check`` (the series'
+    own check): its rows then keep that guarantee as ``git_apply: true``."""
+    folder = series_file.resolve().parent
+    for file in sorted(folder.iterdir()):
+        if not file.is_file() or file.suffix in PATCH_SUFFIXES or file == series_file.resolve():
+            continue
+        try:
+            if file.stat().st_size > 1 << 20:
+                continue
+            text = file.read_text("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.lstrip().startswith("#") and _GIT_APPLY_CHECK_RE.search(line):
+                return f"{_rel(root, file)}:{number}"
+    return None
+
+
+def _export_points(
+    markers: list[tuple[str | None, str]], package: str, pin: str
+) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """Export points from the rows' markers, and each row's point.
+
+    No marker names a branch: one point named after the pin. One branch named: one point for the
+    whole series (a row without a marker is still part of it). Several branches: one point per
+    branch, in order of first appearance; each export point is a branch of its own (docs/fork.md),
+    and a row without a branch belongs with the row before it, as the series carries it."""
+    fallback = f"{package}-{pin}".lower()
+    branches = list(dict.fromkeys(b for b, _ in markers if b is not None))
+    origins = {b: o for b, o in reversed(markers) if b is not None}
+    if not branches:
+        point = (fallback, fallback, "none named: after the pin")
+        return [point], [fallback] * len(markers)
+    points: list[tuple[str, str, str]] = []
+    name_of: dict[str, str] = {}
+    for branch in branches:
+        name = re.sub(r"[^a-z0-9._-]+", "-", branch.lower()).strip("-._")[:100] or "fork"
+        base, n = name, 2
+        while name in name_of.values():
+            name, n = f"{base}-{n}", n + 1
+        name_of[branch] = name
+        points.append((name, branch, origins[branch]))
+    point_of: list[str] = []
+    current = name_of[branches[0]]
+    for branch, _ in markers:
+        if branch is not None:
+            current = name_of[branch]
+        point_of.append(current)
+    return points, point_of
+
+
+def _marker_branch(what: str) -> str | None:
+    """The branch an ``exported from`` marker names: ``qwen38/0.29 <sha>``, ``fork@<sha>``; a bare
+    commit (``1afa72741 (row); regenerate ...``) names none."""
+    first = what.split()[0].rstrip(";,:")
+    if _HEX_RE.match(first):
+        return None
+    if "@" in first:
+        first = first.split("@", 1)[0]
+    return first if _BRANCH_RE.match(first) else None
+
+
+def _list_entries(root: Path, list_file: Path) -> list[_Entry]:
+    """quilt's series format: one patch per line, ``#`` comments, blank lines, an optional ``-p1``.
+    Whole-line comments and blank lines are kept with the entry below them (the rendered series
+    writes them back); a comment after a name on its line is dropped."""
     shown = _rel(root, list_file)
     try:
         # pipes=False: a FIFO in a repository has no writer; opening it would wait forever
@@ -289,11 +576,20 @@ def _list_entries(root: Path, list_file: Path) -> list[tuple[Path, str]]:
         raise AdoptError(f"{shown} is a directory, not a series file") from None
     except UnicodeDecodeError as exc:
         raise AdoptError(f"{shown}: not UTF-8 text (byte {exc.start})") from None
-    out: list[tuple[Path, str]] = []
+    out: list[_Entry] = []
     base = list_file.parent
-    for number, raw in enumerate(text.splitlines(), 1):
+    pending: list[str] = []  # comment and blank lines waiting for their entry
+    lines = text.splitlines()
+    # A file render wrote (re-adopting with --force): its own header and row comments are render's,
+    # written again from the manifest, so keeping them would repeat them on every re-adopt.
+    rendered = bool(lines) and lines[0] == SERIES_HEAD
+    for number, raw in enumerate(lines, 1):
         line = re.sub(r"(^|\s)#.*$", "", raw).strip()
         if not line:
+            kept = raw.strip()
+            if rendered and (number <= SERIES_HEAD_LINES or _RENDERED_ROW.match(kept)):
+                continue
+            pending.append(kept if kept.startswith("#") else "")
             continue
         origin = f"{shown}:{number}"
         if "\0" in line:
@@ -316,36 +612,106 @@ def _list_entries(root: Path, list_file: Path) -> list[tuple[Path, str]]:
         if not path.is_file():
             what = "is not a file" if path.exists() else "does not exist"
             raise AdoptError(f"{origin}: {_rel(root, path)} {what}")
-        out.append((path, origin))
+        comment = "".join(f"{c}\n" for c in pending) or None
+        out.append(_Entry(path, origin, comment, "-p1" if options else None))
+        pending = []
     return out
 
 
-def _headers(preamble: bytes, rel: str) -> tuple[dict[str, tuple[str, int]], str | None]:
-    """The preamble's header lines (field -> (value, line)) and its Subject, if any."""
-    headers: dict[str, tuple[str, int]] = {}
+def _append_entries(root: Path, given: Path) -> list[_Entry]:
+    """``--append FILE``: a list of patch files, or a patch file itself (one row). A patch is told by
+    its content (a ``diff --git`` line, or a ``---`` line followed by ``+++``), not by its name: the
+    files of a bash array are often named ``*.patch`` and lists ``*.txt``, but not always."""
+    rel = _rel(root, given)
+    try:
+        path = given.resolve()
+        head = path.read_bytes() if path.is_file() else b""
+    except OSError:
+        head = b""
+    if head and _PATCH_HEAD_RE.search(head):
+        try:
+            path.relative_to(root)
+        except ValueError:
+            raise AdoptError(
+                f"--append {given}: lies outside the repository {root}",
+                hint="adopt a series whose files are inside the repository (--into names it)",
+            ) from None
+        return [_Entry(path, f"--append {rel}", in_series=False)]
+    return [_Entry(e.path, e.origin, in_series=False) for e in _list_entries(root, given)]
+
+
+def _headers(
+    preamble: bytes, rel: str
+) -> tuple[dict[str, tuple[str, int]], str | None, tuple[str | None, str]]:
+    """The header block's fields (field -> (value, line)), the Subject, and the export marker
+    ((branch or None, "file:line"); ``(None, "")`` without one).
+
+    The header block is the last run of ``Key: value`` lines (indented lines continue a value)
+    holding one of the known keys and standing as a paragraph of its own (blank lines, the
+    preamble's edges or a ``---``/marker line around it), or ending right before the marker (or,
+    without one, the diff). Prose anywhere else is ignored, even a sentence that starts ``kind: fix.``."""
     subject: str | None = None
     lines = preamble.decode("utf-8", errors="backslashreplace").splitlines()
     for number, line in enumerate(lines, 1):
         m = _HEADER_RE.match(line)
-        if m is None:
-            continue
-        key = m["key"].lower()
-        if key == "subject" and subject is None:
+        if m is not None and m["key"].lower() == "subject":
             subject = m["value"]
             for more in lines[number:]:  # an RFC 822 folded Subject continues on indented lines
                 if not more[:1].isspace() or not more.strip():
                     break
                 subject += " " + more.strip()
             subject = _SUBJECT_PREFIX.sub("", subject).strip() or None
-        elif key in HEADERS:
-            field_name = HEADERS[key]
-            if field_name in headers:
-                raise AdoptError(
-                    f"{rel}:{number}: a second {m['key']}: line (first on line "
-                    f"{headers[field_name][1]})"
-                )
-            headers[field_name] = (m["value"], number)
-    return headers, subject
+            break
+    end = len(lines)
+    marker: tuple[str | None, str] = (None, "")
+    for i, line in enumerate(lines):
+        m = _MARKER_RE.match(line.strip())
+        if m is not None:
+            end, marker = i, (_marker_branch(m["what"]), f"{rel}:{i + 1}")
+            break
+
+    def edge(i: int) -> bool:  # what may stand around a header block
+        return i < 0 or i >= end or not lines[i].strip() or lines[i].strip().startswith("---")
+
+    def at_end(j: int) -> bool:  # only blank and --- lines between line j and the marker or diff
+        return all(edge(k) for k in range(j, end))
+
+    # Runs of Key: value lines (indented lines continue the value above); a run is a header block
+    # when it stands as a paragraph of its own, or ends right before the marker (or the diff).
+    blocks: list[list[tuple[int, str, str]]] = []  # [(line, key, value)]
+    i = 0
+    while i < end:
+        if _HEADER_RE.match(lines[i]) is None:
+            i += 1
+            continue
+        block: list[tuple[int, str, str]] = []
+        j = i
+        while j < end:
+            m = _HEADER_RE.match(lines[j])
+            if m is not None:
+                block.append((j + 1, m["key"], m["value"]))
+            elif lines[j][:1].isspace() and lines[j].strip():
+                number, key, value = block[-1]
+                block[-1] = (number, key, f"{value} {lines[j].strip()}".strip())
+            else:
+                break
+            j += 1
+        standalone = edge(i - 1) and edge(j)
+        if (standalone or at_end(j)) and any(key.lower() in HEADERS for _, key, _ in block):
+            blocks.append(block)
+        i = j
+    headers: dict[str, tuple[str, int]] = {}
+    for number, key, value in blocks[-1] if blocks else []:
+        if key.lower() not in HEADERS:
+            continue
+        field_name = HEADERS[key.lower()]
+        if field_name in headers:
+            raise AdoptError(
+                f"{rel}:{number}: a second {key}: line in the header block (first on line "
+                f"{headers[field_name][1]})"
+            )
+        headers[field_name] = (value, number)
+    return headers, subject, marker
 
 
 def _row(

@@ -40,6 +40,9 @@ TOP_OPTIONAL = (
     "knob_prefixes",
     "accepted_names",
     "runtime_knobs",
+    "series",
+    "requirements",
+    "checksums",
 )
 EXPORT_POINT_REQUIRED = ("name", "branch")
 EXPORT_POINT_OPTIONAL = ("commit", "base")
@@ -53,7 +56,16 @@ ROW_OPTIONAL = (
     "skip",
     "git_apply",
     "unset",
+    "series_comment",
+    "series_options",
 )
+# Where the apply order is written unless the manifest's ``series`` names another file; the series
+# directory (the file's parent) is what entries are relative to (quilt's convention).
+DEFAULT_SERIES = "patches/series"
+# The file whose ``<package>==`` line must equal the pin (invariant 1), unless ``requirements: null``.
+DEFAULT_REQUIREMENTS = "docker/requirements.txt"
+# The only option an entry may carry: quilt writes -p1 after a name, and every row applies with -p1.
+SERIES_OPTIONS = ("-p1",)
 # Fields `adopt` may have had to fill in with a default (no header line in the patch): `unset` names them.
 UNSET_FIELDS = ("kind", "what", "upstream", "cut_against", "retires_when")
 RETIREMENT_REQUIRED = ("row", "pin", "upstream", "reason", "evidence")
@@ -102,6 +114,8 @@ KNOB_PREFIX_RE = LazyPattern(r"^[A-Z][A-Z0-9_]*_\Z")
 # A dotted name in the package (vllm.config.cache.CacheConfig.block_size).
 DOTTED_RE = LazyPattern(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 PATCH_SUFFIXES = (".patch", ".diff")
+# What the series file may carry besides entries: whole-line comments and blank lines (quilt's format).
+SERIES_COMMENT_RE = LazyPattern(r"^((#[^\n]*)?\n)+\Z")
 
 _STR = "tag:yaml.org,2002:str"
 # Control characters other than tab and newline (which block scalars carry).
@@ -188,6 +202,10 @@ class Row:
     line: int = 0
     cut_note: str | None = None  # the note after cut_against's version ("adapted to #54809")
     unset: tuple[str, ...] = ()  # fields adopt filled with a default (no header line for them)
+    # Kept from an adopted series file so the rendered one keeps them: the comment and blank lines
+    # above the entry (each ending in a newline) and the entry's option (quilt's "-p1").
+    series_comment: str | None = None
+    series_options: str | None = None
 
     @property
     def is_module(self) -> bool:
@@ -247,6 +265,24 @@ class Manifest:
     knob_prefixes: tuple[str, ...] = ()
     accepted_names: tuple[AcceptedName, ...] = ()
     runtime_knobs: tuple[RuntimeKnob, ...] = ()
+    series: str = DEFAULT_SERIES  # the apply order's file, repo-relative
+    # The file that must pin the package (invariant 1); None: none does for this series (another
+    # build's requirements pin another release, or there is no such file).
+    requirements: str | None = DEFAULT_REQUIREMENTS
+    checksums: str | None = None  # a SHA256SUMS of the patch files, rendered and verified
+
+    @property
+    def series_dir(self) -> str:
+        """The directory the series file's entries are relative to."""
+        return PurePosixPath(self.series).parent.as_posix()
+
+    @property
+    def ledger(self) -> str:
+        """PATCHES.md: at the root for the default series, beside the series file otherwise (so a
+        series in its own folder never writes over another series' ledger)."""
+        if self.series == DEFAULT_SERIES or self.series_dir == ".":
+            return "PATCHES.md"
+        return f"{self.series_dir}/PATCHES.md"
 
     @property
     def active_rows(self) -> tuple[Row, ...]:
@@ -289,6 +325,8 @@ class Manifest:
                         "git_apply",
                         "cut_note",
                         "unset",
+                        "series_comment",
+                        "series_options",
                     )
                 }
                 for r in self.rows
@@ -300,6 +338,9 @@ class Manifest:
             "knob_prefixes": list(self.knob_prefixes),
             "accepted_names": [{"name": a.name, "reason": a.reason} for a in self.accepted_names],
             "runtime_knobs": [{"name": k.name, "reason": k.reason} for k in self.runtime_knobs],
+            "series": self.series,
+            "requirements": self.requirements,
+            "checksums": self.checksums,
         }
 
 
@@ -672,6 +713,20 @@ class _Validator:
             )
         ]
 
+        series = self.relpath(top.get("series"), "series") or DEFAULT_SERIES
+        requirements: str | None = DEFAULT_REQUIREMENTS
+        if "requirements" in top:
+            node = top["requirements"]
+            requirements = (
+                None if node.tag == "tag:yaml.org,2002:null" else self.relpath(node, "requirements")
+            )
+        checksums = self.relpath(top.get("checksums"), "checksums")
+        named = [p for p in (series, requirements, checksums) if p is not None]
+        if len(set(named)) != len(named):
+            self.fail(
+                top.get("series"), "series", "series, requirements and checksums name one file"
+            )
+
         if self.problems:
             raise ManifestError(self.problems)
         assert pin is not None and package is not None and fmt is not None
@@ -689,6 +744,9 @@ class _Validator:
             knob_prefixes=tuple(knob_prefixes),
             accepted_names=tuple(accepted_names),
             runtime_knobs=tuple(runtime_knobs),
+            series=series,
+            requirements=requirements,
+            checksums=checksums,
         )
 
     def format(self, node: yaml.Node | None) -> int | None:
@@ -886,6 +944,20 @@ class _Validator:
                 f"{where}.git_apply",
                 "git_apply is for patch rows; a module row is copied, not applied",
             )
+        series_comment = self.comment(keys.get("series_comment"), f"{where}.series_comment")
+        if series_comment is not None and not SERIES_COMMENT_RE.match(series_comment):
+            self.fail(
+                keys["series_comment"],
+                f"{where}.series_comment",
+                "holds only '#' comment lines and blank lines, each ending in a newline",
+            )
+        series_options = self.string(keys.get("series_options"), f"{where}.series_options")
+        if series_options is not None and series_options not in SERIES_OPTIONS:
+            self.fail(
+                keys["series_options"],
+                f"{where}.series_options",
+                f"{series_options!r}: the only option is -p1 (every row applies with -p1)",
+            )
         if not (name and kind and what and cut and retires):
             return None
         return Row(
@@ -904,7 +976,24 @@ class _Validator:
             line=line,
             cut_note=cut_note,
             unset=unset,
+            series_comment=series_comment,
+            series_options=series_options,
         )
+
+    def comment(self, node: yaml.Node | None, where: str) -> str | None:
+        """A block of comment lines, kept as written (``string`` strips; a blank line is content here)."""
+        import yaml
+
+        if node is None:
+            return None
+        if not isinstance(node, yaml.ScalarNode) or node.tag != _STR:
+            self.fail(node, where, f"must be a string, got {_what(node)}")
+            return None
+        control = _CONTROL.search(node.value)
+        if control is not None:
+            self.fail(node, where, f"contains the control character {control.group()!r}")
+            return None
+        return str(node.value)
 
     def retirements(self, node: yaml.Node | None, rows: list[Row]) -> list[Retirement]:
         out: list[Retirement] = []

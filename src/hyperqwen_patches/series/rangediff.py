@@ -98,6 +98,39 @@ def fold_positional(data: bytes) -> bytes:
     return b"".join(out)
 
 
+def changes_of(data: bytes) -> tuple[object, ...] | None:
+    """What a patch changes, with its format folded away: per file its paths and modes and, in
+    order, each run of removed and added lines with the context line right above and right below it
+    (what anchors it: the same text inserted elsewhere is another change). The preamble (prose,
+    header lines, export marker, diffstat), how much context there is beyond those neighbours, how
+    the changes are split into hunks, ``index`` lines and ``@@`` numbers all drop out. None: not a
+    patch."""
+    from hyperqwen_patches.engine.patchset import CONTEXT, PatchParseError, parse_patch
+
+    try:
+        patch = parse_patch(data, name="")
+    except PatchParseError:
+        return None
+    out: list[object] = []
+    for fp in patch.files:
+        runs: list[tuple[bytes | None, tuple[tuple[int, bytes], ...], bytes | None]] = []
+        for hunk in fp.hunks:
+            before: bytes | None = None
+            run: list[tuple[int, bytes]] = []
+            for kind, text in hunk.lines:
+                if kind == CONTEXT:
+                    if run:
+                        runs.append((before, tuple(run), text))
+                        run = []
+                    before = text
+                    continue
+                run.append((kind, text))
+            if run:  # a change at the hunk's end: nothing below it (the end of the file)
+                runs.append((before, tuple(run), None))
+        out.append((fp.old_path, fp.new_path, fp.old_mode, fp.new_mode, fp.binary, tuple(runs)))
+    return tuple(out)
+
+
 def _lines(data: bytes) -> list[bytes]:
     """Lines for difflib: each ends in a newline, a missing final one marked as diff marks it."""
     lines = data.splitlines(keepends=True)

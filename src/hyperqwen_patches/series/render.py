@@ -1,5 +1,10 @@
 """``render``: the ledger ``PATCHES.md`` and the plain apply order ``patches/series``, from the manifest.
 
+A series kept in its own folder (the manifest's ``series: patches/vllm-0.29/series``) gets its apply
+order there and its ledger beside it, so a repository carrying another release's series keeps that
+one's files. A series with a checksum file (``checksums: .../SHA256SUMS``) gets it rewritten from the
+patch files' bytes, in ``sha256sum``'s format, so the project's own ``sha256sum -c`` keeps working.
+
 Output is a pure function of the manifest (no dates, no environment, manifest order everywhere except
 retirements, which are grouped by pin in version order), so ``render --check`` and invariant 6 can compare
 bytes. Every manifest string placed in Markdown goes through :func:`md`, so a ``|`` or a newline in a
@@ -11,6 +16,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from hyperqwen_patches.atomicfile import write_atomic
@@ -21,7 +27,10 @@ from hyperqwen_patches.series.manifest import Manifest, Row
 
 LEDGER = "PATCHES.md"
 SERIES = "patches/series"
-OUTPUTS = (LEDGER, SERIES)
+# The first line of the header render writes atop a series file, and how many lines it has: adopt
+# knows a file render wrote by it (re-adopting must not keep render's header as the user's comments).
+SERIES_HEAD = "# The apply order of the series, rendered from patches/manifest.yaml by"
+SERIES_HEAD_LINES = 5
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~])")
 _URL = re.compile(r"^https?://[^\s<>|]+$")
@@ -47,9 +56,10 @@ def short(commit: str | None) -> str:
     return commit[:12] if commit else "—"
 
 
-def series_entry(row: Row) -> str:
-    """A row's path as the series file writes it: relative to ``patches/`` (quilt's convention)."""
-    return PurePosixPath(os.path.relpath(row.source_path, "patches")).as_posix()
+def series_entry(row: Row, base: str = "patches") -> str:
+    """A row's path as the series file writes it: relative to the series file's directory ``base``
+    (quilt's convention)."""
+    return PurePosixPath(os.path.relpath(row.source_path, base)).as_posix()
 
 
 def version_key(version: str) -> tuple[tuple[int, str], ...]:
@@ -62,21 +72,48 @@ def render_series(manifest: Manifest) -> str:
     if manifest.paths == "package":
         where = f"inside the {manifest.package}/ package directory"
     lines = [
-        "# The apply order of the series, rendered from patches/manifest.yaml by",
+        SERIES_HEAD,
         "# `hyperqwen-patches render`: do not edit by hand. Paths are relative to this directory",
         f"# (quilt's convention); apply each with `patch -p1 --fuzz 0` run {where}.",
         "# Lines starting with '#' are comments (module-file rows and skipped rows appear as comments),",
-        "# so a plain loop reads it with: grep -v '^#' patches/series",
+        f"# so a plain loop reads it with: grep -v '^#' {manifest.series}",
     ]
+    assert len(lines) == SERIES_HEAD_LINES
     for row in manifest.rows:
-        entry = series_entry(row)
+        entry = series_entry(row, manifest.series_dir)
+        if row.series_comment is not None:  # an adopted file's own comments, above their entry
+            lines += row.series_comment.splitlines()
         if row.skip is not None:
             lines.append(f"# skipped: {entry} (row {row.name}: {one_line(row.skip)})")
         elif row.is_module:
             lines.append(f"# files: {entry}/ (row {row.name}: module files, copied into the tree)")
         else:
-            lines.append(entry)
+            lines.append(f"{entry} {row.series_options}" if row.series_options else entry)
     return "\n".join(lines) + "\n"
+
+
+def render_checksums(
+    manifest: Manifest, checksums: str, pending: Mapping[str, bytes] | None = None
+) -> bytes:
+    """``sha256sum``'s output for every applied patch file, in series order, relative to the
+    checksum file's directory (what ``sha256sum -c`` run there reads). A missing file is left out:
+    invariant 2 names it. ``pending``: files about to be written (export's), by repo-relative path."""
+    import hashlib
+
+    base = PurePosixPath(checksums).parent.as_posix()
+    out: list[bytes] = []
+    for row in manifest.active_rows:
+        if row.patch is None:
+            continue
+        data = (pending or {}).get(row.patch)
+        if data is None:
+            try:
+                data = (manifest.root / row.patch).read_bytes()
+            except OSError:
+                continue
+        rel = PurePosixPath(os.path.relpath(row.patch, base)).as_posix()
+        out.append(f"{hashlib.sha256(data).hexdigest()}  {rel}\n".encode())
+    return b"".join(out)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -95,7 +132,7 @@ def render_ledger(manifest: Manifest) -> str:
         "",
         "Rendered from `patches/manifest.yaml` by `hyperqwen-patches render`; do not edit by hand",
         "(`hyperqwen-patches check` fails when this file differs from what `render` writes). The apply",
-        f"order is `patches/series`; patch paths are relative to {base}, applied with",
+        f"order is `{manifest.series}`; patch paths are relative to {base}, applied with",
         "`patch -p1 --fuzz 0`.",
         "",
         f"- **pin**: {pkg} {md(manifest.pin)}",
@@ -178,12 +215,16 @@ def render_ledger(manifest: Manifest) -> str:
     return "\n".join(out) + "\n"
 
 
-def render(manifest: Manifest) -> dict[str, bytes]:
-    """Repo-relative path → the bytes ``render`` writes there."""
-    return {
-        LEDGER: render_ledger(manifest).encode(),
-        SERIES: render_series(manifest).encode(),
+def render(manifest: Manifest, pending: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
+    """Repo-relative path → the bytes ``render`` writes there (``pending``: patch files about to be
+    written, which the checksum file must sum as they will be)."""
+    out = {
+        manifest.ledger: render_ledger(manifest).encode(),
+        manifest.series: render_series(manifest).encode(),
     }
+    if manifest.checksums is not None:
+        out[manifest.checksums] = render_checksums(manifest, manifest.checksums, pending)
+    return out
 
 
 @record(frozen=True)

@@ -363,6 +363,8 @@ class KnobReport:
     waived: dict[str, str] = field(
         default_factory=dict
     )  # declared runtime knob -> the row keeping it off
+    # knob -> (row, reason): kept off the key under a comment the row wrote (series/knobcomments.py)
+    commented: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def knob_report(
@@ -372,6 +374,7 @@ def knob_report(
     on compile_factors' ignore list; a declared knob no row keeps off the key is a stale waiver."""
     runtime = runtime or {}
     waived: dict[str, str] = {}
+    commented: dict[str, tuple[str, str]] = {}
     prov = analysis.prov
     all_prefixes = tuple(dict.fromkeys((*DEFAULT_PREFIXES, *prefixes)))
     found: list[StaticFinding] = []
@@ -426,6 +429,10 @@ def knob_report(
                 where = prov.owner(ENVS, registry.ignored[name])
                 if name in runtime and where is not None:
                     waived[name] = where
+                    continue
+                reason = _comment_reason(prov, data, registry.ignored[name], where)
+                if reason is not None and where is not None:
+                    commented[name] = (where, reason)
                     continue
                 by = f"row {where}" if where else "the pristine list"
                 found.append(
@@ -531,7 +538,19 @@ def knob_report(
                 "in instead (a bare read sits outside the compile cache key)",
             )
         )
-    return KnobReport(found, before, after, by_rows, uses, waived)
+    return KnobReport(found, before, after, by_rows, uses, waived, commented)
+
+
+def _comment_reason(prov: Any, data: bytes | None, line: int, row: str | None) -> str | None:
+    """The comment ``row`` wrote above its ignore-list entry at ``line`` of envs.py, if any."""
+    from hyperqwen_patches.series.knobcomments import comment_above
+
+    if data is None or row is None:
+        return None
+    texts = data.decode("utf-8", errors="replace").splitlines()
+    lo = max(0, line - 60)  # a declaration sits right above its entries; no need to read further
+    window = [(texts[i], prov.owner(ENVS, i + 1) == row) for i in range(lo, min(line, len(texts)))]
+    return comment_above(window, len(window) - 1)
 
 
 def check_knobs(ctx: CheckContext) -> list[Finding]:
@@ -548,6 +567,16 @@ def check_knobs(ctx: CheckContext) -> list[Finding]:
         if report.waived:
             waived = "; declared runtime-only, off the compile key: " + ", ".join(
                 f"{k} (row {r})" for k, r in sorted(report.waived.items())
+            )
+        for knob, (row, reason) in sorted(report.commented.items()):
+            findings.append(
+                Finding(
+                    "knobs",
+                    "note",
+                    show(ENVS),
+                    f"{knob} is kept off compile_factors' key by row {row}, declared runtime-only "
+                    f"by the comment above it: {reason}",
+                )
             )
         findings.append(
             Finding(
