@@ -22,6 +22,7 @@ from typing import Literal
 
 from hyperqwen_patches.console import show
 from hyperqwen_patches.fork.replay import TreeState, apply_row, row_result
+from hyperqwen_patches.port.copyindexcache import store_for
 from hyperqwen_patches.port.model import Attempt, CommitHow, PortRow
 from hyperqwen_patches.port.pristinediff import PristinePair
 from hyperqwen_patches.port.threeway import FileMerge, merge_row
@@ -102,6 +103,7 @@ class RowPorter:
             old_label=self.labels[1],
             new_label=f"{self._to} + rows",
             accept=accept,
+            copy_store=store_for(old.label, package),
         )
 
     def skip_to(self, rows: Sequence[PortRow]) -> None:

@@ -45,7 +45,7 @@ from typing import Any, Literal
 from hyperqwen_patches.console import show
 from hyperqwen_patches.engine.patchset import split_lines
 from hyperqwen_patches.port.linediff import changed_lines
-from hyperqwen_patches.port.stalecopy import CopyIndex, StaleCopy, stale_copies
+from hyperqwen_patches.port.stalecopy import CopyIndex, IndexStore, StaleCopy, stale_copies
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, no_gc, quiet
 from hyperqwen_patches.statics.names import BUILTINS, Views, accepted, resolve
@@ -602,11 +602,12 @@ class RebaseChecks:
         old_label: str = "the old release",
         new_label: str = "the new branch",
         accept: Iterable[str] = (),
+        copy_store: IndexStore | None = None,
     ) -> None:
         prefix = package.encode() + b"/"
         self.verifier = RowVerifier(package, old_label, new_label, accept=accept)
         self.copies = CopyIndex(
-            old_release, lambda: [p for p in old_paths() if p.startswith(prefix)]
+            old_release, lambda: [p for p in old_paths() if p.startswith(prefix)], copy_store
         )
         self.new_release = new_release
 
