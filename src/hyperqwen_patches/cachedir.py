@@ -8,6 +8,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+TYPE_CHECKING = False  # not typing's: importing typing costs more than this module's work
+if TYPE_CHECKING:
+    from typing import IO
+
 
 def cache_dir() -> Path:
     """The cache root: ``$HQP_CACHE``, else ``$XDG_CACHE_HOME/hyperqwen-patches``, else ``~/.cache/...``."""
@@ -47,7 +51,7 @@ def entry_shared_lock(cache_root: Path, name: str) -> Iterator[None]:
     path = cache_root / "locks" / f"{name}.lock"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(path, "a+b")  # noqa: SIM115  (closed below, after the unlock)
+        fh: IO[bytes] = open(path, "a+b")  # noqa: SIM115  (closed below, after the unlock)
     except OSError:
         try:  # a cache this user cannot write (tests/test_cache_readonly.py): flock needs no write
             fh = open(path, "rb")  # noqa: SIM115

@@ -182,17 +182,20 @@ def check_series(ctx: CheckContext) -> list[Finding]:
     listed = {e for _, e in entries}
     seen: set[str] = set()
     for number, entry in entries:
-        row = by_entry.get(entry)
+        listed_row = by_entry.get(entry)
         if entry in seen:
             add(f"{SERIES}:{number}", f"{entry} is listed more than once")
-        elif row is None:
+        elif listed_row is None:
             add(f"{SERIES}:{number}", f"{entry} is not a row of {MANIFEST_RELPATH}")
-        elif row.skip is not None:
-            add(f"{SERIES}:{number}", f"{entry} is row {row.name}, which is skipped ({row.skip})")
-        elif row.is_module:
+        elif listed_row.skip is not None:
             add(
                 f"{SERIES}:{number}",
-                f"{entry} is module row {row.name}: a directory cannot be applied as a patch",
+                f"{entry} is row {listed_row.name}, which is skipped ({listed_row.skip})",
+            )
+        elif listed_row.is_module:
+            add(
+                f"{SERIES}:{number}",
+                f"{entry} is module row {listed_row.name}: a directory cannot be applied as a patch",
             )
         seen.add(entry)
     for entry in expected:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from hyperqwen_patches.errors import exit_codes_help
 
@@ -89,7 +89,7 @@ def cache_command(
         verb = "would free" if dry_run else "freed"
         out.print(f"cache --prune: {len(doomed)} entries, {verb} {_size(freed)} in {root}")
         return
-    areas = []
+    areas: list[dict[str, Any]] = []
     for area, (what, rebuildable) in AREAS.items():
         top = root / area
         if top.exists():

@@ -76,7 +76,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
+def table_lines(rows: Sequence[Sequence[str]]) -> list[str]:
     """The row table (console.table_lines with check's columns)."""
     from hyperqwen_patches.console import table_lines as lines
 

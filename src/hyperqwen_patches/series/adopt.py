@@ -542,9 +542,9 @@ def _export_points(
         points.append((name, branch, origins[branch]))
     point_of: list[str] = []
     current = name_of[branches[0]]
-    for branch, _ in markers:
-        if branch is not None:
-            current = name_of[branch]
+    for marked, _ in markers:
+        if marked is not None:
+            current = name_of[marked]
         point_of.append(current)
     return points, point_of
 

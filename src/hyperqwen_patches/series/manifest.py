@@ -21,6 +21,7 @@ from hyperqwen_patches.records import field, record
 
 TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     import yaml
@@ -498,7 +499,7 @@ def _decode(value: Any) -> Any:
         return None
 
 
-def _build(value: Any, classes: dict[str, type]) -> Any:
+def _build(value: Any, classes: Mapping[str, type]) -> Any:
     if isinstance(value, list):
         return tuple(_build(v, classes) for v in value)
     if isinstance(value, dict):
@@ -603,7 +604,7 @@ class _Validator:
         self,
         node: yaml.Node | None,
         where: str,
-        pattern: LazyPattern,
+        pattern: LazyPattern | re.Pattern[str],
         what: str,
         *,
         optional: bool = False,
@@ -1067,7 +1068,7 @@ class _Validator:
         return out
 
     def reasons(
-        self, node: yaml.Node | None, key: str, pattern: re.Pattern[str], what: str
+        self, node: yaml.Node | None, key: str, pattern: LazyPattern | re.Pattern[str], what: str
     ) -> list[tuple[str, str, int]]:
         """A list of ``{name, reason}`` (accepted_names, runtime_knobs): (name, reason, line) each."""
         out: list[tuple[str, str, int]] = []

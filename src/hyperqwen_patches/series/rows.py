@@ -60,9 +60,9 @@ def module_files(root: Path, row: Row, package: str, paths: str) -> dict[bytes, 
         dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS)
         for name in dirnames:  # os.walk would skip a linked directory without a word
             if os.path.islink(os.path.join(dirpath, name)):
-                rel = os.path.relpath(os.path.join(dirpath, name), top).decode(errors="replace")
+                shown = os.path.relpath(os.path.join(dirpath, name), top).decode(errors="replace")
                 raise RowError(
-                    row, f"{rel} is a symbolic link; module directories must be plain directories"
+                    row, f"{shown} is a symbolic link; module directories must be plain directories"
                 )
         for name in sorted(filenames):
             if name.endswith(IGNORED_SUFFIXES):

@@ -393,13 +393,13 @@ def knob_report(
 
     registry: Registry | None = None
     if ENVS in prov.content or any(u.how == "envs" for u in uses):
-        data: bytes | None = None
+        envs: bytes | None = None
         if ENVS in prov.content:
-            data = prov.content[ENVS]
+            envs = prov.content[ENVS]
         elif analysis.read is not None:
-            data = analysis.read(ENVS)
-        if data is not None:
-            registry = registry_of(data)
+            envs = analysis.read(ENVS)
+        if envs is not None:
+            registry = registry_of(envs)
 
     by_rows: dict[str, str] = {}
     before = after = None
@@ -430,7 +430,7 @@ def knob_report(
                 if name in runtime and where is not None:
                     waived[name] = where
                     continue
-                reason = _comment_reason(prov, data, registry.ignored[name], where)
+                reason = _comment_reason(prov, envs, registry.ignored[name], where)
                 if reason is not None and where is not None:
                     commented[name] = (where, reason)
                     continue
