@@ -515,7 +515,7 @@ def _build(value: Any, classes: Mapping[str, type]) -> Any:
 
 
 def _what(node: yaml.Node) -> str:
-    return _TAG_WORDS.get(node.tag, node.tag)
+    return str(_TAG_WORDS.get(node.tag, node.tag))
 
 
 @record

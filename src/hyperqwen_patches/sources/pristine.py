@@ -50,7 +50,7 @@ from base64 import urlsafe_b64encode
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hyperqwen_patches.cachedir import cache_dir
 from hyperqwen_patches.errors import EnvironmentProblem, UsageError
@@ -295,7 +295,7 @@ class WheelTree(PristineTree):
     """A cached wheel read in place: each member found through the member table, checked against RECORD."""
 
     def __init__(
-        self, entry: Path, index: dict, *, on_corrupt: Callable[[], WheelTree] | None
+        self, entry: Path, index: dict[str, Any], *, on_corrupt: Callable[[], WheelTree] | None
     ) -> None:
         from hyperqwen_patches.sources import wheelmembers
 
@@ -556,7 +556,7 @@ class PypiCache:
             return refetch()
 
     @staticmethod
-    def _upgrade(entry: Path, index: dict) -> dict:
+    def _upgrade(entry: Path, index: dict[str, Any]) -> dict[str, Any]:
         """An entry of format 1 (every member's hash in index.json) gets its member table, once,
         from the index and the wheel's central directory: no download, and the members are still
         checked against RECORD on every read."""
@@ -574,10 +574,10 @@ class PypiCache:
         return index
 
     @staticmethod
-    def _valid_wheel_index(entry: Path) -> dict | None:
+    def _valid_wheel_index(entry: Path) -> dict[str, Any] | None:
         """The entry's index when the entry is complete and its wheel unchanged since it was verified."""
         try:
-            index = json.loads((entry / "index.json").read_bytes())
+            index: dict[str, Any] = json.loads((entry / "index.json").read_bytes())
             st = (entry / index["file"]).stat()
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -721,7 +721,7 @@ class PypiCache:
                 f"{package}=={version} has no source distribution on the package index"
             )
         meta = found[0]
-        target = work / "dl" / meta["filename"]
+        target: Path = work / "dl" / meta["filename"]
         target.parent.mkdir(parents=True)
         digest = hashlib.sha256()
         with self.progress.download(f"downloading {label}") as update:
@@ -794,7 +794,7 @@ def _replace_dir(staged: Path, entry: Path) -> None:
     staged.rename(entry)
 
 
-def _index_wheel(wheel: Path, package: str, label: str, staged: Path) -> dict:
+def _index_wheel(wheel: Path, package: str, label: str, staged: Path) -> dict[str, Any]:
     """Verify the package's text members against RECORD (and their CRCs), classify the package's
     files, and write the text members' table into ``staged``; return the index (without the members).
 
@@ -844,7 +844,7 @@ def _index_wheel(wheel: Path, package: str, label: str, staged: Path) -> dict:
     return {"format": INDEX_FORMAT, "label": label, "binaries": sorted(binaries)}
 
 
-def _write_index(entry: Path, index: dict) -> None:
+def _write_index(entry: Path, index: dict[str, Any]) -> None:
     staged = entry / f".index.json.{uuid.uuid4().hex}"
     staged.write_text(json.dumps(index, sort_keys=True) + "\n")
     os.replace(staged, entry / "index.json")
