@@ -329,6 +329,18 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
             old_path=source,
         )
     outcome = _place_hunks(fp.hunks, content, policy)
+    if outcome.status == "already-applied" and fp.new_path is None:
+        # A deletion whose file is still there is not "already applied", whatever its reverse says
+        # (the reverse of "delete every line" inserts them, which fits any file): the file holds
+        # other content than the patch deletes. GNU patch refuses it too (exit 1, file kept).
+        return FileResult(
+            source,
+            action,
+            "failed",
+            error=f"not deleting {_show(source)}: its content differs from the lines the patch "
+            "deletes",
+            old_path=source,
+        )
     if outcome.status == "already-applied":
         return FileResult(fp.path, action, "already-applied", outcome.hunks, old_path=fp.old_path)
     if outcome.output is None:
