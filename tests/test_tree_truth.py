@@ -8,6 +8,7 @@ file with other content was "already applied" where GNU patch exits 1.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import shutil
@@ -19,14 +20,19 @@ import pytest
 from conftest import require_gnu_patch
 
 
-def hqp(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def hqp(
+    *args: str | Path, cwd: Path | None = None, cache: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "400"}
+    if cache is not None:
+        env["HQP_CACHE"] = str(cache)
     return subprocess.run(
         [sys.executable, "-m", "hyperqwen_patches", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,
         check=False,
-        env={**os.environ, "COLUMNS": "400"},
+        env=env,
     )
 
 
@@ -99,3 +105,177 @@ def test_a_deletion_applies_and_re_applies(tmp_path: Path) -> None:
     assert not (tmp_path / "t/vllm/old.py").exists()
     again = hqp("apply", tmp_path / "t", "--patch", patch_file)
     assert again.returncode == 0 and "already carries all 1" in again.stdout
+
+
+# --- a generated series, its earlier revision, and trees patched by GNU patch --------------------
+
+
+def lines(name: str, n: int = 40) -> list[str]:
+    return [f"{name}_{i} = {i}\n" for i in range(1, n + 1)]
+
+
+def edit(content: list[str], changes: dict[int, str]) -> list[str]:
+    """1-based line -> new text (a text with several lines replaces one line by them)."""
+    out = list(content)
+    for line in sorted(changes, reverse=True):
+        out[line - 1 : line] = changes[line].splitlines(keepends=True)
+    return out
+
+
+def unified(path: str, before: list[str], after: list[str]) -> str:
+    diff = difflib.unified_diff(before, after, f"a/{path}", f"b/{path}", n=3)
+    return f"diff --git a/{path} b/{path}\n" + "".join(diff)
+
+
+RELEASE = {"vllm/a.py": lines("a"), "vllm/b.py": lines("b"), "vllm/c.py": lines("c")}
+
+
+def revision(rows: list[tuple[str, dict[str, dict[int, str]]]]) -> list[tuple[str, str]]:
+    """Rows as (name, patch text), each cut against the release plus the rows before it."""
+    state = {k: list(v) for k, v in RELEASE.items()}
+    out = []
+    for name, changes in rows:
+        text = ""
+        for path, change in changes.items():
+            after = edit(state[path], change)
+            text += unified(path, state[path], after)
+            state[path] = after
+        out.append((name, text))
+    return out
+
+
+BASE = ("base-knob", {"vllm/a.py": {5: "a_5 = 5\nKNOB = 1\n"}})
+# Layered: it rewrites the line base-knob added.
+LAYER = ("layer", {"vllm/a.py": {6: "KNOB = 2\n"}, "vllm/b.py": {10: "b_10 = 100\n"}})
+REPLACEMENT = ("replacement", {"vllm/c.py": {10: "c_10 = 1000\n"}})
+CURRENT = revision([BASE, LAYER, REPLACEMENT])
+# The earlier revision: layer also changed b.py line 30 (a replaced row: its current hunks are all
+# still there), and a row later dropped changed c.py line 30 (the replacement touches c.py too).
+EARLIER_LAYER = (
+    "layer",
+    {"vllm/a.py": {6: "KNOB = 2\n"}, "vllm/b.py": {10: "b_10 = 100\n", 30: "b_30 = 3\n"}},
+)
+DROPPED = ("dropped", {"vllm/c.py": {30: "c_30 = -30\n"}})
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A repository whose manifest names the release as a directory (``dir:``)."""
+    release = tmp_path / "release"
+    for path, content in RELEASE.items():
+        (release / path).parent.mkdir(parents=True, exist_ok=True)
+        (release / path).write_text("".join(content))
+    repo = tmp_path / "repo"
+    (repo / "patches").mkdir(parents=True)
+    rows = []
+    for i, (name, text) in enumerate(CURRENT, 1):
+        (repo / f"patches/{i:04d}-{name}.patch").write_text(text)
+        rows.append(
+            f"  - name: {name}\n    patch: patches/{i:04d}-{name}.patch\n    kind: local\n"
+            f"    what: test row {name}\n    cut_against: '0.29.0'\n    retires_when: never\n"
+        )
+    (repo / "patches/manifest.yaml").write_text(
+        "format: 1\npin: '0.29.0'\npackage: vllm\n"
+        f"source: dir:{release}\npaths: root\nrows:\n" + "".join(rows)
+    )
+    return repo
+
+
+def patched(tmp_path: Path, name: str, rows: list[tuple[str, str]]) -> Path:
+    """The release with ``rows`` applied by GNU patch, one after the other."""
+    site = tmp_path / name
+    shutil.copytree(tmp_path / "release", site)
+    for row, text in rows:
+        patch_file = tmp_path / f"{name}-{row}.patch"
+        patch_file.write_text(text)
+        proc = gnu(patch_file, site)
+        assert proc.returncode == 0, proc.stdout
+    return site
+
+
+def earlier(tmp_path: Path, case: str) -> tuple[Path, str]:
+    """A tree carrying an earlier revision of the series (or a foreign edit), then ``apply``-ed to
+    the current one, and the one file that carries something else."""
+    if case == "dropped row":
+        site = patched(tmp_path, "site", revision([BASE, LAYER, DROPPED]))
+        return site, "vllm/c.py"
+    if case == "replaced row":
+        site = patched(tmp_path, "site", revision([BASE, EARLIER_LAYER]))
+        return site, "vllm/b.py"
+    site = patched(tmp_path, "site", revision([BASE, LAYER]))
+    a = site / "vllm/a.py"
+    a.write_text(a.read_text().replace("a_35 = 35\n", "a_35 = 'by hand'\n"))
+    return site, "vllm/a.py"
+
+
+ROWS_TOUCHING = {
+    "vllm/a.py": ["base-knob", "layer"],
+    "vllm/b.py": ["layer"],
+    "vllm/c.py": ["replacement"],
+}
+
+
+@pytest.mark.parametrize("case", ["dropped row", "replaced row", "foreign edit"])
+def test_an_earlier_revision_is_named_file_by_file(
+    project: Path, tmp_path: Path, case: str
+) -> None:
+    site, wrong = earlier(tmp_path, case)
+    cache = tmp_path / "cache"
+    # The reverse pass alone would call this tree "2 of 3"; the release says otherwise.
+    proc = hqp("status", site, "--repo", project, "--json", cache=cache)
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["state"] == "inconsistent" and doc["carried"] == 2
+    assert doc["divergent"] == [{"path": wrong, "rows": ROWS_TOUCHING[wrong]}]
+    proc = hqp("status", site, "--repo", project, cache=cache)
+    assert f"{wrong} carries an earlier or foreign change" in proc.stderr
+    # apply adds the third row (it applies); the tree is still not the release plus the series.
+    assert hqp("apply", site, "--repo", project, cache=cache).returncode == 0
+    for args in (("status",), ("apply", "--check-applied")):
+        proc = hqp(*args, site, "--repo", project, cache=cache)
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        assert f"{wrong} carries an earlier or foreign change" in proc.stderr
+        assert "complete" not in proc.stdout and "carries all" not in proc.stdout
+    checked = json.loads(
+        hqp("apply", site, "--repo", project, "--check-applied", "--json", cache=cache).stdout
+    )
+    assert checked["ok"] is False and [d["path"] for d in checked["divergent"]] == [wrong]
+    # unapply refuses, names the file, writes nothing: taking the rows out would not give the release.
+    before = snapshot(site)
+    proc = hqp("unapply", site, "--repo", project, cache=cache)
+    assert proc.returncode == 1 and wrong in proc.stderr and "nothing was written" in proc.stderr
+    assert snapshot(site) == before
+
+
+def test_a_clean_tree_with_bytecode_beside_it_is_complete_then_pristine(
+    project: Path, tmp_path: Path
+) -> None:
+    site = patched(tmp_path, "site", CURRENT)
+    # site-packages carries compiled files beside the sources; they are not the series' business.
+    (site / "vllm/__pycache__").mkdir()
+    (site / "vllm/__pycache__/a.cpython-312.pyc").write_bytes(b"\x00\x01 not the source")
+    cache = tmp_path / "cache"
+    doc = json.loads(hqp("status", site, "--repo", project, "--json", cache=cache).stdout)
+    assert (doc["state"], doc["carried"], doc["divergent"]) == ("complete", 3, [])
+    assert doc["compared_with_release"] is True and doc["not_compared"] is None
+    assert hqp("apply", site, "--repo", project, "--check-applied", cache=cache).returncode == 0
+    proc = hqp("unapply", site, "--repo", project, cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(site) == {
+        **snapshot(tmp_path / "release"),
+        "vllm/__pycache__/a.cpython-312.pyc": b"\x00\x01 not the source",
+    }
+    doc = json.loads(hqp("status", site, "--repo", project, "--json", cache=cache).stdout)
+    assert (doc["state"], doc["divergent"]) == ("pristine", [])
+    # The expected states were computed once and kept: one entry in the result cache.
+    assert len(list((cache / "results/expected-states").glob("*.json"))) == 1
+
+
+def test_a_release_that_cannot_be_read_is_said_not_hidden(project: Path, tmp_path: Path) -> None:
+    site = patched(tmp_path, "site", CURRENT)
+    shutil.rmtree(tmp_path / "release")
+    proc = hqp("status", site, "--repo", project, "--json", cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["compared_with_release"] is False and "could not be read" in doc["not_compared"]
+    assert "not compared with the release" in proc.stderr

@@ -685,6 +685,9 @@ def _render_check(result: TreeCheckResult) -> None:
     bad = [p.name for p in result.patches if p.status != "present"]
     if bad:
         lines.append(f"not carried: {', '.join(bad)}")
+    elif result.divergent:
+        shown = ", ".join(d.path for d in result.divergent)
+        lines.append(f"every patch is there, but {shown} also carry something else")
     else:
         lines.append(f"ok: {result.root} carries all {len(result.patches)} patches")
     out.print("\n".join(lines), soft_wrap=True)
