@@ -279,3 +279,77 @@ def test_a_release_that_cannot_be_read_is_said_not_hidden(project: Path, tmp_pat
     doc = json.loads(proc.stdout)
     assert doc["compared_with_release"] is False and "could not be read" in doc["not_compared"]
     assert "not compared with the release" in proc.stderr
+
+
+# --- apply --upto ROW and unapply --to ROW take later rows out (quilt's pop ROW) -----------------
+
+
+def gnu_popped(tmp_path: Path, name: str, keep: int) -> Path:
+    """The oracle: GNU patch applies the whole series, then ``patch -R`` takes rows n..keep+1 out,
+    last first."""
+    site = patched(tmp_path, name, CURRENT)
+    for row, _text in reversed(CURRENT[keep:]):
+        patch_file = tmp_path / f"{name}-{row}.patch"
+        proc = gnu(patch_file, site, "-R")
+        assert proc.returncode == 0, proc.stdout
+    return site
+
+
+@pytest.mark.parametrize(
+    ("command", "row", "keep"),
+    [
+        ("apply --upto", "1", 1),
+        ("apply --upto", "layer", 2),
+        ("apply --upto", "0001-base-knob.patch", 1),
+        ("unapply --to", "base-knob", 1),
+        ("unapply --to", "patches/0002-layer.patch", 2),
+        ("unapply --to", "3", 3),
+    ],
+)
+def test_later_rows_come_out_as_gnu_patch_R_takes_them_out(
+    project: Path, tmp_path: Path, command: str, row: str, keep: int
+) -> None:
+    site = patched(tmp_path, "site", CURRENT)
+    verb, option = command.split()
+    proc = hqp(verb, site, "--repo", project, option, row, cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert snapshot(site) == snapshot(gnu_popped(tmp_path, "oracle", keep))
+    doc = json.loads(hqp("status", site, "--repo", project, "--json").stdout)
+    assert (doc["carried"], doc["divergent"]) == (keep, [])
+    # Asked again, nothing moves; apply alone brings the rest back.
+    again = hqp(verb, site, "--repo", project, option, row)
+    assert again.returncode == 0 and snapshot(site) == snapshot(tmp_path / "oracle")
+    assert hqp("apply", site, "--repo", project).returncode == 0
+    assert snapshot(site) == snapshot(patched(tmp_path, "full", CURRENT))
+
+
+def test_upto_from_a_shorter_tree_pushes(project: Path, tmp_path: Path) -> None:
+    site = patched(tmp_path, "site", CURRENT[:1])
+    proc = hqp("apply", site, "--repo", project, "--upto", "0002-layer.patch")
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(site) == snapshot(patched(tmp_path, "oracle", CURRENT[:2]))
+
+
+def test_taking_rows_out_is_all_or_nothing(project: Path, tmp_path: Path) -> None:
+    """A later row whose lines were edited by hand does not come out: nothing is written."""
+    site = patched(tmp_path, "site", CURRENT)
+    b = site / "vllm/b.py"
+    b.write_text(b.read_text().replace("b_10 = 100\n", "b_10 = 'by hand'\n"))
+    before = snapshot(site)
+    for verb, option in (("apply", "--upto"), ("unapply", "--to")):
+        proc = hqp(verb, site, "--repo", project, option, "base-knob")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "nothing was written" in proc.stderr and "layer" in proc.stderr
+        assert snapshot(site) == before
+
+
+@pytest.mark.parametrize("row", ["0", "4", "no-such-row", "patches/0009-x.patch"])
+def test_a_row_that_is_not_in_the_series_is_a_usage_error(
+    project: Path, tmp_path: Path, row: str
+) -> None:
+    site = patched(tmp_path, "site", CURRENT)
+    before = snapshot(site)
+    for verb, option in (("apply", "--upto"), ("unapply", "--to")):
+        proc = hqp(verb, site, "--repo", project, option, row)
+        assert proc.returncode == 2 and option in proc.stderr, proc.stderr
+    assert snapshot(site) == before
