@@ -353,3 +353,33 @@ def test_a_row_that_is_not_in_the_series_is_a_usage_error(
         proc = hqp(verb, site, "--repo", project, option, row)
         assert proc.returncode == 2 and option in proc.stderr, proc.stderr
     assert snapshot(site) == before
+
+
+# --- messages ----------------------------------------------------------------------------------------
+
+
+def test_a_re_apply_counts_its_hunks_as_already_applied_not_exact(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm/a.py").write_text("".join(RELEASE["vllm/a.py"]))
+    patch_file = tmp_path / "p.patch"
+    patch_file.write_text(revision([BASE])[0][1])
+    first = json.loads(hqp("apply", site, "--patch", patch_file, "--json").stdout)
+    assert first["totals"]["hunks"] == {
+        "exact": 1,
+        "offset": 0,
+        "failed": 0,
+        "ambiguous": 0,
+        "already_applied": 0,
+    }
+    again = hqp("apply", site, "--patch", patch_file, "--json")
+    assert again.returncode == 0
+    assert json.loads(again.stdout)["totals"]["hunks"] == {
+        "exact": 0,
+        "offset": 0,
+        "failed": 0,
+        "ambiguous": 0,
+        "already_applied": 1,
+    }
+    text = hqp("apply", site, "--patch", patch_file).stdout
+    assert "already-applied" in text and "already carries" in text and "exact" not in text

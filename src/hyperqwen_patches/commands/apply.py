@@ -14,7 +14,13 @@ if TYPE_CHECKING:
 
     import typer
 
-    from hyperqwen_patches.engine.applying import FileResult, HunkResult, Policy, PresenceResult
+    from hyperqwen_patches.engine.applying import (
+        FileResult,
+        HunkResult,
+        Policy,
+        PresenceResult,
+        SeriesResult,
+    )
     from hyperqwen_patches.engine.expected import Divergence
     from hyperqwen_patches.engine.patchset import Patch
     from hyperqwen_patches.engine.placement import NearMiss
@@ -512,7 +518,7 @@ def apply_payload(result: TreeApplyResult, patches: Sequence[Patch] = ()) -> dic
             "applied": statuses.count("applied"),
             "already_applied": statuses.count("already-applied"),
             "failed": statuses.count("failed"),
-            "hunks": series.hunk_totals,
+            "hunks": _hunk_totals(series),
             "files_read": len(set(result.reads)),
             "files_written": len(result.written),
         },
@@ -524,6 +530,18 @@ def divergent_records(found: Sequence[Divergence] | None) -> list[dict[str, Any]
     if found is None:
         return None
     return [{"path": d.path, "rows": list(d.rows)} for d in found]
+
+
+def _hunk_totals(series: SeriesResult) -> dict[str, int]:
+    """Hunks by what happened to them. A hunk of a file that already carried its change was not
+    placed at all: it counts as "already_applied", never as "exact" (a re-apply applies nothing)."""
+    totals = {"exact": 0, "offset": 0, "failed": 0, "ambiguous": 0, "already_applied": 0}
+    for patch in series.patches:
+        for file in patch.files:
+            for hunk in file.hunks:
+                key = "already_applied" if file.status == "already-applied" else hunk.status
+                totals[key] += 1
+    return totals
 
 
 def _presence_record(presence: PresenceResult) -> dict[str, Any]:
