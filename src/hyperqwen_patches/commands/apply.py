@@ -43,7 +43,15 @@ puts DIR back from (and refuses, writing nothing, when it is not ours).
 Applying twice is safe. A DIR that carries the whole series (layered rows included: a later row may
 edit lines an earlier one added) is left alone, exit 0; one that carries rows 1..k gets rows k+1..n.
 Any other state (a middle row missing under a later one, a row partly there) is refused with the rows
-named, exit 1, nothing written. `--check-applied` answers the same question without writing.
+named, exit 1, nothing written. `--check-applied` answers the same question without writing; on a
+manifest's series it also compares every file the series touches with the release plus the series
+and names a file that "carries an earlier or foreign change".
+
+`--upto ROW` (a row name, its 1-based number or its patch file) brings DIR to rows 1..ROW: it applies
+up to ROW (quilt's push ROW), or, on a DIR carrying later rows, takes them out last first, all or
+nothing (quilt's pop ROW; `--json` then prints unapply's document). `apply` alone brings them back.
+
+A deletion whose file holds other content than the patch deletes fails (GNU patch exits 1 too).
 
 Examples:
 
@@ -52,12 +60,16 @@ Examples:
   hyperqwen-patches apply site-packages --patch p.patch --dry-run --json
 
   hyperqwen-patches apply site-packages --patch p.patch --check-applied
+
+  hyperqwen-patches apply site-packages --upto 3
 """
 
 EPILOG = exit_codes_help(
     ok="every patch applied (or was already applied; with --check-applied: DIR carries every patch)",
-    finding="a hunk did not apply, nothing was written (with --check-applied: a patch is missing)",
-    usage="bad input: an unreadable or malformed patch, a path escaping DIR, a DIR that does not hold "
+    finding="a hunk did not apply, nothing was written (with --check-applied: a patch is missing, "
+    "or a touched file carries an earlier or foreign change; with --upto: a later row could not be "
+    "taken out, nothing written)",
+    usage="bad input: an unreadable or malformed patch, an --upto ROW not in the series, a path escaping DIR, a DIR that does not hold "
     "the patched files (such as a venv root; where its parent or a subdirectory does, the message "
     "names it), a bad option; a write journal in DIR that this tool did "
     "not sign (refused, nothing written); another run holding DIR's lock longer than HQP_LOCK_WAIT "

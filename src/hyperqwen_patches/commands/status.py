@@ -22,8 +22,12 @@ REPO_HELP = (
 STATUS_HELP = """Say which rows of the series DIR carries (quilt's `applied`), writing nothing.
 
 The rows are unapplied last to first in memory (as `apply --check-applied` does): DIR carries rows
-1..k when those reverse-apply and none of the others is there. Any other state (a middle row missing,
-a row partly there) is named.
+1..k when those reverse-apply and none of the others is there. Then every file the series touches is
+compared with the manifest's release plus rows 1..k (digests computed once per series and release,
+kept in the cache): a file that holds anything else "carries an earlier or foreign change" (a row
+since dropped or rewritten, a hand edit) and is named with the rows that touch it. Any other state (a
+middle row missing, a row partly there, such a file) is named, exit 1. A release that cannot be read
+is said on stderr; the rest of the answer stands.
 
 Examples:
 
@@ -34,27 +38,33 @@ Examples:
 
 STATUS_EPILOG = exit_codes_help(
     ok="DIR carries rows 1..k (none, some or all)",
-    finding="DIR is in a state no run of the series leaves",
+    finding="DIR is in a state no run of the series leaves (rows out of order, a row partly there, "
+    "a touched file that is not the release plus the rows carried)",
     usage="bad input (no manifest, DIR not the package's parent, an interrupted write in DIR, "
     "another run holding DIR's lock longer than HQP_LOCK_WAIT seconds)",
 )
 
-UNAPPLY_HELP = """Take the rows DIR carries out again, last first, all or nothing (quilt's `pop -a`).
+UNAPPLY_HELP = """Take the rows DIR carries out again, last first, all or nothing (quilt's `pop -a`;
+with --to ROW, quilt's `pop ROW`).
 
-DIR must carry rows 1..k of the series (see `status`); the reverse of each is applied at fuzz 0 in
-memory, then written through the same journal as `apply`, so DIR ends pristine or untouched.
+DIR must carry rows 1..k of the series (see `status`), and every file the series touches must be the
+release plus those rows; the reverse of each row after ROW (default: every row) is applied at fuzz 0
+in memory, then written through the same journal as `apply`, so DIR ends at rows 1..ROW (pristine)
+or untouched. A file carrying an earlier or foreign change is named and nothing is written: taking the
+rows out would not give the release back.
 
 Examples:
 
   hyperqwen-patches unapply site-packages
 
-  hyperqwen-patches unapply site-packages --dry-run
+  hyperqwen-patches unapply site-packages --to 3 --dry-run
 """
 
 UNAPPLY_EPILOG = exit_codes_help(
     ok="the rows were taken out (or DIR carried none)",
-    finding="DIR is in a state no run of the series leaves, nothing written",
-    usage="bad input; a write journal in DIR that this tool did not sign (refused, nothing written); "
+    finding="DIR is in a state no run of the series leaves (a file carrying an earlier or foreign "
+    "change included), or a reverse did not apply; nothing written",
+    usage="bad input (a --to ROW not in the series); a write journal in DIR that this tool did not sign (refused, nothing written); "
     "another run holding DIR's lock longer than HQP_LOCK_WAIT seconds",
     interrupted="interrupted (Ctrl-C), DIR put back",
     terminated="terminated (SIGTERM), DIR put back",
