@@ -14,19 +14,19 @@ the caller can cache it (``series/expected.py``).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 from hyperqwen_patches.engine.applying import Policy, Reader, apply_series
 from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.records import record
+from hyperqwen_patches.resultcache import sha256  # CPython's own: hashlib's import loads OpenSSL
 
 VERSION = "1"  # bump when what is computed changes (the cache key includes it)
 
 
 def digest(data: bytes | None) -> str | None:
     """The sha256 of a file's bytes; None for a file that is not there."""
-    return None if data is None else hashlib.sha256(data).hexdigest()
+    return None if data is None else sha256(data).hexdigest()
 
 
 @record(frozen=True, slots=True)
