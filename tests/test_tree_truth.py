@@ -383,3 +383,32 @@ def test_a_re_apply_counts_its_hunks_as_already_applied_not_exact(tmp_path: Path
     }
     text = hqp("apply", site, "--patch", patch_file).stdout
     assert "already-applied" in text and "already carries" in text and "exact" not in text
+
+
+def test_the_new_documents_follow_their_schemas(project: Path, tmp_path: Path) -> None:
+    """status, --check-applied and unapply on a tree that carries something else, and apply --upto
+    taking rows out: each --json document against its schema (the schemas stay in sync)."""
+    import jsonschema
+
+    schemas = Path(__file__).parents[1] / "src/hyperqwen_patches/schemas"
+
+    def valid(name: str, *args: str | Path, code: int) -> dict:
+        proc = hqp(*args, "--json", cache=tmp_path / "cache")
+        assert proc.returncode == code, proc.stderr
+        doc = json.loads(proc.stdout)
+        schema = json.loads((schemas / f"{name}.schema.json").read_text())
+        jsonschema.Draft202012Validator(schema).validate(doc)
+        return doc
+
+    site, wrong = earlier(tmp_path, "dropped row")
+    assert valid("status", "status", site, "--repo", project, code=1)["divergent"]
+    checked = valid(
+        "apply-check-applied", "apply", site, "--repo", project, "--check-applied", code=1
+    )
+    # The third row is missing; at rows 1-2 the tree is still compared, and c.py named.
+    assert [d["path"] for d in checked["divergent"]] == [wrong]
+    refused = valid("unapply", "unapply", site, "--repo", project, code=1)
+    assert refused["ok"] is False and refused["divergent"][0]["path"] == wrong
+    clean = patched(tmp_path, "clean", CURRENT)
+    popped = valid("unapply", "apply", clean, "--repo", project, "--upto", "1", code=0)
+    assert (popped["taken_out"], popped["kept"]) == (["replacement", "layer"], 1)
