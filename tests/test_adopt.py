@@ -435,3 +435,26 @@ def test_a_nul_in_a_series_line_or_a_device_listed_is_refused_by_file_and_line(
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "patches/zero.patch is not a file" in proc.stderr  # refused before it is read
     assert not (project.root / "patches/manifest.yaml").exists()
+
+
+def test_a_foreign_edit_in_the_realistic_series_is_named_by_file(
+    project: Project, tmp_path: Path
+) -> None:
+    """Issue #39 at scale: every row's hunks are there, one touched file carries a line nobody's row
+    adds. The reverse pass alone calls the tree complete; the release says which file is not."""
+    assert adopt(project, *KNOB_ARGS).returncode == 0
+    site = gnu_tree(project, tmp_path / "site")
+    name = sorted(touched(project, 1))[0]
+    target = site / "vllm" / name
+    target.write_bytes(b"# a hand edit nobody's row makes\n" + target.read_bytes())
+    proc = hqp("status", site, "--repo", project.root, "--json")
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["state"] == "inconsistent" and doc["carried"] == 53
+    assert [d["path"] for d in doc["divergent"]] == [f"vllm/{name}"]
+    before = snapshot(site)
+    refused = hqp("unapply", site, "--repo", project.root)
+    assert (
+        refused.returncode == 1 and f"vllm/{name} carries an earlier or foreign" in refused.stderr
+    )
+    assert snapshot(site) == before
