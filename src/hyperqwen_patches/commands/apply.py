@@ -420,7 +420,7 @@ def render_taken_out(
         verb = "would take" if result.dry_run else "took"
         count = len(result.series.changes) if result.dry_run else len(result.written)
         rows = f"{len(taken)} rows" if len(taken) != 1 else "1 row"
-        left = f"rows 1-{keep} stay" if keep else "none stays"
+        left = "row 1 stays" if keep == 1 else f"rows 1-{keep} stay" if keep else "none stays"
         out.print(
             f"ok: {command}: {verb} {rows} out of {directory}, last first "
             f"({', '.join(taken[:6])}{' ...' if len(taken) > 6 else ''}); {left} "
@@ -717,7 +717,8 @@ def _render_check(result: TreeCheckResult) -> None:
         lines.append(f"not carried: {', '.join(bad)}")
     elif result.divergent:
         shown = ", ".join(d.path for d in result.divergent)
-        lines.append(f"every patch is there, but {shown} also carry something else")
+        verb = "carries" if len(result.divergent) == 1 else "carry"
+        lines.append(f"every patch is there, but {shown} also {verb} something else")
     else:
         lines.append(f"ok: {result.root} carries all {len(result.patches)} patches")
     out.print("\n".join(lines), soft_wrap=True)
