@@ -72,7 +72,7 @@ DELETE = (
 
 
 @pytest.mark.parametrize(
-    "content", [b"other\ncontent\n", b"one\ntwo\n", b"one\ntwo\nthree\nfour\n"]
+    "content", [b"other\ncontent\n", b"one\ntwo\n", b"one\ntwo\nthree\nfour\n", b""]
 )
 def test_deleting_a_file_with_other_content_fails_as_gnu_patch_does(
     tmp_path: Path, content: bytes
