@@ -412,3 +412,23 @@ def test_the_new_documents_follow_their_schemas(project: Path, tmp_path: Path) -
     clean = patched(tmp_path, "clean", CURRENT)
     popped = valid("unapply", "apply", clean, "--repo", project, "--upto", "1", code=0)
     assert (popped["taken_out"], popped["kept"]) == (["replacement", "layer"], 1)
+
+
+def test_upto_names_patch_files_given_with_patch(tmp_path: Path) -> None:
+    """Without a manifest the rows are the --patch files: by number, path or file name."""
+    (tmp_path / "release").mkdir()
+    for path, content in RELEASE.items():
+        (tmp_path / "release" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "release" / path).write_text("".join(content))
+    files = []
+    for i, (name, text) in enumerate(CURRENT, 1):
+        files.append(tmp_path / f"{i:04d}-{name}.patch")
+        files[-1].write_text(text)
+    args = [x for f in files for x in ("--patch", f)]
+    site = patched(tmp_path, "site", CURRENT)
+    assert hqp("apply", site, *args, "--upto", "0002-layer.patch").returncode == 0
+    assert snapshot(site) == snapshot(patched(tmp_path, "two", CURRENT[:2]))
+    assert hqp("apply", site, *args, "--upto", "1").returncode == 0
+    assert snapshot(site) == snapshot(patched(tmp_path, "one", CURRENT[:1]))
+    assert hqp("apply", site, *args, "--upto", str(files[2])).returncode == 0
+    assert snapshot(site) == snapshot(patched(tmp_path, "all", CURRENT))
