@@ -451,3 +451,26 @@ def test_import_works_right_after_adopt(project: Project, tmp_path: Path) -> Non
     lines = (check.stdout + check.stderr).splitlines()
     held = next(line for line in lines if line.strip().startswith("held"))
     assert "replay-identity" in held and "fork-commits" in held
+
+
+def test_a_foreign_edit_in_the_realistic_series_is_named_by_file(
+    project: Project, tmp_path: Path
+) -> None:
+    """Issue #39 at scale: every row's hunks are there, one touched file carries a line nobody's row
+    adds. The reverse pass alone calls the tree complete; the release says which file is not."""
+    assert adopt(project, *KNOB_ARGS).returncode == 0
+    site = gnu_tree(project, tmp_path / "site")
+    name = sorted(touched(project, 1))[0]
+    target = site / "vllm" / name
+    target.write_bytes(b"# a hand edit nobody's row makes\n" + target.read_bytes())
+    proc = hqp("status", site, "--repo", project.root, "--json")
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["state"] == "inconsistent" and doc["carried"] == 53
+    assert [d["path"] for d in doc["divergent"]] == [f"vllm/{name}"]
+    before = snapshot(site)
+    refused = hqp("unapply", site, "--repo", project.root)
+    assert (
+        refused.returncode == 1 and f"vllm/{name} carries an earlier or foreign" in refused.stderr
+    )
+    assert snapshot(site) == before

@@ -105,7 +105,13 @@ def test_json_records_per_hunk(tree: Path, tmp_path: Path) -> None:
         "offset": 3,
         "status": "offset",
     }
-    assert payload["totals"]["hunks"] == {"exact": 0, "offset": 1, "failed": 0, "ambiguous": 0}
+    assert payload["totals"]["hunks"] == {
+        "exact": 0,
+        "offset": 1,
+        "failed": 0,
+        "ambiguous": 0,
+        "already_applied": 0,
+    }
     assert payload["dry_run"] is True and payload["written"] == []
     assert payload["totals"]["files_read"] == 1  # only the file the patch touches, of 3
     assert b"line ten" not in worker.read_bytes()  # dry run wrote nothing

@@ -168,7 +168,7 @@ def test_upstream_partly_upstream_and_conflict_cause(tmp_path: Path) -> None:
     assert hunk.status == "conflict"
     assert "mismatches" not in hunk.to_json() and "near_line" not in hunk.to_json()  # one analysis
     assert hunk.cause == (
-        "1 of 7 preimage lines are not in the release at line 17 (the closest place); "
+        "6 of 7 preimage lines found in the release at line 17 (the closest place); "
         "it has 1 other line there"
     )
     assert (hunk.aligned_line, hunk.aligned) == (
@@ -352,7 +352,7 @@ def test_mismatch_shown_where_the_region_went_not_at_a_chance_match(tmp_path: Pa
     assert hunk.status == "conflict"
     assert hunk.aligned_line == 47
     assert hunk.cause == (
-        "6 of 7 preimage lines are not in the release at line 47 (where the region went "
+        "1 of 7 preimage lines found in the release at line 47 (where the region went "
         "upstream); it has 6 other lines there"
     )
     assert b"-line 47\n" in hunk.aligned and b"+    line 47\n" in hunk.aligned
@@ -370,9 +370,7 @@ def test_a_context_line_deleted_upstream_shows_as_one_line(tmp_path: Path) -> No
     assert hunk.status == "conflict"
     assert hunk.aligned.count(b"\n-") + hunk.aligned.startswith(b"-") == 1
     assert b"-line 18\n" in hunk.aligned and b"\n+" not in hunk.aligned
-    assert (
-        hunk.cause == "1 of 7 preimage lines are not in the release at line 17 (the closest place)"
-    )
+    assert hunk.cause == "6 of 7 preimage lines found in the release at line 17 (the closest place)"
 
 
 def test_a_hunk_that_also_matches_elsewhere_is_reported(tmp_path: Path) -> None:

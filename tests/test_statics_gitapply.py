@@ -29,6 +29,22 @@ def test_unmarked_rows_are_not_held_to_it(tmp_path: Path) -> None:
     dirty = OLD.replace(b"line 4\n", b"line 4\nadded \n")
     root = make_repo(tmp_path, {"vllm/a.py": OLD}, [("dirty", {"vllm/a.py": dirty})])
     assert static_findings(root, GITAPPLY) == []
+    # Nothing was asked of it, so it is not said to hold (issue #39: "held" with no row marked).
+    from hyperqwen_patches.checks.pipeline import run_check
+
+    report = run_check(root, pipeline=(GITAPPLY,))
+    assert report.status("git-apply") == "not asked for"
+    assert report.to_json()["status"] == {"git-apply": "not asked for"}
+
+
+def test_a_marked_row_that_passes_is_held(tmp_path: Path) -> None:
+    from hyperqwen_patches.checks.pipeline import run_check
+
+    clean = OLD.replace(b"line 4\n", b"line 4\nadded\n")
+    root = make_repo(
+        tmp_path, {"vllm/a.py": OLD}, [("clean", {"vllm/a.py": clean})], row_extra={"clean": MARK}
+    )
+    assert run_check(root, pipeline=(GITAPPLY,)).status("git-apply") == "held"
 
 
 def test_a_marked_row_is_checked_on_what_the_rows_before_it_made(tmp_path: Path) -> None:

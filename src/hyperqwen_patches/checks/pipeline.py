@@ -144,9 +144,14 @@ class CheckReport:
     findings: tuple[Finding, ...]
     require_fork: bool = False  # the fork checks' "not verified" fails (check --require-fork)
     against: dict[str, Any] = field(default_factory=dict)  # what it was checked against
+    # Checks no row asks for (git-apply without a ``git_apply: true`` row): they looked at nothing,
+    # so they are not said to hold.
+    not_asked: tuple[str, ...] = ()
 
     def status(self, check: str) -> str:
-        """held, failed, could not run, or not verified: what one check came to."""
+        """held, failed, could not run, not verified, or not asked for: what one check came to."""
+        if check in self.not_asked:
+            return "not asked for"
         mine = {f.severity for f in self.findings if f.check == check}
         if "problem" in mine:
             return "could not run"
@@ -256,6 +261,12 @@ def run_check(
     finally:
         ctx.close()
     findings = [f for i in range(len(pipeline)) for f in results[i]]
+    # A check may say whether any row asks for it (an ``asked_for(manifest)`` attribute).
+    not_asked = tuple(
+        check_name(t)
+        for t in pipeline
+        if not getattr(resolve(t), "asked_for", lambda _m: True)(manifest)
+    )
     return CheckReport(
         repo=root,
         pin=manifest.pin,
@@ -265,6 +276,7 @@ def run_check(
         findings=tuple(findings),
         require_fork=require_fork,
         against={"pristine": ctx.source, **ctx.evidence},
+        not_asked=not_asked,
     )
 
 

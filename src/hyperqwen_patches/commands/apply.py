@@ -14,9 +14,17 @@ if TYPE_CHECKING:
 
     import typer
 
-    from hyperqwen_patches.engine.applying import FileResult, HunkResult, PresenceResult
+    from hyperqwen_patches.engine.applying import (
+        FileResult,
+        HunkResult,
+        Policy,
+        PresenceResult,
+        SeriesResult,
+    )
+    from hyperqwen_patches.engine.expected import Divergence
     from hyperqwen_patches.engine.patchset import Patch
     from hyperqwen_patches.engine.placement import NearMiss
+    from hyperqwen_patches.series.expected import Reference
     from hyperqwen_patches.sources.tree import TreeApplyResult, TreeCheckResult
 
 
@@ -35,7 +43,15 @@ puts DIR back from (and refuses, writing nothing, when it is not ours).
 Applying twice is safe. A DIR that carries the whole series (layered rows included: a later row may
 edit lines an earlier one added) is left alone, exit 0; one that carries rows 1..k gets rows k+1..n.
 Any other state (a middle row missing under a later one, a row partly there) is refused with the rows
-named, exit 1, nothing written. `--check-applied` answers the same question without writing.
+named, exit 1, nothing written. `--check-applied` answers the same question without writing; on a
+manifest's series it also compares every file the series touches with the release plus the series
+and names a file that "carries an earlier or foreign change".
+
+`--upto ROW` (a row name, its 1-based number or its patch file) brings DIR to rows 1..ROW: it applies
+up to ROW (quilt's push ROW), or, on a DIR carrying later rows, takes them out last first, all or
+nothing (quilt's pop ROW; `--json` then prints unapply's document). `apply` alone brings them back.
+
+A deletion whose file holds other content than the patch deletes fails (GNU patch exits 1 too).
 
 Examples:
 
@@ -44,12 +60,16 @@ Examples:
   hyperqwen-patches apply site-packages --patch p.patch --dry-run --json
 
   hyperqwen-patches apply site-packages --patch p.patch --check-applied
+
+  hyperqwen-patches apply site-packages --upto 3
 """
 
 EPILOG = exit_codes_help(
     ok="every patch applied (or was already applied; with --check-applied: DIR carries every patch)",
-    finding="a hunk did not apply, nothing was written (with --check-applied: a patch is missing)",
-    usage="bad input: an unreadable or malformed patch, a path escaping DIR, a DIR that does not hold "
+    finding="a hunk did not apply, nothing was written (with --check-applied: a patch is missing, "
+    "or a touched file carries an earlier or foreign change; with --upto: a later row could not be "
+    "taken out, nothing written)",
+    usage="bad input: an unreadable or malformed patch, an --upto ROW not in the series, a path escaping DIR, a DIR that does not hold "
     "the patched files (such as a venv root; where its parent or a subdirectory does, the message "
     "names it), a bad option; a write journal in DIR that this tool did "
     "not sign (refused, nothing written); another run holding DIR's lock longer than HQP_LOCK_WAIT "
@@ -81,13 +101,57 @@ def default_series(start: Path, *, repo: Path | None = None) -> list[Patch]:
     return series.default_series(root)
 
 
-def up_to(patches: list[Patch], row: str) -> list[Patch]:
-    """The series up to and including ``row`` (a row name, or a patch file as given with --patch)."""
+def release_reference(repo: Path | None, patches: Sequence[Patch], policy: Policy) -> Reference:
+    """What DIR is compared with file by file: the manifest's release plus the series
+    (``series/expected.py``, cached); none, with the reason, when there is no manifest."""
+    from hyperqwen_patches.series.expected import Reference, reference_for
+    from hyperqwen_patches.series.manifest import find_repo_root, resolve_repo
+
+    root = resolve_repo(repo) if repo is not None else find_repo_root(Path.cwd())
+    if root is None:
+        return Reference(None, "no manifest names the release")
+    return reference_for(root, patches, policy)
+
+
+def row_files(repo: Path | None) -> dict[str, str]:
+    """Row name -> its patch file (repository-relative), from the manifest; {} without one."""
+    from hyperqwen_patches.series.manifest import find_repo_root, load_manifest, resolve_repo
+
+    root = resolve_repo(repo) if repo is not None else find_repo_root(Path.cwd())
+    if root is None:
+        return {}
+    return {r.name: r.patch for r in load_manifest(root).rows if r.patch is not None}
+
+
+def row_index(
+    patches: Sequence[Patch], row: str, option: str, files: dict[str, str] | None = None
+) -> int:
+    """The 0-based position of ``row`` in the series: a row name, a 1-based number, or a patch file
+    (its path as the manifest or --patch gives it, or only its file name)."""
     names = [p.name for p in patches]
-    if row not in names:
-        shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
-        raise UsageError(f"--upto {row!r}: no such row in the series ({shown})")
-    return patches[: names.index(row) + 1]
+    if row in names:
+        return names.index(row)
+    if row.isdigit():
+        number = int(row)
+        if 1 <= number <= len(names):
+            return number - 1
+        raise UsageError(f"{option} {row}: the series has rows 1 to {len(names)}")
+    files = files or {}
+    wanted = Path(row)
+    for i, name in enumerate(names):
+        path = Path(files.get(name, name))
+        if path == wanted or (len(wanted.parts) == 1 and path.name == wanted.name):
+            return i
+    shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+    raise UsageError(
+        f"{option} {row!r}: no such row in the series ({shown})",
+        hint="name a row, its 1-based number, or its patch file",
+    )
+
+
+def up_to(patches: list[Patch], row: str, files: dict[str, str] | None = None) -> list[Patch]:
+    """The series up to and including ``row`` (see ``row_index``)."""
+    return patches[: row_index(patches, row, "--upto", files) + 1]
 
 
 def refuse_misplaced(directory: Path, patches: list[Patch]) -> None:
@@ -204,8 +268,9 @@ def apply_command(
         typer.Option(
             "--upto",
             metavar="ROW",
-            help="Apply the series up to and including ROW only (quilt's push ROW); rows after it "
-            "are never taken out (unapply does that).",
+            help="Bring DIR to the series up to and including ROW (a row name, its 1-based number "
+            "or its patch file): rows up to ROW are applied (quilt's push ROW); rows after it that "
+            "DIR carries are taken out, last first, all or nothing (quilt's pop ROW).",
         ),
     ] = None,
     check_applied: Annotated[
@@ -223,25 +288,44 @@ def apply_command(
     if patch and repo is not None:
         raise UsageError("give --patch FILE or --repo DIR, not both")
     patches = [load_patch(p) for p in patch] if patch else default_series(Path.cwd(), repo=repo)
+    series = patches
     if upto is not None:
-        patches = up_to(patches, upto)
+        patches = up_to(patches, upto, {} if patch else row_files(repo))
     refuse_misplaced(directory, patches)
     crlf_notes(patches)
     policy = Policy(max_offset=max_offset, exact=exact, ambiguity="error" if strict else "report")
     if check_applied:
-        checked = check_tree(directory, patches, policy)
+        # A manifest's series is compared with its release file by file; --patch files name none.
+        reference = None if patch else release_reference(repo, patches, policy)
+        checked = check_tree(directory, patches, policy, reference and reference.expected)
         if json_output:
             from hyperqwen_patches.console import emit_json
 
             emit_json(check_payload(checked))
         else:
             _render_check(checked)
-        if not checked.ok:
-            missing = [p.name for p in checked.patches if p.status != "present"]
+        if reference is not None and reference.unavailable:
+            from hyperqwen_patches.console import err
+
+            err.print(f"note: not compared with the release file by file: {reference.unavailable}")
+        missing = [p.name for p in checked.patches if p.status != "present"]
+        if missing:
             raise FindingError(
                 f"{directory} does not carry {len(missing)} of {len(checked.patches)} patches: "
                 + ", ".join(missing)
             )
+        if checked.divergent:
+            from hyperqwen_patches.engine.expected import describe
+
+            raise FindingError(
+                f"{directory} carries every patch, and something else: "
+                + describe(checked.divergent),
+                hint="restore the pristine files (or re-install the package), then apply",
+            )
+        return
+    if len(patches) < len(series) and _pop(
+        directory, series, len(patches), policy, dry_run, json_output
+    ):
         return
     result = apply_to_tree(directory, patches, policy, dry_run=dry_run)
     if result.recovered is not None:
@@ -269,6 +353,78 @@ def apply_command(
         raise FindingError(
             f"{len(failed)} of {len(result.series.patches)} patches did not apply "
             f"({', '.join(failed)}); nothing was written to {directory}"
+        )
+
+
+def _pop(
+    directory: Path,
+    series: list[Patch],
+    keep: int,
+    policy: Policy,
+    dry_run: bool,
+    json_output: bool,
+) -> bool:
+    """``--upto`` on a DIR that carries rows after it: take them out, last first (quilt's pop ROW).
+
+    True when DIR carried rows after ``keep`` (they were taken out, or the reason why not raised);
+    False when it carries ``keep`` rows or fewer, and the rows up to ROW are to be applied instead."""
+    from hyperqwen_patches.sources.tree import unapply_tree
+
+    result = unapply_tree(directory, series, policy, dry_run=dry_run, keep=keep)
+    if result.refused is None and result.carried <= keep:
+        return False
+    render_taken_out(result, series, keep, json_output, "apply --upto")
+    return True
+
+
+def render_taken_out(
+    result: TreeApplyResult, series: Sequence[Patch], keep: int, json_output: bool, command: str
+) -> None:
+    """What ``unapply`` and ``apply --upto`` print after taking rows out (or refusing to)."""
+    directory = result.root
+    ok = result.ok and result.refused is None
+    taken = [series[i].name for i in reversed(range(keep, result.carried))] if ok else []
+    if json_output:
+        from hyperqwen_patches.console import emit_json
+
+        emit_json(
+            {
+                "directory": str(directory),
+                "dry_run": result.dry_run,
+                "ok": ok,
+                "refused": result.refused,
+                "taken_out": taken,
+                "kept": keep,
+                "divergent": divergent_records(result.divergent),
+                "written": [_text(p) for p in result.written],
+            }
+        )
+    if result.divergent:
+        raise FindingError(
+            f"{directory} carries rows 1-{result.carried} and something else; taking them out "
+            f"would not give back {'the release' if keep == 0 else f'rows 1-{keep}'}: "
+            f"{result.refused}; nothing was written",
+            hint="restore the pristine files (or re-install the package), then apply",
+        )
+    if result.refused:
+        raise FindingError(
+            f"{directory} is in a state no run of this series leaves: {result.refused}; "
+            "nothing was written"
+        )
+    if not result.ok:
+        failed = [p.name for p in result.series.patches if not p.ok]
+        raise FindingError(f"the reverse of {', '.join(failed)} did not apply; nothing was written")
+    if not json_output:
+        from hyperqwen_patches.console import out
+
+        verb = "would take" if result.dry_run else "took"
+        count = len(result.series.changes) if result.dry_run else len(result.written)
+        rows = f"{len(taken)} rows" if len(taken) != 1 else "1 row"
+        left = "row 1 stays" if keep == 1 else f"rows 1-{keep} stay" if keep else "none stays"
+        out.print(
+            f"ok: {command}: {verb} {rows} out of {directory}, last first "
+            f"({', '.join(taken[:6])}{' ...' if len(taken) > 6 else ''}); {left} "
+            f"({'would change' if result.dry_run else 'changed'} {count} files)"
         )
 
 
@@ -375,11 +531,30 @@ def apply_payload(result: TreeApplyResult, patches: Sequence[Patch] = ()) -> dic
             "applied": statuses.count("applied"),
             "already_applied": statuses.count("already-applied"),
             "failed": statuses.count("failed"),
-            "hunks": series.hunk_totals,
+            "hunks": _hunk_totals(series),
             "files_read": len(set(result.reads)),
             "files_written": len(result.written),
         },
     }
+
+
+def divergent_records(found: Sequence[Divergence] | None) -> list[dict[str, Any]] | None:
+    """The files unlike the release plus the rows carried, for --json (None: not compared)."""
+    if found is None:
+        return None
+    return [{"path": d.path, "rows": list(d.rows)} for d in found]
+
+
+def _hunk_totals(series: SeriesResult) -> dict[str, int]:
+    """Hunks by what happened to them. A hunk of a file that already carried its change was not
+    placed at all: it counts as "already_applied", never as "exact" (a re-apply applies nothing)."""
+    totals = {"exact": 0, "offset": 0, "failed": 0, "ambiguous": 0, "already_applied": 0}
+    for patch in series.patches:
+        for file in patch.files:
+            for hunk in file.hunks:
+                key = "already_applied" if file.status == "already-applied" else hunk.status
+                totals[key] += 1
+    return totals
 
 
 def _presence_record(presence: PresenceResult) -> dict[str, Any]:
@@ -404,6 +579,7 @@ def check_payload(result: TreeCheckResult) -> dict[str, Any]:
         "directory": str(result.root),
         "ok": result.ok,
         "patches": [_presence_record(p) for p in result.patches],
+        "divergent": divergent_records(result.divergent),
         "totals": {
             "patches": len(statuses),
             "present": statuses.count("present"),
@@ -540,6 +716,10 @@ def _render_check(result: TreeCheckResult) -> None:
     bad = [p.name for p in result.patches if p.status != "present"]
     if bad:
         lines.append(f"not carried: {', '.join(bad)}")
+    elif result.divergent:
+        shown = ", ".join(d.path for d in result.divergent)
+        verb = "carries" if len(result.divergent) == 1 else "carry"
+        lines.append(f"every patch is there, but {shown} also {verb} something else")
     else:
         lines.append(f"ok: {result.root} carries all {len(result.patches)} patches")
     out.print("\n".join(lines), soft_wrap=True)

@@ -59,6 +59,7 @@ TABLE: dict[str, dict[str, Any]] = {
         "params": [
             {"name": "directory", "kind": "argument", "opts": [], "secondary": [], "flag": False, "multiple": False, "required": True, "type": "path", "exists": False, "file_okay": True, "dir_okay": True, "readable": True},
             {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+            {"name": "to", "kind": "option", "opts": ["--to"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
             {"name": "dry_run", "kind": "option", "opts": ["--dry-run"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
             {"name": "json_output", "kind": "option", "opts": ["--json"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
         ],

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 HELP = """Check the series against its invariants, without writing anything anywhere.
 
 Runs the 15 checks below, each on its own, and prints the row table (row, files, hunks, exact, at
-offset, status), the findings, what each check came to (held, failed, could not run, not verified)
+offset, status), the findings, what each check came to (held, failed, could not run, not verified, not asked for)
 and what it was checked against (the pristine source, the fork or bundle and its sha256, the base
 commit, each export point's tip):
 
@@ -172,7 +172,7 @@ def verified_lines(report: CheckReport) -> list[str]:
     by_status: dict[str, list[str]] = {}
     for check in report.checks:
         by_status.setdefault(report.status(check), []).append(check)
-    for status in ("held", "failed", "could not run", "not verified"):
+    for status in ("held", "failed", "could not run", "not verified", "not asked for"):
         if status in by_status:
             lines.append(f"  {status:13} {', '.join(by_status[status])}")
     lines.append("against:")

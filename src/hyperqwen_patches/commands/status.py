@@ -22,8 +22,12 @@ REPO_HELP = (
 STATUS_HELP = """Say which rows of the series DIR carries (quilt's `applied`), writing nothing.
 
 The rows are unapplied last to first in memory (as `apply --check-applied` does): DIR carries rows
-1..k when those reverse-apply and none of the others is there. Any other state (a middle row missing,
-a row partly there) is named.
+1..k when those reverse-apply and none of the others is there. Then every file the series touches is
+compared with the manifest's release plus rows 1..k (digests computed once per series and release,
+kept in the cache): a file that holds anything else "carries an earlier or foreign change" (a row
+since dropped or rewritten, a hand edit) and is named with the rows that touch it. Any other state (a
+middle row missing, a row partly there, such a file) is named, exit 1. A release that cannot be read
+is said on stderr; the rest of the answer stands.
 
 Examples:
 
@@ -34,27 +38,33 @@ Examples:
 
 STATUS_EPILOG = exit_codes_help(
     ok="DIR carries rows 1..k (none, some or all)",
-    finding="DIR is in a state no run of the series leaves",
+    finding="DIR is in a state no run of the series leaves (rows out of order, a row partly there, "
+    "a touched file that is not the release plus the rows carried)",
     usage="bad input (no manifest, DIR not the package's parent, an interrupted write in DIR, "
     "another run holding DIR's lock longer than HQP_LOCK_WAIT seconds)",
 )
 
-UNAPPLY_HELP = """Take the rows DIR carries out again, last first, all or nothing (quilt's `pop -a`).
+UNAPPLY_HELP = """Take the rows DIR carries out again, last first, all or nothing (quilt's `pop -a`;
+with --to ROW, quilt's `pop ROW`).
 
-DIR must carry rows 1..k of the series (see `status`); the reverse of each is applied at fuzz 0 in
-memory, then written through the same journal as `apply`, so DIR ends pristine or untouched.
+DIR must carry rows 1..k of the series (see `status`), and every file the series touches must be the
+release plus those rows; the reverse of each row after ROW (default: every row) is applied at fuzz 0
+in memory, then written through the same journal as `apply`, so DIR ends at rows 1..ROW (pristine)
+or untouched. A file carrying an earlier or foreign change is named and nothing is written: taking the
+rows out would not give the release back.
 
 Examples:
 
   hyperqwen-patches unapply site-packages
 
-  hyperqwen-patches unapply site-packages --dry-run
+  hyperqwen-patches unapply site-packages --to 3 --dry-run
 """
 
 UNAPPLY_EPILOG = exit_codes_help(
     ok="the rows were taken out (or DIR carried none)",
-    finding="DIR is in a state no run of the series leaves, nothing written",
-    usage="bad input; a write journal in DIR that this tool did not sign (refused, nothing written); "
+    finding="DIR is in a state no run of the series leaves (a file carrying an earlier or foreign "
+    "change included), or a reverse did not apply; nothing written",
+    usage="bad input (a --to ROW not in the series); a write journal in DIR that this tool did not sign (refused, nothing written); "
     "another run holding DIR's lock longer than HQP_LOCK_WAIT seconds",
     interrupted="interrupted (Ctrl-C), DIR put back",
     terminated="terminated (SIGTERM), DIR put back",
@@ -74,15 +84,17 @@ def status_command(
     repo: Annotated[Path | None, typer.Option("--repo", file_okay=False, help=REPO_HELP)] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
+    from hyperqwen_patches.commands.apply import divergent_records, release_reference
     from hyperqwen_patches.engine.applying import Policy
     from hyperqwen_patches.engine.carried import carried_prefix
     from hyperqwen_patches.sources.tree import check_applied
 
     patches = _series(directory, repo)
-    checked = check_applied(directory, patches, Policy())
+    reference = release_reference(repo, patches, Policy())
+    checked = check_applied(directory, patches, Policy(), reference.expected)
     carried = carried_prefix(checked.patches)
     total = len(patches)
-    if carried is None:
+    if carried is None or checked.divergent:
         state = "inconsistent"
     else:
         state = "pristine" if carried == 0 else "complete" if carried == total else "partial"
@@ -92,6 +104,9 @@ def status_command(
         "carried": carried,
         "total": total,
         "rows": [{"name": p.name, "status": p.status} for p in checked.patches],
+        "divergent": divergent_records(checked.divergent),
+        "compared_with_release": checked.divergent is not None,
+        "not_compared": reference.unavailable,
     }
     if json_output:
         from hyperqwen_patches.console import emit_json
@@ -103,9 +118,21 @@ def status_command(
         rows = [(str(i), p.name, p.status) for i, p in enumerate(checked.patches, 1)]
         lines = table_lines([("#", "right"), ("row", "left"), ("in DIR", "left")], rows)
         out.print("\n".join([f"status → {directory}", *lines]), soft_wrap=True)
-        if carried is not None:
+        if carried is not None and not checked.divergent:
             nxt = f"; next: {patches[carried].name}" if carried < total else ""
             out.print(f"{directory} carries {carried} of {total} rows ({state}){nxt}")
+    if reference.unavailable:
+        from hyperqwen_patches.console import err
+
+        err.print(f"note: not compared with the release file by file: {reference.unavailable}")
+    if checked.divergent:
+        from hyperqwen_patches.engine.expected import describe
+
+        raise FindingError(
+            f"{directory} carries rows 1-{carried} of {total} and something else: "
+            + describe(checked.divergent),
+            hint="restore the pristine files (or re-install the package), then apply",
+        )
     if carried is None:
         odd = [p.name for p in checked.patches if p.status != "missing"]
         raise FindingError(
@@ -118,47 +145,40 @@ def status_command(
 def unapply_command(
     directory: Annotated[Path, typer.Argument(metavar="DIR", help=DIR_HELP)],
     repo: Annotated[Path | None, typer.Option("--repo", file_okay=False, help=REPO_HELP)] = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            metavar="ROW",
+            help="Take out only the rows after ROW (a row name, its 1-based number or its patch "
+            "file); rows 1..ROW stay (quilt's pop ROW). Default: every row.",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Check that it would work; write nothing.")
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
+    from hyperqwen_patches.commands.apply import (
+        release_reference,
+        render_taken_out,
+        row_files,
+        row_index,
+    )
     from hyperqwen_patches.engine.applying import Policy
     from hyperqwen_patches.sources.tree import unapply_tree
 
     patches = _series(directory, repo)
-    result = unapply_tree(directory, patches, Policy(), dry_run=dry_run)
-    payload = {
-        "directory": str(directory),
-        "dry_run": dry_run,
-        "ok": result.ok,
-        "refused": result.refused,
-        "taken_out": [patches[i].name for i in reversed(range(result.carried))]
-        if result.ok
-        else [],
-        "written": [p.decode("utf-8", "backslashreplace") for p in result.written],
-    }
-    if json_output:
-        from hyperqwen_patches.console import emit_json
+    keep = 0 if to is None else row_index(patches, to, "--to", row_files(repo)) + 1
+    reference = release_reference(repo, patches, Policy())
+    if reference.unavailable:
+        from hyperqwen_patches.console import err
 
-        emit_json(payload)
-    if result.refused:
-        raise FindingError(
-            f"{directory} is in a state no run of this series leaves: {result.refused}; "
-            "nothing was written"
-        )
-    if not result.ok:
-        failed = [p.name for p in result.series.patches if not p.ok]
-        raise FindingError(f"the reverse of {', '.join(failed)} did not apply; nothing was written")
-    if not json_output:
-        from hyperqwen_patches.console import out
-
-        verb = "would take" if dry_run else "took"
-        count = len(result.series.changes) if dry_run else len(result.written)
-        out.print(
-            f"ok: {verb} {result.carried} rows out of {directory} "
-            f"({'would change' if dry_run else 'changed'} {count} files)"
-        )
+        err.print(f"note: not compared with the release file by file: {reference.unavailable}")
+    result = unapply_tree(
+        directory, patches, Policy(), dry_run=dry_run, keep=keep, expected=reference.expected
+    )
+    render_taken_out(result, patches, keep, json_output, "unapply")
 
 
 def register(app: typer.Typer) -> None:

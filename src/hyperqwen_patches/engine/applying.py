@@ -263,7 +263,10 @@ def verify_applied(
     found: list[PresenceResult] = []
     for patch in reversed(patches):
         result, local = _apply_patch(patch.reversed(), state, reverse_policy)
-        files = tuple(reversed(result.files))
+        files = tuple(
+            _still_there(fp, f, state)
+            for fp, f in zip(patch.files, reversed(result.files), strict=True)
+        )
         present = [f.status == "applied" for f in files]
         if all(present):
             status: PresenceStatus = "present"
@@ -274,6 +277,18 @@ def verify_applied(
             status = "missing"
         found.append(PresenceResult(name=patch.name, status=status, files=files))
     found.reverse()
+    return found
+
+
+def _still_there(fp: FilePatch, found: FileResult, state: _Overlay) -> FileResult:
+    """A deletion is carried only where its file is gone. Its reverse (a creation) also "applies" to
+    an empty file, as GNU patch creates into one; but a deletion leaves no empty file behind (GNU
+    patch removes it), so an empty file there means the deletion is not carried."""
+    old = fp.old_path
+    deletion = fp.new_path is None and old is not None and found.status == "applied"
+    if deletion and old is not None and state.read(old) is not None:
+        error = f"{_show(old)} is still there (empty): the deletion is not carried"
+        return replace(found, status="failed", error=error)
     return found
 
 
@@ -336,6 +351,18 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
             old_path=source,
         )
     outcome = _place_hunks(fp.hunks, content, policy)
+    if outcome.status == "already-applied" and fp.new_path is None:
+        # A deletion whose file is still there is not "already applied", whatever its reverse says
+        # (the reverse of "delete every line" inserts them, which fits any file): the file holds
+        # other content than the patch deletes. GNU patch refuses it too (exit 1, file kept).
+        return FileResult(
+            source,
+            action,
+            "failed",
+            error=f"not deleting {_show(source)}: its content differs from the lines the patch "
+            "deletes",
+            old_path=source,
+        )
     if outcome.status == "already-applied":
         return FileResult(fp.path, action, "already-applied", outcome.hunks, old_path=fp.old_path)
     if outcome.output is None:

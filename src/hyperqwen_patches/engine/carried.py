@@ -29,8 +29,9 @@ from hyperqwen_patches.engine.applying import (
     apply_series,
     verify_applied,
 )
+from hyperqwen_patches.engine.expected import Divergence
 from hyperqwen_patches.engine.patchset import Patch
-from hyperqwen_patches.records import record, replace
+from hyperqwen_patches.records import field, record, replace
 
 
 @record(slots=True)
@@ -40,6 +41,7 @@ class CarriedResult:
     series: SeriesResult
     carried: int  # rows 1..carried were in the tree already (nothing written for them)
     refused: str | None = None  # why the tree's state was refused (then series.ok is False)
+    divergent: list[Divergence] = field(default_factory=list)  # touched files unlike release + rows
 
     @property
     def ok(self) -> bool:
@@ -87,8 +89,12 @@ def _leading(presence: Sequence[PresenceResult]) -> int:
     return k
 
 
-def unapply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> CarriedResult:
-    """Take the rows a tree carries (1..k) out again, last first: the pristine tree's bytes.
+def unapply_carried(
+    patches: Sequence[Patch], read: Reader, policy: Policy, *, keep: int = 0
+) -> CarriedResult:
+    """Take the rows a tree carries (1..k) out again, last first, down to row ``keep`` (quilt's
+    ``pop ROW``; 0: all of them, the pristine tree's bytes). Rows 1..keep stay; a tree carrying no
+    more than ``keep`` rows is left as it is.
 
     Refused, as ``apply_carried`` refuses, when the tree is not in a state a run of the series
     leaves. ``carried`` is k; the result's patches are the reversed rows, in the order undone."""
@@ -96,7 +102,7 @@ def unapply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> C
     carried = carried_prefix(presence)
     if carried is None:
         return _refuse(presence)
-    undo = [p.reversed() for p in reversed(patches[:carried])]
+    undo = [p.reversed() for p in reversed(patches[keep:carried])]
     # Each reverse was just shown to apply in this order (verify_applied unapplies the same way).
     result = apply_series(undo, read, replace(policy, forward=False))
     return CarriedResult(result, carried=carried)

@@ -639,6 +639,7 @@ def check_replay(
         return found, actual
 
     first_reported = False
+    last_signature: tuple[tuple[bytes, ...], tuple[str, ...]] | None = None
     for name, _recorded, patch in rows:
         if patch is None:
             add(
@@ -662,6 +663,12 @@ def check_replay(
         differing, actual = compare_at(step_commit.sha)
         report.steps.append(StepResult(name, step_commit.sha, differing))
         if differing:
+            diff = short_diff(view_dir, state, actual, differing)
+            # One edit shows at its row's step and at every later step and the tip, the same
+            # lines each time: said once, where it starts, with the command that fixes it.
+            if _signature(differing, diff) == last_signature:
+                continue
+            last_signature = _signature(differing, diff)
             add(
                 Problem(
                     "replay-identity",
@@ -670,24 +677,47 @@ def check_replay(
                     f"{'first divergent step' if not first_reported else 'step'}: pristine + rows up to "
                     f"{name} differs from fork commit {step_commit.sha[:12]} in {len(differing)} file(s): "
                     + ", ".join(show(p) for p in differing[:5]),
-                    short_diff(view_dir, state, actual, differing),
+                    diff + "\n" + _fix_hint(name),
                 )
             )
             first_reported = True
+        else:
+            last_signature = None
     differing, actual = compare_at(tip)
     report.tip_differing = differing
     if differing:
-        add(
-            Problem(
-                "replay-identity",
-                "error",
-                export_point,
-                f"tip: pristine + series differs from {tip[:12]} in {len(differing)} file(s): "
-                + ", ".join(show(p) for p in differing[:5]),
-                short_diff(view_dir, state, actual, differing),
+        diff = short_diff(view_dir, state, actual, differing)
+        if _signature(differing, diff) != last_signature:
+            add(
+                Problem(
+                    "replay-identity",
+                    "error",
+                    export_point,
+                    f"tip: pristine + series differs from {tip[:12]} in {len(differing)} file(s): "
+                    + ", ".join(show(p) for p in differing[:5]),
+                    diff + "\nfix: run `hyperqwen-patches export` (the fork is the truth)",
+                )
             )
-        )
     return report
+
+
+def _signature(paths: Sequence[bytes], diff: str) -> tuple[tuple[bytes, ...], tuple[str, ...]]:
+    """What a divergence is, whatever step shows it: the files and the changed lines (not the @@
+    line numbers, which later rows move)."""
+    changed = tuple(
+        line
+        for line in diff.splitlines()
+        if line[:1] in ("+", "-") and not line.startswith(("+++ ", "--- "))
+    )
+    return tuple(paths), changed
+
+
+def _fix_hint(row: str) -> str:
+    return (
+        f"fix: run `hyperqwen-patches export` to write row {row}'s patch file from the fork (a hand "
+        f"edit of the patch file is dropped; to keep one, make it on the fork: "
+        f"`hyperqwen-patches edit {row}`, then `hyperqwen-patches refresh`)"
+    )
 
 
 def other_rows(manifest: Manifest, point: str) -> dict[str, str]:

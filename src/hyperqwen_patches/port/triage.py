@@ -96,8 +96,8 @@ def _conflict_cause(
         if miss.matched == 0:
             return "no line of the hunk's preimage is where it should be"
         return (
-            f"{miss.total - miss.matched} of {miss.total} preimage lines differ at line "
-            f"{miss.line}, the closest place"
+            f"{miss.matched} of {miss.total} preimage lines found at line {miss.line}, the "
+            "closest place"
         )
     return result.error or "does not apply"
 
@@ -304,7 +304,9 @@ def _conflict(
     )
     if aligned and placed_by_content:
         diff_lines = aligned.splitlines()
-        gone = sum(1 for x in diff_lines if x.startswith(b"-"))
+        # Say what matches ("4 of 6 ... found"), never a count of what does not ("0 of 6 ... are
+        # not in" reads as a failure when all six are there).
+        found = sum(1 for x in diff_lines if x.startswith(b" "))
         other = sum(1 for x in diff_lines if x.startswith(b"+"))
         where = (
             "where the region went upstream"
@@ -312,7 +314,7 @@ def _conflict(
             else "the closest place"
         )
         cause = (
-            f"{gone} of {len(hunk.old_lines)} preimage lines are not in the release at line "
+            f"{found} of {len(hunk.old_lines)} preimage lines found in the release at line "
             f"{aligned_line} ({where})"
             + (f"; it has {other} other line{'s' if other != 1 else ''} there" if other else "")
         )

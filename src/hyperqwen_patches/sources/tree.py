@@ -45,10 +45,16 @@ from hyperqwen_patches.engine.applying import (
     SeriesResult,
     verify_applied,
 )
-from hyperqwen_patches.engine.carried import CarriedResult, apply_carried, unapply_carried
+from hyperqwen_patches.engine.carried import (
+    CarriedResult,
+    apply_carried,
+    carried_prefix,
+    unapply_carried,
+)
+from hyperqwen_patches.engine.expected import Divergence, Expected, describe, divergences
 from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.errors import EnvironmentProblem, HqpError, Interrupted, UsageError
-from hyperqwen_patches.records import field, record
+from hyperqwen_patches.records import field, record, replace
 from hyperqwen_patches.sources import journal
 from hyperqwen_patches.sources.confined import Confined, is_plain, parent_of
 
@@ -709,6 +715,7 @@ class TreeApplyResult:
     carried: int = 0  # leading rows DIR carried already (engine/carried.py)
     refused: str | None = None  # why DIR's state was refused: rows carried out of order, or partly
     recovered: journal.Recovery | None = None  # an interrupted earlier write, undone first
+    divergent: list[Divergence] = field(default_factory=list)  # files unlike release + rows
 
     @property
     def ok(self) -> bool:
@@ -726,10 +733,38 @@ def apply_to_tree(
 
 
 def unapply_tree(
-    root: Path, patches: Sequence[Patch], policy: Policy, *, dry_run: bool = False
+    root: Path,
+    patches: Sequence[Patch],
+    policy: Policy,
+    *,
+    dry_run: bool = False,
+    keep: int = 0,
+    expected: Expected | None = None,
 ) -> TreeApplyResult:
-    """Take the rows ``root`` carries out again, all or nothing (journaled like ``apply_to_tree``)."""
-    return _carry(root, patches, policy, dry_run, unapply_carried)
+    """Take the rows ``root`` carries out again down to row ``keep``, all or nothing (journaled like
+    ``apply_to_tree``).
+
+    With ``expected`` (the release plus the series, ``engine/expected.py``), a tree whose touched
+    files hold anything but the release plus the rows it carries is refused, nothing written: taking
+    the rows out would not give the release (or rows 1..keep) back."""
+
+    def plan(
+        ps: Sequence[Patch], read: Callable[[bytes], bytes | None], pol: Policy
+    ) -> CarriedResult:
+        outcome = unapply_carried(ps, read, pol, keep=keep)
+        if expected is None or outcome.refused is not None:
+            return outcome
+        found = divergences(expected, outcome.carried, read)
+        if found:
+            return replace(
+                outcome,
+                series=replace(outcome.series, changes={}, modes={}, moved={}),
+                refused=describe(found),
+                divergent=found,
+            )
+        return outcome
+
+    return _carry(root, patches, policy, dry_run, plan)
 
 
 def _carry(
@@ -762,6 +797,7 @@ def _carry(
         carried=outcome.carried,
         refused=outcome.refused,
         recovered=tree.recovered,
+        divergent=outcome.divergent,
     )
 
 
@@ -771,18 +807,30 @@ class TreeCheckResult:
 
     root: Path
     patches: list[PresenceResult]
+    # The touched files whose bytes are not the release plus the rows carried (None: not compared,
+    # no release to compare with or the rows are not a prefix of the series).
+    divergent: list[Divergence] | None = None
 
     @property
     def ok(self) -> bool:
-        return all(p.status == "present" for p in self.patches)
+        return all(p.status == "present" for p in self.patches) and not self.divergent
 
 
-def check_applied(root: Path, patches: Sequence[Patch], policy: Policy) -> TreeCheckResult:
-    """Verify, in memory and read-only, that ``root`` already carries every patch."""
+def check_applied(
+    root: Path, patches: Sequence[Patch], policy: Policy, expected: Expected | None = None
+) -> TreeCheckResult:
+    """Verify, in memory and read-only, that ``root`` already carries every patch; with
+    ``expected``, also that every file the series touches holds the release plus the rows carried
+    (``engine/expected.py``), file by file."""
     tree = Tree(root)
     with tree.locked(exclusive=False):
         tree.refuse_if_interrupted()
-        return TreeCheckResult(root=root, patches=verify_applied(patches, tree.read, policy))
+        presence = verify_applied(patches, tree.read, policy)
+        found = None
+        carried = carried_prefix(presence)
+        if expected is not None and carried is not None:
+            found = divergences(expected, carried, tree.read)
+        return TreeCheckResult(root=root, patches=presence, divergent=found)
 
 
 @record(frozen=True)

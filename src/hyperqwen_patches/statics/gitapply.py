@@ -134,7 +134,15 @@ def gitapply_findings(
 
 def check_git_apply(ctx: CheckContext) -> list[Finding]:
     """Rows marked ``git_apply: true`` pass ``git apply --check --whitespace=error`` in order."""
-    if not any(r.git_apply for r in ctx.manifest.active_rows):
+    if not asked_for(ctx.manifest):
         return []
     found = gitapply_findings(ctx.manifest, ctx.series, ctx.pristine.read)
     return [f.to_finding() for f in found]
+
+
+def asked_for(manifest: Manifest) -> bool:
+    """Whether any row asks for the check (else ``check`` reports it "not asked for", not "held")."""
+    return any(r.git_apply for r in manifest.active_rows)
+
+
+check_git_apply.asked_for = asked_for  # type: ignore[attr-defined]
