@@ -297,7 +297,8 @@ def apply_command(
     if check_applied:
         # A manifest's series is compared with its release file by file; --patch files name none.
         reference = None if patch else release_reference(repo, patches, policy)
-        checked = check_tree(directory, patches, policy, reference and reference.expected)
+        expected = reference.expected if reference is not None else None
+        checked = check_tree(directory, patches, policy, expected)
         if json_output:
             from hyperqwen_patches.console import emit_json
 
@@ -609,8 +610,8 @@ def _render_apply(result: TreeApplyResult, patches: Sequence[Patch] = ()) -> Non
         for file in patch.files:
             label = show(file.path)
             if not file.hunks or file.status == "already-applied":
-                count = f"{len(file.hunks)} hunks" if file.hunks else ""
-                rows.append((patch.name, label, count, "", "", "", file.status))
+                hunks = f"{len(file.hunks)} hunks" if file.hunks else ""
+                rows.append((patch.name, label, hunks, "", "", "", file.status))
                 continue
             # Hunks that landed exactly where stated, with no other match, fold into one row: the
             # table is for what a maintainer must look at (offsets, ambiguity, failures).
@@ -626,7 +627,7 @@ def _render_apply(result: TreeApplyResult, patches: Sequence[Patch] = ()) -> Non
             for hunk in file.hunks:
                 if hunk.status == "exact" and not hunk.other_matches:
                     continue
-                status = hunk.status
+                status: str = hunk.status
                 if hunk.other_matches and hunk.ok:
                     status += f" (also at {hunk.others_text()})"
                 rows.append(

@@ -21,6 +21,10 @@ from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.records import record
 from hyperqwen_patches.resultcache import sha256  # CPython's own: hashlib's import loads OpenSSL
 
+TYPE_CHECKING = False  # not typing's: apply's import path stays light
+if TYPE_CHECKING:
+    from typing import Any
+
 VERSION = "1"  # bump when what is computed changes (the cache key includes it)
 
 
@@ -53,7 +57,7 @@ class Expected:
         }
 
     @classmethod
-    def from_json(cls, value: dict) -> Expected:
+    def from_json(cls, value: dict[str, Any]) -> Expected:
         return cls(value["rows"], value["files"], value["touched_by"], value["known"])
 
     def digest_after(self, path: str, k: int) -> str | None:

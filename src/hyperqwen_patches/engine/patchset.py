@@ -18,6 +18,12 @@ from collections.abc import Mapping
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.records import field, record
 
+TYPE_CHECKING = False  # not typing's: the engine's import path stays light
+if TYPE_CHECKING:
+    from typing import Literal
+
+    FileAction = Literal["modify", "create", "delete", "rename", "copy"]
+
 #: The line kinds a hunk holds, as the byte that starts them in the patch.
 CONTEXT = 0x20  # b" "
 REMOVED = 0x2D  # b"-"
@@ -151,7 +157,7 @@ class FilePatch:
         return path
 
     @property
-    def action(self) -> str:
+    def action(self) -> FileAction:
         if self.old_path is None:
             return "create"
         if self.new_path is None:
