@@ -438,3 +438,29 @@ def test_a_rows_series_comment_and_option() -> None:
         "patches/manifest.yaml:28: rows[1].series_options: '-p0': the only option is -p1 (every row "
         "applies with -p1)",
     ]
+
+
+def test_schema_patterns_are_the_validators() -> None:
+    """Each pattern the published schema states is the validator's own, spelled for JSON Schema:
+    ECMA-262's ``$`` (end of input) where Python's ``re`` needs ``\\Z`` (its ``$`` also matches
+    before a final newline, which a name must not end with)."""
+    schema = json.loads((REPO / "src/hyperqwen_patches/manifest.schema.json").read_text())
+    defs = schema["$defs"]
+    pairs = {
+        "package": (schema["properties"]["package"]["pattern"], m.PACKAGE_RE),
+        "knob_prefixes": (
+            schema["properties"]["knob_prefixes"]["items"]["pattern"],
+            m.KNOB_PREFIX_RE,
+        ),
+        "version": (defs["version"]["pattern"], m.VERSION_RE),
+        "name": (defs["name"]["pattern"], m.NAME_RE),
+        "commit": (defs["commit"]["pattern"], m.COMMIT_RE),
+        "runtime_knob.name": (defs["runtime_knob"]["properties"]["name"]["pattern"], m.KNOB_RE),
+        "accepted_name.name": (defs["accepted_name"]["properties"]["name"]["pattern"], m.DOTTED_RE),
+        "row.series_comment": (
+            defs["row"]["properties"]["series_comment"]["pattern"],
+            m.SERIES_COMMENT_RE,
+        ),
+    }
+    for where, (published, validator) in pairs.items():
+        assert published == validator.pattern.replace("\\Z", "$"), where
