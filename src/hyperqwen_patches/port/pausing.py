@@ -51,6 +51,9 @@ class RebaseState:
     # False from the state's save until the worktree holds the row's files: a run killed in between
     # left a worktree half written, which --continue sets up again rather than commit.
     ready: bool = True
+    # row -> [message, identity env] as the rebase began with them (the export point's commits): a
+    # --continue reads them here rather than the fork's history again.
+    messages: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @contextlib.contextmanager

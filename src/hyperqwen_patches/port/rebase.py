@@ -319,7 +319,13 @@ def _rebase(
     from hyperqwen_patches.port.rowstep import RowPorter
 
     saved = pausing.load(git_dir)
-    messages = _fork_messages(git_dir, manifest)
+    if request.action != "start" and saved is not None and saved.messages:
+        messages = {
+            row: (text.encode("utf-8", "surrogateescape"), dict(env))
+            for row, (text, env) in saved.messages.items()
+        }
+    else:
+        messages = _fork_messages(git_dir, manifest)
     with forkgit.lazy_scratch_repo() as view, CommitStream(git_dir) as stream:
         if request.action == "start":
             progress, state, start = _begin(
@@ -352,7 +358,7 @@ def _rebase(
             elif outcome.kind == "needs-person":
                 stream.close()  # the commits so far into the object store before a state names them
                 paused = _pause(
-                    git_dir, report, request, sources, progress, row, outcome, done_with
+                    git_dir, report, request, sources, progress, row, outcome, done_with, messages
                 )
                 break
             else:
@@ -470,6 +476,7 @@ def _pause(
     row: PortRow,
     outcome: RowOutcome,
     done_with: Path | None,
+    messages: dict[str, tuple[bytes, dict[str, str]]],
 ) -> Paused:
     """Save the state, then put the row's files in the worktree for a person (the one the last
     pause used, moved on, where there was one)."""
@@ -491,6 +498,10 @@ def _pause(
         to_source=sources[0],
         from_source=sources[1],
         ready=False,
+        messages={
+            name: [text.decode("utf-8", "surrogateescape"), env]
+            for name, (text, env) in messages.items()
+        },
     )
     pausing.save(git_dir, state)
     # A failure from here on leaves the state: --abort removes what was made, --continue sets the
