@@ -105,6 +105,40 @@ TABLE: dict[str, dict[str, Any]] = {
             {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
         ],
     },
+    "drop": {
+        "module": "hyperqwen_patches.commands.rows",
+        "function": "drop_command",
+        "no_args_is_help": False,
+        "params": [
+            {"name": "row", "kind": "argument", "opts": [], "secondary": [], "flag": False, "multiple": False, "required": True, "type": "str"},
+            {"name": "retired_by", "kind": "option", "opts": ["--retired-by"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
+            {"name": "fork", "kind": "option", "opts": ["--fork"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+            {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+        ],
+    },
+    "move": {
+        "module": "hyperqwen_patches.commands.rows",
+        "function": "move_command",
+        "no_args_is_help": False,
+        "params": [
+            {"name": "row", "kind": "argument", "opts": [], "secondary": [], "flag": False, "multiple": False, "required": True, "type": "str"},
+            {"name": "after", "kind": "option", "opts": ["--after"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
+            {"name": "before", "kind": "option", "opts": ["--before"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
+            {"name": "fork", "kind": "option", "opts": ["--fork"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+            {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+        ],
+    },
+    "rename": {
+        "module": "hyperqwen_patches.commands.rows",
+        "function": "rename_command",
+        "no_args_is_help": False,
+        "params": [
+            {"name": "old", "kind": "argument", "opts": [], "secondary": [], "flag": False, "multiple": False, "required": True, "type": "str"},
+            {"name": "new", "kind": "argument", "opts": [], "secondary": [], "flag": False, "multiple": False, "required": True, "type": "str"},
+            {"name": "fork", "kind": "option", "opts": ["--fork"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+            {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
+        ],
+    },
     "adopt": {
         "module": "hyperqwen_patches.commands.adopt",
         "function": "adopt_command",

@@ -129,7 +129,105 @@ def new_command(
     out.print(str(result.worktree))
 
 
+ROWOP_EPILOG = exit_codes_help(
+    ok="done: fork, manifest, patch files, series, PATCHES.md and bundle updated together",
+    finding="a later row no longer applies in its new place (nothing changed)",
+    usage="no such row, an edit is open, another row command is running, bad input",
+)
+ROW_REF_HELP = "A row: its name, its 1-based number in the manifest, or its patch file name."
+
+DROP_HELP = """Take ROW out of the series (quilt's `delete`), through the fork.
+
+Its commit leaves the fork's branch, every later row is re-applied on top at fuzz 0, its entry
+leaves patches/manifest.yaml and its patch file (or module files) the repository; numbered patch
+files (0003-x.patch) are renumbered to the new order; series, PATCHES.md and a shipped bundle are
+written anew. With --retired-by VERSION the manifest records it under `retirements:` (the release
+that carries it). If a later row no longer applies without it, nothing is changed.
+
+  hyperqwen-patches drop old-fix --retired-by 0.30.0
+"""
+
+MOVE_HELP = """Move ROW right after (--after) or before (--before) another row of its export point.
+
+The fork's commits are put in the new order and re-applied at fuzz 0 from the first that moved; the
+manifest's entries follow (comments kept), numbered patch files are renumbered, and everything is
+exported together. A row that no longer applies in its new place stops it with nothing written.
+
+  hyperqwen-patches move 3 --after 1
+"""
+
+RENAME_HELP = """Rename row OLD to NEW: its manifest entry, its commit's Hqp-Row trailer (the later
+commits re-parented), and its patch file when the file is named after the row (0002-old.patch
+becomes 0002-new.patch). Everything is exported together; `import` reproduces every SHA.
+"""
+
+
+def drop_command(
+    row: Annotated[str, typer.Argument(metavar="ROW", help=ROW_REF_HELP)],
+    retired_by: Annotated[
+        str | None,
+        typer.Option(
+            "--retired-by", metavar="VERSION",
+            help="Record the drop as a retirement: the release that carries the row.",
+        ),
+    ] = None,
+    fork: Annotated[Path | None, typer.Option("--fork", help=FORK_HELP, file_okay=False)] = None,
+    repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
+) -> None:  # fmt: skip
+    from hyperqwen_patches.fork.rowops import drop_row
+    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+
+    manifest = load_manifest(resolve_repo(repo))
+    _show(drop_row(manifest, row, retired_by=retired_by, fork=fork))
+
+
+def move_command(
+    row: Annotated[str, typer.Argument(metavar="ROW", help=ROW_REF_HELP)],
+    after: Annotated[
+        str | None, typer.Option("--after", metavar="OTHER", help="Put ROW right after OTHER.")
+    ] = None,
+    before: Annotated[
+        str | None, typer.Option("--before", metavar="OTHER", help="Put ROW right before OTHER.")
+    ] = None,
+    fork: Annotated[Path | None, typer.Option("--fork", help=FORK_HELP, file_okay=False)] = None,
+    repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
+) -> None:
+    from hyperqwen_patches.fork.rowops import move_row
+    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+
+    manifest = load_manifest(resolve_repo(repo))
+    _show(move_row(manifest, row, after=after, before=before, fork=fork))
+
+
+def rename_command(
+    old: Annotated[str, typer.Argument(metavar="OLD", help=ROW_REF_HELP)],
+    new: Annotated[str, typer.Argument(metavar="NEW", help="The row's new name.")],
+    fork: Annotated[Path | None, typer.Option("--fork", help=FORK_HELP, file_okay=False)] = None,
+    repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
+) -> None:
+    from hyperqwen_patches.fork.rowops import rename_row
+    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+
+    manifest = load_manifest(resolve_repo(repo))
+    _show(rename_row(manifest, old, new, fork=fork))
+
+
+def _show(result) -> None:  # type: ignore[no-untyped-def]
+    from hyperqwen_patches.console import err, out
+
+    if result.recovered:
+        err.print(f"{result.op}: {result.recovered}")
+    out.print(f"{result.op}: row {result.row} {result.detail}")
+    for name, commit in result.rebased:
+        out.print(f"  re-applied {name} -> {commit[:12]}")
+    shown = ", ".join(result.written) if result.written else "nothing"
+    out.print(f"  exported: {shown}", soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
     app.command("edit", help=EDIT_HELP, epilog=EDIT_EPILOG)(edit_command)
     app.command("refresh", help=REFRESH_HELP, epilog=REFRESH_EPILOG)(refresh_command)
     app.command("new", help=NEW_HELP, epilog=NEW_EPILOG)(new_command)
+    app.command("drop", help=DROP_HELP, epilog=ROWOP_EPILOG)(drop_command)
+    app.command("move", help=MOVE_HELP, epilog=ROWOP_EPILOG)(move_command)
+    app.command("rename", help=RENAME_HELP, epilog=ROWOP_EPILOG)(rename_command)
