@@ -4,9 +4,6 @@ check verifies gets worse) and ``import`` (every SHA the manifest names reproduc
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

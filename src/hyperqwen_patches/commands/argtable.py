@@ -77,7 +77,8 @@ TABLE: dict[str, dict[str, Any]] = {
         "function": "edit_command",
         "no_args_is_help": False,
         "params": [
-            {"name": "row", "kind": "argument", "opts": [], "secondary": [], "flag": False, "multiple": False, "required": True, "type": "str"},
+            {"name": "row", "kind": "argument", "opts": [], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "str"},
+            {"name": "abort", "kind": "option", "opts": ["--abort"], "secondary": [], "flag": True, "multiple": False, "required": False, "type": "bool"},
             {"name": "fork", "kind": "option", "opts": ["--fork"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
             {"name": "repo", "kind": "option", "opts": ["--repo"], "secondary": [], "flag": False, "multiple": False, "required": False, "type": "path", "exists": False, "file_okay": False, "dir_okay": True, "readable": True},
         ],

@@ -25,7 +25,8 @@ series by `import` when it is missing or behind. The work tree is .hqp/edit/ROW;
 
   cd "$(hyperqwen-patches edit ROW | tail -1)"
 
-works in scripts. One row is edited at a time; editing the same row again reopens its work tree.
+works in scripts. One row is edited at a time; editing the same row again reopens its work tree,
+editing another is refused. `edit --abort` drops the open edit (its work tree and its changes).
 """
 
 REFRESH_HELP = """Fold the open edit into its row, re-apply the later rows, export.
@@ -34,8 +35,11 @@ The work tree's files become the row's new content: the row's commit is written 
 and trailers, same author and date; the committer pinned as `import` pins it, so `import` of the
 exported series reproduces every SHA), each later row is re-applied on top at fuzz 0, the branch is
 moved, and export writes the patch files, the manifest's SHAs, series, PATCHES.md and a shipped
-patches/fork.bundle. If a later row no longer applies, nothing is changed and the row, file and hunk
-are named. --close removes the work tree afterwards.
+patches/fork.bundle. If a later row no longer applies, nothing is changed (the work tree and its
+index included) and the row, file and hunk are named. All or nothing: the branch moves only with the
+files; a refresh cut short (killed) is undone by the next row command. Uncommitted changes to other
+rows' patch files are refused, named, never overwritten. The work tree's files are read byte for
+byte: the fork's own filters (filter.*, text, ident) do not run. --close removes the work tree.
 """
 
 REFRESH_EPILOG = exit_codes_help(
@@ -43,25 +47,52 @@ REFRESH_EPILOG = exit_codes_help(
     finding="a later row does not apply (nothing changed)",
     usage="no edit open, bad input",
 )
-EDIT_EPILOG = exit_codes_help(ok="the work tree is open (its path is the last line)")
+EDIT_EPILOG = exit_codes_help(
+    ok="the work tree is open (its path is the last line), or --abort dropped it",
+    usage="no such row, another row's edit is open, another row command is running",
+)
 NEW_EPILOG = exit_codes_help(ok="the row is added and open for editing (its path is the last line)")
 
 
 def edit_command(
-    row: Annotated[str, typer.Argument(metavar="ROW", help="The row to edit (its name).")],
+    row: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="ROW", help="The row to edit: its name, 1-based number or patch file name."
+        ),
+    ] = None,
+    abort: Annotated[
+        bool,
+        typer.Option(
+            "--abort",
+            help="Drop the open edit: remove its work tree and its changes; the fork and the "
+            "series stay as the last refresh left them.",
+        ),
+    ] = False,
     fork: Annotated[Path | None, typer.Option("--fork", help=FORK_HELP, file_okay=False)] = None,
     repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
 ) -> None:
     from hyperqwen_patches.console import err, out
-    from hyperqwen_patches.fork.rowedit import start_edit
+    from hyperqwen_patches.errors import UsageError
+    from hyperqwen_patches.fork.rowedit import close_edit, start_edit
     from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
+    if abort:
+        if row is not None:
+            raise UsageError("edit --abort takes no ROW: it drops the one open edit")
+        dropped = close_edit(manifest, fork=fork)
+        out.print(
+            f"edit: dropped the edit of row {dropped}" if dropped else "edit: no edit is open"
+        )
+        return
+    if row is None:
+        raise UsageError("edit needs ROW (or --abort)", hint="hyperqwen-patches edit --help")
     result = start_edit(manifest, row, fork=fork)
     if result.imported:
         err.print(f"edit: built the fork from the series in {result.fork}")
     err.print(
-        f"edit: row {row} ({result.commit[:12]}) is checked out below; change it there, then run "
+        f"edit: row {result.row} ({result.commit[:12]}) is checked out below; change it there, then run "
         "refresh"
     )
     out.print(str(result.worktree))
@@ -80,6 +111,8 @@ def refresh_command(
 
     manifest = load_manifest(resolve_repo(repo))
     result = refresh(manifest, fork=fork)
+    if result.recovered:
+        out.print(f"refresh: {result.recovered}")
     if result.new is None:
         out.print(f"refresh: row {result.row} is unchanged in its work tree; nothing to do")
     else:

@@ -136,8 +136,12 @@ def write_rewrite(
     manifest_text: bytes | None = None,
     removed: tuple[str, ...] = (),
     edit_state: object | None = None,
+    only: str | None = None,
 ) -> list[str]:
-    """Export ``new_tip`` (with the manifest's new text) and move the branch to it, journalled."""
+    """Export ``new_tip`` (with the manifest's new text) and move the branch to it, journalled.
+
+    ``only``: the one row whose content changes (``refresh``); a change of content in another row's
+    files can then only be an uncommitted hand edit the export would overwrite: refused, named."""
     from hyperqwen_patches.fork.exporting import (
         BUNDLE_RELPATH,
         FileChange,
@@ -153,6 +157,17 @@ def write_rewrite(
     if manifest_text is not None:
         parsed = parse_manifest(manifest_text, path=manifest.path, root=root)
     plan = plan_export_at(parsed, git_dir, {point.name: new_tip}, manifest_text=manifest_text)
+    if only is not None:
+        edited = sorted(
+            c.path for c in plan.changes if c.row not in ("", only) and c.drift != "positional"
+        )
+        if edited:
+            raise UsageError(
+                f"{op} would overwrite changes to other rows' files: {', '.join(edited)}; nothing "
+                "was changed",
+                hint="keep them in a commit of their rows (edit ROW), or revert them "
+                "(git checkout -- FILES), then try again",
+            )
     planned = {c.path for c in plan.changes}
     for rel in removed:
         target = root / rel
@@ -323,7 +338,10 @@ def move_row(
         tip, _, commits, names = _chain(git_dir, manifest, point)
         rank = {n: i for i, n in enumerate(order)}
         wanted = sorted(commits, key=lambda c: rank[names[c.sha]])
-        first = next((i for i, (a, b) in enumerate(zip(commits, wanted)) if a.sha != b.sha), None)
+        first = next(
+            (i for i, (a, b) in enumerate(zip(commits, wanted, strict=True)) if a.sha != b.sha),
+            None,
+        )
         if first is None:
             new_tip, rebased = tip, []
         else:

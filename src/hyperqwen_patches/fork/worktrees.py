@@ -24,14 +24,97 @@ def admin_dir(worktree: Path) -> Path:
     return admin if admin.is_absolute() else (worktree / admin).resolve()
 
 
-def run_in(worktree: Path, args: Sequence[str], *, what: str) -> bytes:
-    """``git ARGS`` in ``worktree``, as that worktree; GitError naming ``what`` on failure."""
+def run_in(
+    worktree: Path,
+    args: Sequence[str],
+    *,
+    what: str,
+    index: Path | None = None,
+    input: bytes | None = None,
+) -> bytes:
+    """``git ARGS`` in ``worktree``, as that worktree (its own index unless ``index`` names
+    another); GitError naming ``what`` on failure."""
     admin = admin_dir(worktree)
     return gitrun.check(
         args,
         git_dir=admin,
         cwd=worktree,
-        index=admin / "index",
+        index=index if index is not None else admin / "index",
         env={"GIT_WORK_TREE": str(worktree)},
+        input=input,
         what=what,
     )
+
+
+# Bytecode a test run left in a work tree is never part of a row (module rows skip it too).
+_SKIPPED_PARTS = ("__pycache__",)
+_SKIPPED_SUFFIXES = (b".pyc", b".pyo")
+
+
+def snapshot_tree(worktree: Path, start: str) -> str:
+    """The tree of ``worktree``'s files as they are on disk, byte for byte, written into the fork.
+
+    Read into a temporary index that starts from ``start`` (the row's commit), never the work tree's
+    own index, so a refresh that stops leaves what the user staged (or did not) as it was. Blobs are
+    hashed with ``--no-filters``: the fork's own ``filter.*``/``text``/``ident`` settings (a clean
+    filter in its config and info/attributes) must not change what becomes the row.
+    """
+    import os
+
+    admin = admin_dir(worktree)
+    index = admin / "index.hqp-refresh"
+    index.unlink(missing_ok=True)
+    try:
+        run_in(worktree, ["read-tree", start], index=index, what="reading the row")
+        listed = run_in(
+            worktree,
+            ["ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            index=index,
+            what="listing the work tree",
+        )
+        paths = sorted({p for p in listed.split(b"\0") if p})
+        entries: list[bytes] = []
+        regular: list[tuple[bytes, bytes]] = []  # (path, mode)
+        for rel in paths:
+            full = os.path.join(os.fsencode(worktree), rel)
+            parts = rel.split(b"/")
+            skipped = any(p.decode(errors="replace") in _SKIPPED_PARTS for p in parts)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                st = None
+            if st is None or skipped or rel.endswith(_SKIPPED_SUFFIXES):
+                entries.append(b"0 " + b"0" * 40 + b"\t" + rel)  # mode 0: out of the index
+            elif os.path.islink(full):
+                sha = run_in(
+                    worktree, ["hash-object", "-w", "--stdin"], input=os.readlink(full),
+                    index=index, what="reading a link",
+                ).strip()  # fmt: skip
+                entries.append(b"120000 " + sha + b"\t" + rel)
+            elif os.path.isfile(full):
+                regular.append((rel, b"100755" if st.st_mode & 0o100 else b"100644"))
+        if regular:
+            shas = run_in(
+                worktree,
+                ["hash-object", "-w", "--no-filters", "--stdin-paths"],
+                input=b"".join(rel + b"\n" for rel, _ in regular),
+                index=index,
+                what="reading the work tree",
+            ).split()
+            for (rel, mode), sha in zip(regular, shas, strict=True):
+                entries.append(mode + b" " + sha + b"\t" + rel)
+        if entries:
+            run_in(
+                worktree,
+                ["update-index", "-z", "--index-info"],
+                input=b"".join(e + b"\0" for e in entries),
+                index=index,
+                what="reading the work tree",
+            )
+        return (
+            run_in(worktree, ["write-tree"], index=index, what="reading the work tree")
+            .decode()
+            .strip()
+        )
+    finally:
+        index.unlink(missing_ok=True)
