@@ -4,12 +4,18 @@ check verifies gets worse) and ``import`` (every SHA the manifest names reproduc
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from fixtures_git import sh
 from test_rowedit import BRANCH, failing, hqp, project, tip  # noqa: F401  (project: a fixture)
 
+from hyperqwen_patches import gitrun
+from hyperqwen_patches.fork import rowjournal
 from hyperqwen_patches.series.manifest import load_manifest
 
 
@@ -101,3 +107,101 @@ def test_drop_with_retirement_and_rename_by_number_hold_check_and_import(
     assert not any(second in line for line in listed(series))
     assert failing(series, "--fork", str(fork)) - {"retirements"} <= before
     reproduced(series, tmp_path / "after-rename")
+
+
+def edit_state(fork: Path) -> bytes | None:
+    state = gitrun.git_dir_of(fork) / "hqp-edit.json"
+    return state.read_bytes() if state.exists() else None
+
+
+def whole(series: Path, fork: Path) -> tuple[dict[str, bytes], str, bytes | None]:
+    files, at = snapshot(series, fork)
+    return files, at, edit_state(fork)
+
+
+STEPS = ("journal", "file0", "file1", "files", "branch", "bundle", "state")
+
+
+@pytest.mark.parametrize("op", ["refresh", "drop", "move"])
+def test_a_row_command_killed_at_any_step_is_undone_whole_and_then_runs(
+    setup: tuple[Path, Path], tmp_path: Path, op: str
+) -> None:
+    series, fork = setup
+    assert hqp("export", "--fork", fork, "--bundle", cwd=series).returncode == 0
+    if op == "refresh":
+        worktree = Path(hqp("edit", "envs-knob", "--fork", fork, cwd=series).stdout.split()[-1])
+        envs = worktree / "vllm/envs.py"
+        envs.write_bytes(envs.read_bytes().replace(b"VLLM_KNOB_3 = ", b"VLLM_KNOB_3: int = "))
+        argv: tuple[str | Path, ...] = ("refresh", "--fork", fork)
+    elif op == "drop":
+        argv = ("drop", "crlf-latin1", "--fork", fork)
+    else:
+        argv = ("move", "1", "--after", "3", "--fork", fork)
+    before = whole(series, fork)
+    git_dir = gitrun.git_dir_of(fork)
+    for step in STEPS:
+        killed = subprocess.run(
+            [sys.executable, "-m", "hyperqwen_patches", *map(str, argv)],
+            cwd=series, capture_output=True, env={**os.environ, rowjournal.KILL_ENV: step},
+            check=False,
+        )  # fmt: skip
+        assert killed.returncode == -signal.SIGKILL, (step, killed.stderr)
+        assert (git_dir / rowjournal.JOURNAL).exists(), step
+        undone = rowjournal.recover(git_dir)
+        assert undone is not None and op in undone
+        assert whole(series, fork) == before, step  # as it was: files, branch, edit state
+    # Killed once more, the next run of the command undoes the cut-short one and then does it.
+    env = {**os.environ, rowjournal.KILL_ENV: "branch"}
+    subprocess.run([sys.executable, "-m", "hyperqwen_patches", *map(str, argv)], cwd=series,
+                   env=env, capture_output=True, check=False)  # fmt: skip
+    done = hqp(*argv, cwd=series)
+    assert done.returncode == 0, done.stderr
+    assert "an interrupted" in done.stdout + done.stderr
+    assert not (git_dir / rowjournal.JOURNAL).exists()
+    after = whole(series, fork)
+    assert after[1] != before[1] and after[0] != before[0]
+    assert "bundle" not in failing(series)  # the bundle matches the exported series
+    reproduced(series, tmp_path / "again")
+
+
+def test_numbered_patch_files_follow_the_rows_new_order(
+    setup: tuple[Path, Path], tmp_path: Path
+) -> None:
+    series, fork = setup
+    manifest = series / "patches/manifest.yaml"
+    text = manifest.read_text()
+    patched = [r for r in load_manifest(series).rows if r.patch]
+    for n, row in enumerate(patched, 1):
+        old = Path(row.patch or "")
+        new = old.with_name(f"{n:04d}-{old.name}")
+        text = text.replace(f"patch: {old}\n", f"patch: {new}\n")
+        (series / old).rename(series / new)
+    manifest.write_text(text)
+    assert hqp("render", cwd=series).returncode == 0
+    assert hqp("export", "--fork", fork, cwd=series).returncode == 0
+    names = [r.name for r in patched]
+    moved = hqp("move", f"{len(names):04d}-{names[-1]}.patch", "--after", "1", "--fork", fork,
+                cwd=series)  # fmt: skip
+    assert moved.returncode == 0, moved.stderr
+    order = [names[0], names[-1], *names[1:-1]]
+    assert listed(series) == [f"{n:04d}-{name}.patch" for n, name in enumerate(order, 1)]
+    on_disk = sorted(p.name for p in (series / "patches").glob("*.patch"))
+    assert on_disk == sorted(listed(series))  # the old numbers are gone
+    reproduced(series, tmp_path / "again")
+
+
+def test_a_move_that_breaks_a_later_row_stops_with_nothing_written(
+    setup: tuple[Path, Path],
+) -> None:
+    series, fork = setup
+    made = hqp("new", "knob-doc", "--after", "envs-knob", "--fork", fork, cwd=series)
+    assert made.returncode == 0, made.stderr
+    envs = Path(made.stdout.split()[-1]) / "vllm/envs.py"
+    envs.write_bytes(envs.read_bytes().replace(b"'VLLM_HQP_KNOB', '1'", b"'VLLM_HQP_KNOB', '2'"))
+    assert hqp("refresh", "--close", "--fork", fork, cwd=series).returncode == 0
+    before = whole(series, fork)
+    stopped = hqp("move", "knob-doc", "--before", "envs-knob", "--fork", fork, cwd=series)
+    assert stopped.returncode == 1, stopped.stderr
+    assert "move stopped: row knob-doc does not apply" in stopped.stderr
+    assert "nothing was changed" in stopped.stderr
+    assert whole(series, fork) == before

@@ -173,7 +173,7 @@ def open_edit(manifest: Manifest, fork: Path | None) -> tuple[Path, EditState | 
 def start_edit(manifest: Manifest, row: str, *, fork: Path | None = None) -> EditResult:
     """A work tree of the fork at ``row``'s commit (an edit already open for the row is reused).
     ``row``: a name, a 1-based number or a patch file name."""
-    from hyperqwen_patches.fork.rowops import resolve_row
+    from hyperqwen_patches.fork.rowwrite import resolve_row
 
     row = resolve_row(manifest, row).name
     existing = fork if fork is not None else kept_fork(manifest)
@@ -287,7 +287,7 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
 
 def _refresh(manifest: Manifest, fork_path: Path, git_dir: Path) -> RefreshResult:
     from hyperqwen_patches.fork.importing import write_state_commit
-    from hyperqwen_patches.fork.rowops import write_rewrite
+    from hyperqwen_patches.fork.rowwrite import write_rewrite
 
     state = EditState.load(git_dir)
     if state is None or not Path(state.worktree).exists():

@@ -19,6 +19,7 @@ from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import FindingError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork import replay, rowjournal
+from hyperqwen_patches.fork.rowwrite import resolve_row, write_rewrite
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import ExportPoint, Manifest, Row
 
@@ -31,26 +32,6 @@ class RowOpResult:
     rebased: list[tuple[str, str]] = field(default_factory=list)  # (row, new commit), in order
     written: list[str] = field(default_factory=list)  # repository files written or removed
     recovered: str | None = None  # an interrupted row command undone first
-
-
-def resolve_row(manifest: Manifest, ref: str) -> Row:
-    """A row by name, 1-based number in the manifest, or patch file name (``0002-x.patch``)."""
-    row = manifest.row(ref)
-    if row is not None:
-        return row
-    if ref.isdigit():
-        n = int(ref)
-        if 1 <= n <= len(manifest.rows):
-            return manifest.rows[n - 1]
-        raise UsageError(f"row number {n}: the manifest has rows 1 to {len(manifest.rows)}")
-    for row in manifest.rows:
-        if row.patch is not None and (row.patch == ref or Path(row.patch).name == ref):
-            return row
-    names = ", ".join(r.name for r in manifest.rows[:8])
-    raise UsageError(
-        f"no row {ref!r} in the manifest (by name, number or patch file): "
-        f"{names}{' ...' * (len(manifest.rows) > 8)}"
-    )
 
 
 def _no_open_edit(git_dir: Path, what: str) -> None:
@@ -125,81 +106,6 @@ def rebuild(
     return parent, out
 
 
-def write_rewrite(
-    manifest: Manifest,
-    fork_path: Path,
-    point: ExportPoint,
-    old_tip: str,
-    new_tip: str,
-    *,
-    op: str,
-    manifest_text: bytes | None = None,
-    removed: tuple[str, ...] = (),
-    edit_state: object | None = None,
-    only: str | None = None,
-) -> list[str]:
-    """Export ``new_tip`` (with the manifest's new text) and move the branch to it, journalled.
-
-    ``only``: the one row whose content changes (``refresh``); a change of content in another row's
-    files can then only be an uncommitted hand edit the export would overwrite: refused, named."""
-    from hyperqwen_patches.fork.exporting import (
-        BUNDLE_RELPATH,
-        FileChange,
-        plan_export_at,
-        write_bundle,
-        write_export,
-    )
-    from hyperqwen_patches.series.manifest import parse_manifest
-
-    root = manifest.root
-    git_dir = gitrun.git_dir_of(fork_path)
-    parsed = manifest
-    if manifest_text is not None:
-        parsed = parse_manifest(manifest_text, path=manifest.path, root=root)
-    plan = plan_export_at(parsed, git_dir, {point.name: new_tip}, manifest_text=manifest_text)
-    if only is not None:
-        edited = sorted(
-            c.path for c in plan.changes if c.row not in ("", only) and c.drift != "positional"
-        )
-        if edited:
-            raise UsageError(
-                f"{op} would overwrite changes to other rows' files: {', '.join(edited)}; nothing "
-                "was changed",
-                hint="keep them in a commit of their rows (edit ROW), or revert them "
-                "(git checkout -- FILES), then try again",
-            )
-    planned = {c.path for c in plan.changes}
-    for rel in removed:
-        target = root / rel
-        if rel not in planned and target.is_file():
-            plan.changes.append(FileChange(rel, "", target.read_bytes(), None, "removed"))
-    bundle = root / BUNDLE_RELPATH
-    shipped = bundle.is_file()
-    before: dict[str, bytes | None] = {c.path: c.old for c in plan.changes}
-    if shipped:
-        before[BUNDLE_RELPATH] = bundle.read_bytes()
-    rowjournal.begin(git_dir, op=op, root=root, files=before, branch=point.branch, old_tip=old_tip)
-    rowjournal.step("journal")
-    written = write_export(plan)
-    rowjournal.step("files")
-    gitrun.check(
-        ["update-ref", "-m", f"hyperqwen-patches {op}", f"refs/heads/{point.branch}", new_tip,
-         old_tip],
-        git_dir=git_dir,
-        what=f"moving {point.branch}",
-    )  # fmt: skip
-    rowjournal.step("branch")
-    if shipped:  # a shipped bundle must match the new patches
-        write_bundle(plan, fork_path, parsed)
-        written.append(BUNDLE_RELPATH)
-    rowjournal.step("bundle")
-    if edit_state is not None:
-        edit_state.save(git_dir)  # type: ignore[attr-defined]
-    rowjournal.step("state")
-    rowjournal.end(git_dir)
-    return written
-
-
 def _session(manifest: Manifest, fork: Path | None) -> tuple[Path, Path, str | None]:
     from hyperqwen_patches.fork.rowedit import ensure_fork
 
@@ -264,10 +170,11 @@ def drop_row(
 
     if retired_by is not None and not VERSION_RE.match(retired_by):
         raise UsageError(f"--retired-by {retired_by!r}: a release version such as 0.30.0")
-    name = resolve_row(manifest, ref).name
 
     def run(manifest: Manifest, fork_path: Path, git_dir: Path) -> RowOpResult:
-        row = resolve_row(manifest, name)
+        # Named here, after an interrupted command was undone: its manifest is the one that counts.
+        row = resolve_row(manifest, ref)
+        name = row.name
         point = point_of(manifest, name)
         tip, _, commits, names = _chain(git_dir, manifest, point)
         at = next(i for i, c in enumerate(commits) if names.get(c.sha) == name)
@@ -322,12 +229,14 @@ def move_row(
 
     if (after is None) == (before is None):
         raise UsageError("give exactly one of --after ROW and --before ROW")
-    name = resolve_row(manifest, ref).name
-    other = resolve_row(manifest, after if after is not None else before).name  # type: ignore[arg-type]
-    if other == name:
-        raise UsageError(f"row {name} cannot move next to itself")
+    other_ref = after if after is not None else before
+    assert other_ref is not None
 
     def run(manifest: Manifest, fork_path: Path, git_dir: Path) -> RowOpResult:
+        name = resolve_row(manifest, ref).name
+        other = resolve_row(manifest, other_ref).name
+        if other == name:
+            raise UsageError(f"row {name} cannot move next to itself")
         point = point_of(manifest, name)
         if point_of(manifest, other).name != point.name:
             raise UsageError(f"rows {name} and {other} are on different export points")
@@ -370,12 +279,12 @@ def rename_row(manifest: Manifest, ref: str, new: str, *, fork: Path | None = No
             f"row name {new!r}: 1 to 100 of lowercase letters, digits, '.', '_' and '-', starting "
             "with a letter or digit"
         )
-    name = resolve_row(manifest, ref).name
-    if manifest.row(new) is not None:
-        raise UsageError(f"row {new} exists already")
 
     def run(manifest: Manifest, fork_path: Path, git_dir: Path) -> RowOpResult:
-        row = resolve_row(manifest, name)
+        row = resolve_row(manifest, ref)
+        name = row.name
+        if manifest.row(new) is not None:
+            raise UsageError(f"row {new} exists already")
         point = point_of(manifest, name)
         tip, _, commits, names = _chain(git_dir, manifest, point)
         at = next(i for i, c in enumerate(commits) if names.get(c.sha) == name)

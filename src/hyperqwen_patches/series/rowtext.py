@@ -106,7 +106,7 @@ def set_row_keys(text: bytes, row: str, values: Mapping[str, str]) -> bytes:
 def add_row_key(text: bytes, row: str, key: str, value: str) -> bytes:
     """``key: value`` added as ``row``'s last key (the row must not have it)."""
     source, top = _compose(text)
-    rows_node, spans = _rows(source, top)
+    rows_node, _ = _rows(source, top)
     item = next(i for i in rows_node.value if _get(i, "name").value == row)
     if _get(item, key) is not None:
         raise UsageError(f"row {row} has a {key!r} key already")
