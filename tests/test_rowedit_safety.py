@@ -54,7 +54,8 @@ def test_the_forks_clean_filter_and_hooks_do_not_run_in_an_edit(
     series, fork = setup
     git_dir = gitrun.git_dir_of(fork)
     sh(["config", "filter.inject.clean", "sed '1i INJECTED_BY_FILTER = 1'"], cwd=fork)
-    sh(["config", "filter.inject.smudge", "cat"], cwd=fork)
+    sh(["config", "filter.inject.smudge", "sed '1i SMUDGED_BY_FILTER = 1'"], cwd=fork)
+    sh(["config", "filter.inject.required", "true"], cwd=fork)
     (git_dir / "info").mkdir(exist_ok=True)
     (git_dir / "info/attributes").write_text("*.py filter=inject\n")
     marker = tmp_path / "hook-ran"
@@ -65,6 +66,7 @@ def test_the_forks_clean_filter_and_hooks_do_not_run_in_an_edit(
         path.chmod(0o755)
     worktree = Path(hqp("edit", "envs-knob", "--fork", fork, cwd=series).stdout.split()[-1])
     envs = worktree / "vllm/envs.py"
+    assert b"SMUDGED_BY_FILTER" not in envs.read_bytes()  # the checkout ran no smudge filter
     envs.write_bytes(envs.read_bytes().replace(b"VLLM_KNOB_3 = ", b"VLLM_KNOB_3: int = "))
     done = hqp("refresh", "--fork", fork, "--close", cwd=series)
     assert done.returncode == 0, done.stderr

@@ -42,8 +42,30 @@ def run_in(
         index=index if index is not None else admin / "index",
         env={"GIT_WORK_TREE": str(worktree)},
         input=input,
+        config=filters_off(admin),
         what=what,
     )
+
+
+def filters_off(git_dir: Path) -> tuple[tuple[str, str], ...]:
+    """``-c`` pins that switch off every filter driver the repository's config defines.
+
+    A fork's own ``filter.NAME.clean``/``smudge``/``process`` would otherwise run in a work tree
+    the tool checks out or stages (edit, refresh, the rebase's pause), and a clean filter's output
+    would become the row. Hooks are off already (``gitrun.PINNED_CONFIG``). An empty command is
+    git's "no filter"; ``required=false`` keeps a required driver from failing the command."""
+    listed = gitrun.run(["config", "--get-regexp", r"^filter\."], git_dir=git_dir)
+    names = set()
+    for line in listed.stdout.decode("utf-8", "surrogateescape").splitlines():
+        key = line.split(" ", 1)[0]
+        name, _, _var = key[len("filter.") :].rpartition(".")
+        if name:
+            names.add(name)
+    pins: list[tuple[str, str]] = []
+    for name in sorted(names):
+        pins += [(f"filter.{name}.{var}", "") for var in ("clean", "smudge", "process")]
+        pins.append((f"filter.{name}.required", "false"))
+    return tuple(pins)
 
 
 # Bytecode a test run left in a work tree is never part of a row (module rows skip it too).
