@@ -148,3 +148,70 @@ def test_new_without_a_git_identity_uses_the_tools_and_leaves_git_config_alone(
     author = sh(["log", "-1", "--format=%an <%ae>", f"{BRANCH}~3"], cwd=fork).decode().strip()
     assert author == "hyperqwen-patches <pristine@hyperqwen-patches.invalid>"
     assert list(home.iterdir()) == []  # no config written anywhere
+
+
+def test_a_refresh_whose_export_refuses_moves_nothing_and_the_next_one_exports(
+    setup: tuple[Path, Path],
+) -> None:
+    series, fork = setup
+    worktree = Path(hqp("edit", "envs-knob", "--fork", fork, cwd=series).stdout.split()[-1])
+    envs = worktree / "vllm/envs.py"
+    envs.write_bytes(envs.read_bytes().replace(b"VLLM_KNOB_3 = ", b"VLLM_KNOB_3: int = "))
+    (worktree / "vllm/blob.bin").write_bytes(b"\x00\x01binary\x00")
+    before = whole(series, fork)
+    refused = hqp("refresh", "--fork", fork, cwd=series)
+    assert refused.returncode != 0 and "binary" in refused.stderr
+    assert whole(series, fork) == before  # the branch did not move without the files
+    (worktree / "vllm/blob.bin").unlink()
+    done = hqp("refresh", "--fork", fork, cwd=series)
+    assert done.returncode == 0 and "nothing to do" not in done.stdout, done.stdout
+    assert b"VLLM_KNOB_3: int = " in (series / "patches/envs-knob.patch").read_bytes()
+
+
+def test_two_edits_at_once_one_wins_and_the_other_says_so(setup: tuple[Path, Path]) -> None:
+    series, fork = setup
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "hyperqwen_patches", "edit", row, "--fork", str(fork)],
+            cwd=series,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for row in ("envs-knob", "crlf-latin1")
+    ]
+    results = [(p.wait(), p.stderr.read() if p.stderr else "") for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    loser = next(err for code, err in results if code == 2)
+    assert loser.strip().count("\n") == 0  # one line
+    assert "another row command" in loser or "one edit at a time" in loser
+
+
+def test_drop_and_move_wait_for_the_open_edit(setup: tuple[Path, Path]) -> None:
+    series, fork = setup
+    assert hqp("edit", "envs-knob", "--fork", fork, cwd=series).returncode == 0
+    before = whole(series, fork)
+    for argv in (("drop", "crlf-latin1"), ("move", "1", "--after", "2"), ("rename", "1", "x")):
+        busy = hqp(*argv, "--fork", fork, cwd=series)
+        assert busy.returncode == 2 and "row envs-knob is being edited" in busy.stderr, argv
+    assert whole(series, fork) == before
+
+
+def test_a_journal_naming_a_file_outside_the_repository_restores_nothing(
+    setup: tuple[Path, Path], tmp_path: Path
+) -> None:
+    series, fork = setup
+    git_dir = gitrun.git_dir_of(fork)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    rowjournal.begin(
+        git_dir, op="drop x", root=series,
+        files={"PATCHES.md": b"forged\n", "../outside.txt": None},
+        branch=BRANCH, old_tip=tip(fork),
+    )  # fmt: skip
+    before = whole(series, fork)
+    refused = hqp("drop", "envs-knob", "--fork", fork, cwd=series)
+    assert refused.returncode == 2 and "outside.txt" in refused.stderr
+    assert outside.read_text() == "keep me\n"
+    assert whole(series, fork) == before  # PATCHES.md not "restored" either

@@ -167,6 +167,11 @@ ROWOP_EPILOG = exit_codes_help(
     finding="a later row no longer applies in its new place (nothing changed)",
     usage="no such row, an edit is open, another row command is running, bad input",
 )
+RENAME_EPILOG = exit_codes_help(
+    ok="renamed: fork, manifest, patch file, series, PATCHES.md and bundle updated together",
+    usage="no such row, NEW taken or not a row name, an edit is open, another row command is "
+    "running",
+)
 ROW_REF_HELP = "A row: its name, its 1-based number in the manifest, or its patch file name."
 
 DROP_HELP = """Take ROW out of the series (quilt's `delete`), through the fork.
@@ -263,4 +268,4 @@ def register(app: typer.Typer) -> None:
     app.command("new", help=NEW_HELP, epilog=NEW_EPILOG)(new_command)
     app.command("drop", help=DROP_HELP, epilog=ROWOP_EPILOG)(drop_command)
     app.command("move", help=MOVE_HELP, epilog=ROWOP_EPILOG)(move_command)
-    app.command("rename", help=RENAME_HELP, epilog=ROWOP_EPILOG)(rename_command)
+    app.command("rename", help=RENAME_HELP, epilog=RENAME_EPILOG)(rename_command)

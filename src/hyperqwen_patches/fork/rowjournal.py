@@ -109,10 +109,16 @@ def recover(git_dir: Path) -> str | None:
             f"{path}: an unreadable journal of an interrupted row command ({exc})",
             hint=f"check the fork's branch and the series by hand, then remove {path}",
         ) from None
+    # Every path checked before the first is written: a journal naming a file outside the
+    # repository (forged, or damaged) is refused whole, with nothing restored.
+    for rel in files:
+        if Path(rel).is_absolute() or ".." in Path(rel).parts or not rel:
+            raise UsageError(
+                f"{path}: names {rel!r}, which is not inside {root}; nothing was restored",
+                hint=f"check the fork's branch and the series by hand, then remove {path}",
+            )
     for rel, data in files.items():
         target = root / rel
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise UsageError(f"{path}: names {rel!r}, which is not inside {root}")
         if data is None:
             target.unlink(missing_ok=True)
         else:

@@ -106,11 +106,12 @@ def rebuild(
     return parent, out
 
 
-def _session(manifest: Manifest, fork: Path | None) -> tuple[Path, Path, str | None]:
+def _session(manifest: Manifest, fork: Path | None) -> tuple[Path, Path]:
+    """The fork (the kept one built or brought up to date from the series) and its git dir."""
     from hyperqwen_patches.fork.rowedit import ensure_fork
 
     fork_path, _ = ensure_fork(manifest, fork)
-    return fork_path, gitrun.git_dir_of(fork_path), None
+    return fork_path, gitrun.git_dir_of(fork_path)
 
 
 def _renumber(text: bytes, manifest: Manifest) -> tuple[bytes, list[str]]:
@@ -150,10 +151,10 @@ def _guarded(manifest: Manifest, fork: Path | None, run):  # type: ignore[no-unt
 
                 manifest = load_manifest(manifest.root)
             _no_open_edit(git_dir, "changing the rows")
-            fork_path, git_dir, _ = _session(manifest, fork)
+            fork_path, git_dir = _session(manifest, fork)
             result = run(manifest, fork_path, git_dir)
     else:
-        fork_path, git_dir, _ = _session(manifest, fork)
+        fork_path, git_dir = _session(manifest, fork)
         with rowjournal.locked(git_dir):
             result = run(manifest, fork_path, git_dir)
     result.recovered = recovered
