@@ -215,3 +215,24 @@ def test_a_journal_naming_a_file_outside_the_repository_restores_nothing(
     assert refused.returncode == 2 and "outside.txt" in refused.stderr
     assert outside.read_text() == "keep me\n"
     assert whole(series, fork) == before  # PATCHES.md not "restored" either
+
+
+def test_new_killed_between_branch_and_manifest_is_undone_by_the_next_row_command(
+    setup: tuple[Path, Path],
+) -> None:
+    series, fork = setup
+    before = whole(series, fork)
+    killed = subprocess.run(
+        [sys.executable, "-m", "hyperqwen_patches", "new", "extra", "--after", "envs-knob",
+         "--fork", str(fork)],
+        cwd=series, env={**os.environ, rowjournal.KILL_ENV: "branch"}, capture_output=True,
+        check=False,
+    )  # fmt: skip
+    assert killed.returncode == -9
+    assert tip(fork) != before[1]  # the branch moved, the manifest not yet
+    again = hqp("new", "extra", "--after", "envs-knob", "--fork", fork, cwd=series)
+    assert again.returncode == 0, again.stderr
+    names = [line.strip() for line in (series / "patches/manifest.yaml").read_text().splitlines()]
+    assert names.count("- name: extra") == 1
+    rows = sh(["log", "--format=%(trailers:key=Hqp-Row,valueonly)", BRANCH], cwd=fork).decode()
+    assert rows.split().count("extra") == 1  # one commit for the row, not two

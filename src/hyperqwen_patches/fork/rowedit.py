@@ -392,7 +392,23 @@ def new_row(
     fork: Path | None = None,
 ) -> EditResult:
     """Add row ``name`` after ``after``: an empty commit in the fork (the later rows re-parented on
-    it, their trees unchanged), its manifest entry right after ``after``'s, then an edit of it."""
+    it, their trees unchanged), its manifest entry right after ``after``'s, then an edit of it.
+    Holds the fork's lock; the branch and the manifest change under the row commands' journal."""
+    existing = fork if fork is not None else kept_fork(manifest)
+    if not existing.exists():
+        return _new_row(manifest, name, after=after, what=what, kind=kind, fork=fork)
+    git_dir = gitrun.git_dir_of(existing)
+    with rowjournal.locked(git_dir):
+        if rowjournal.recover(git_dir) is not None:
+            from hyperqwen_patches.series.manifest import load_manifest
+
+            manifest = load_manifest(manifest.root)
+        return _new_row(manifest, name, after=after, what=what, kind=kind, fork=fork)
+
+
+def _new_row(
+    manifest: Manifest, name: str, *, after: str, what: str, kind: str, fork: Path | None
+) -> EditResult:
     import time
 
     from hyperqwen_patches.fork.exporting import insert_row
@@ -451,13 +467,20 @@ def new_row(
     from hyperqwen_patches.series.manifest import parse_manifest
 
     parse_manifest(edited, path=manifest.path, root=manifest.root)  # valid before anything moves
-    _move_branch(git_dir, point.branch, parent, tip, why=f"new {name}")
     from hyperqwen_patches.atomicfile import write_atomic
 
+    rel = Path(os.path.relpath(manifest.path, manifest.root)).as_posix()
+    rowjournal.begin(
+        git_dir, op=f"new {name}", root=manifest.root, files={rel: text},
+        branch=point.branch, old_tip=tip,
+    )  # fmt: skip
+    _move_branch(git_dir, point.branch, parent, tip, why=f"new {name}")
+    rowjournal.step("branch")
     write_atomic(manifest.path, edited)
+    rowjournal.end(git_dir)
     # No export yet: an empty commit is not a row export can write (it carries no change); the
     # refresh that gives the row its content exports everything.
-    opened = start_edit(load_manifest(manifest.root), name, fork=fork_path)
+    opened = _start_edit(load_manifest(manifest.root), name, fork_path)
     return EditResult(name, new, opened.worktree, fork_path, opened.imported)
 
 
