@@ -188,6 +188,11 @@ def test_numbered_patch_files_follow_the_rows_new_order(
     on_disk = sorted(p.name for p in (series / "patches").glob("*.patch"))
     assert on_disk == sorted(listed(series))  # the old numbers are gone
     reproduced(series, tmp_path / "again")
+    renamed = hqp("rename", "0002-" + names[-1] + ".patch", "late-row", "--fork", fork, cwd=series)
+    assert renamed.returncode == 0, renamed.stderr
+    assert listed(series)[1] == "0002-late-row.patch"
+    assert not (series / "patches" / f"0002-{names[-1]}.patch").exists()
+    reproduced(series, tmp_path / "after-rename")
 
 
 def test_a_move_that_breaks_a_later_row_stops_with_nothing_written(
@@ -204,4 +209,7 @@ def test_a_move_that_breaks_a_later_row_stops_with_nothing_written(
     assert stopped.returncode == 1, stopped.stderr
     assert "move stopped: row knob-doc does not apply" in stopped.stderr
     assert "nothing was changed" in stopped.stderr
+    assert whole(series, fork) == before
+    cut = hqp("drop", "envs-knob", "--fork", fork, cwd=series)
+    assert cut.returncode == 1 and "drop stopped: row knob-doc does not apply" in cut.stderr
     assert whole(series, fork) == before
