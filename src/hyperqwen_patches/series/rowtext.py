@@ -32,22 +32,33 @@ def _line_start(source: str, index: int) -> int:
     return source.rfind("\n", 0, index) + 1
 
 
+def _content_end(source: str, item: Any) -> int:
+    """The offset just past the line that holds a row's last value (a block scalar ends at the
+    next line's start already)."""
+    end = item.value[-1][1].end_mark.index
+    if end > 0 and source[end - 1] == "\n":
+        return end
+    nl = source.find("\n", end)
+    return len(source) if nl < 0 else nl + 1
+
+
 def _rows(source: str, top: Any) -> tuple[Any, list[tuple[str, int, int]]]:
-    """The rows node and each row as (name, start, end) character offsets of whole lines."""
+    """The rows node and each row as (name, start, end) character offsets of whole lines. A row
+    starts right after the previous row's last line, so the comment lines above it are its own."""
     rows_node = _get(top, "rows")
     if rows_node is None or rows_node.flow_style or not rows_node.value:
         raise UsageError("the manifest's rows are not a block list; change the rows by hand")
-    starts = [_line_start(source, item.start_mark.index) for item in rows_node.value]
-    last_end = rows_node.value[-1].value[-1][1].end_mark.index
-    if last_end == 0 or source[last_end - 1] != "\n":  # not a block scalar ending at a line's start
-        nl = source.find("\n", last_end)
-        last_end = len(source) if nl < 0 else nl + 1
+    key = next(k for k, _ in top.value if k.value == "rows")
+    nl = source.find("\n", key.end_mark.index)
+    first = len(source) if nl < 0 else nl + 1
+    items = rows_node.value
+    starts = [first] + [_content_end(source, item) for item in items[:-1]]
     spans = []
-    for i, item in enumerate(rows_node.value):
+    for i, item in enumerate(items):
         name = _get(item, "name")
         if item.flow_style or name is None:
             raise UsageError(f"manifest line {item.start_mark.line + 1}: a row not in block style")
-        end = starts[i + 1] if i + 1 < len(starts) else last_end
+        end = starts[i + 1] if i + 1 < len(starts) else _content_end(source, item)
         spans.append((str(name.value), starts[i], end))
     return rows_node, spans
 
@@ -111,10 +122,7 @@ def add_row_key(text: bytes, row: str, key: str, value: str) -> bytes:
     if _get(item, key) is not None:
         raise UsageError(f"row {row} has a {key!r} key already")
     column = item.value[0][0].start_mark.column
-    end = item.value[-1][1].end_mark.index
-    if end == 0 or source[end - 1] != "\n":
-        nl = source.find("\n", end)
-        end = len(source) if nl < 0 else nl + 1
+    end = _content_end(source, item)
     line = f"{' ' * column}{key}: {_scalar(value)}\n"
     if not source[:end].endswith("\n"):
         line = "\n" + line
