@@ -183,6 +183,7 @@ def test_numbered_patch_files_follow_the_rows_new_order(
     moved = hqp("move", f"{len(names):04d}-{names[-1]}.patch", "--after", "1", "--fork", fork,
                 cwd=series)  # fmt: skip
     assert moved.returncode == 0, moved.stderr
+    assert f"removed: patches/{len(names):04d}-{names[-1]}.patch" in moved.stdout
     order = [names[0], names[-1], *names[1:-1]]
     assert listed(series) == [f"{n:04d}-{name}.patch" for n, name in enumerate(order, 1)]
     on_disk = sorted(p.name for p in (series / "patches").glob("*.patch"))

@@ -119,8 +119,10 @@ def refresh_command(
         out.print(f"refresh: row {result.row} {result.old[:12]} -> {result.new[:12]}")
         for name, commit in result.rebased:
             out.print(f"  re-applied {name} -> {commit[:12]}")
-        shown = ", ".join(result.written) if result.written else "nothing (already up to date)"
+        shown = ", ".join(result.written) or "nothing (already up to date)"
         out.print(f"  exported: {shown}", soft_wrap=True)
+        if result.removed:
+            out.print(f"  removed: {', '.join(result.removed)}", soft_wrap=True)
     if close:
         close_edit(manifest, fork=fork)
         out.print(f"refresh: closed the edit of row {result.row}")
@@ -258,8 +260,9 @@ def _show(result) -> None:  # type: ignore[no-untyped-def]
     out.print(f"{result.op}: row {result.row} {result.detail}")
     for name, commit in result.rebased:
         out.print(f"  re-applied {name} -> {commit[:12]}")
-    shown = ", ".join(result.written) if result.written else "nothing"
-    out.print(f"  exported: {shown}", soft_wrap=True)
+    out.print(f"  exported: {', '.join(result.written) or 'nothing'}", soft_wrap=True)
+    if result.removed:
+        out.print(f"  removed: {', '.join(result.removed)}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -78,6 +78,7 @@ class RefreshResult:
     new: str | None  # None: the work tree holds the row as it was (nothing to do)
     rebased: list[tuple[str, str]] = field(default_factory=list)  # (row, new commit) after it
     written: list[str] = field(default_factory=list)  # files export wrote in the repository
+    removed: list[str] = field(default_factory=list)  # files export removed
     recovered: str | None = None  # an interrupted row command undone first
 
 
@@ -319,7 +320,7 @@ def _refresh(manifest: Manifest, fork_path: Path, git_dir: Path) -> RefreshResul
         # The row is as it was but the series is behind the branch (a fork changed by hand, or
         # an export refused earlier): export it now, as the refresh would have.
         result.new = state.commit
-        result.written = write_rewrite(
+        result.written, result.removed = write_rewrite(
             manifest, fork_path, point, tip, tip, op=f"refresh {state.row}", only=state.row
         )
         return result
@@ -350,7 +351,7 @@ def _refresh(manifest: Manifest, fork_path: Path, git_dir: Path) -> RefreshResul
             )
             result.rebased.append((row, parent))
     result.new = new
-    result.written = write_rewrite(
+    result.written, result.removed = write_rewrite(
         manifest, fork_path, point, tip, parent, op=f"refresh {state.row}",
         edit_state=EditState(state.row, state.point, state.branch, new, state.worktree),
         only=state.row,

@@ -30,7 +30,8 @@ class RowOpResult:
     row: str
     detail: str  # what was done, in words ("after crlf-latin1", "-> new-name", "retired by 0.30.0")
     rebased: list[tuple[str, str]] = field(default_factory=list)  # (row, new commit), in order
-    written: list[str] = field(default_factory=list)  # repository files written or removed
+    written: list[str] = field(default_factory=list)  # repository files written
+    removed: list[str] = field(default_factory=list)  # repository files removed
     recovered: str | None = None  # an interrupted row command undone first
 
 
@@ -207,11 +208,11 @@ def drop_row(
             )
             detail = f"retired by {retired_by} (kept in the manifest, skipped)"
         text, renamed = _renumber(text, manifest)
-        written = write_rewrite(
+        written, gone = write_rewrite(
             manifest, fork_path, point, tip, new_tip, op=f"drop {name}", manifest_text=text,
             removed=(*removed, *renamed),
         )  # fmt: skip
-        return RowOpResult("drop", name, detail, rebased, written)
+        return RowOpResult("drop", name, detail, rebased, written, gone)
 
     return _guarded(manifest, fork, run)  # type: ignore[no-any-return]
 
@@ -260,11 +261,11 @@ def move_row(
             )
         text = rowtext.reorder_rows(manifest.path.read_bytes(), order)
         text, renamed = _renumber(text, manifest)
-        written = write_rewrite(
+        written, gone = write_rewrite(
             manifest, fork_path, point, tip, new_tip, op=f"move {name}", manifest_text=text,
             removed=tuple(renamed),
         )  # fmt: skip
-        return RowOpResult("move", name, detail, rebased, written)
+        return RowOpResult("move", name, detail, rebased, written, gone)
 
     return _guarded(manifest, fork, run)  # type: ignore[no-any-return]
 
@@ -310,10 +311,10 @@ def rename_row(manifest: Manifest, ref: str, new: str, *, fork: Path | None = No
                 ))  # fmt: skip
                 removed = (row.patch,)
         text = rowtext.set_row_keys(manifest.path.read_bytes(), name, values)
-        written = write_rewrite(
+        written, gone = write_rewrite(
             manifest, fork_path, point, tip, new_tip, op=f"rename {name}", manifest_text=text,
             removed=removed,
         )  # fmt: skip
-        return RowOpResult("rename", name, f"-> {new}", rebased, written)
+        return RowOpResult("rename", name, f"-> {new}", rebased, written, gone)
 
     return _guarded(manifest, fork, run)  # type: ignore[no-any-return]

@@ -44,8 +44,9 @@ def write_rewrite(
     removed: tuple[str, ...] = (),
     edit_state: object | None = None,
     only: str | None = None,
-) -> list[str]:
-    """Export ``new_tip`` (with the manifest's new text) and move the branch to it, journalled.
+) -> tuple[list[str], list[str]]:
+    """Export ``new_tip`` (with the manifest's new text) and move the branch to it, journalled;
+    the repository files written, and those removed.
 
     ``only``: the one row whose content changes (``refresh``); a change of content in another row's
     files can then only be an uncommitted hand edit the export would overwrite: refused, named."""
@@ -87,13 +88,15 @@ def write_rewrite(
     rowjournal.begin(git_dir, op=op, root=root, files=before, branch=point.branch, old_tip=old_tip)
     rowjournal.step("journal")
     written: list[str] = []
+    removed: list[str] = []
     for i, change in enumerate(plan.changes):  # write_export's way, a kill point after each file
         target = root / change.path
         if change.new is None:
             target.unlink(missing_ok=True)
+            removed.append(change.path)
         else:
             write_atomic(target, change.new)
-        written.append(change.path)
+            written.append(change.path)
         rowjournal.step(f"file{i}")
     rowjournal.step("files")
     gitrun.check(
@@ -111,4 +114,4 @@ def write_rewrite(
         edit_state.save(git_dir)  # type: ignore[attr-defined]
     rowjournal.step("state")
     rowjournal.end(git_dir)
-    return written
+    return written, removed
