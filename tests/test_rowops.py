@@ -214,3 +214,18 @@ def test_a_move_that_breaks_a_later_row_stops_with_nothing_written(
     cut = hqp("drop", "envs-knob", "--fork", fork, cwd=series)
     assert cut.returncode == 1 and "drop stopped: row knob-doc does not apply" in cut.stderr
     assert whole(series, fork) == before
+
+
+def test_a_rewrite_refuses_to_overwrite_a_hand_edit_of_a_patch_file(
+    setup: tuple[Path, Path],
+) -> None:
+    series, fork = setup
+    other = series / "patches/new-module.patch"
+    other.write_bytes(other.read_bytes().replace(b"Subject: [PATCH] ", b"Subject: [PATCH] Hand: "))
+    before = whole(series, fork)
+    for argv in (("drop", "crlf-latin1"), ("move", "1", "--after", "2"), ("rename", "2", "z")):
+        refused = hqp(*argv, "--fork", fork, cwd=series)
+        assert refused.returncode == 2, (argv, refused.stderr)
+        assert "would overwrite changes" in refused.stderr
+        assert "patches/new-module.patch" in refused.stderr
+        assert whole(series, fork) == before

@@ -75,6 +75,8 @@ def write_rewrite(
                 hint="keep them in a commit of their rows (edit ROW), or revert them "
                 "(git checkout -- FILES), then try again",
             )
+    else:
+        _refuse_hand_edits(manifest, git_dir, point, old_tip, op)
     planned = {c.path for c in plan.changes}
     for rel in removed:
         target = root / rel
@@ -115,3 +117,25 @@ def write_rewrite(
     rowjournal.step("state")
     rowjournal.end(git_dir)
     return written, removed
+
+
+def _refuse_hand_edits(
+    manifest: Manifest, git_dir: Path, point: ExportPoint, old_tip: str, op: str
+) -> None:
+    """Files of rows that differ in content from what the fork exports now are hand edits the
+    rewrite would overwrite (``drop``, ``move``, ``rename`` rewrite every later row's file)."""
+    from hyperqwen_patches.errors import HqpError
+    from hyperqwen_patches.fork.exporting import plan_export_at
+
+    try:
+        current = plan_export_at(manifest, git_dir, {point.name: old_tip})
+    except HqpError:
+        return  # not exportable as it is (an empty row `new` made): nothing exported to compare
+    edited = sorted(c.path for c in current.changes if c.row and c.drift != "positional")
+    if edited:
+        raise UsageError(
+            f"{op} would overwrite changes to rows' files that the fork does not hold: "
+            f"{', '.join(edited)}; nothing was changed",
+            hint="keep them in a commit of their rows (edit ROW), or revert them "
+            "(git checkout -- FILES), then try again",
+        )
