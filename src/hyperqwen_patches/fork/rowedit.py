@@ -34,7 +34,7 @@ from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import ExportPoint, Manifest
 from hyperqwen_patches.sources import basecommit
 
-STATE_FILE = "hqp-edit.json"  # in the fork's git directory: the row being edited and where
+STATE_FILE = rowjournal.EDIT_STATE  # in the fork's git directory: the row being edited, where
 WORK_DIR = ".hqp"  # in the series repository: the fork the tool keeps, and the edit work trees
 
 
@@ -174,9 +174,6 @@ def open_edit(manifest: Manifest, fork: Path | None) -> tuple[Path, EditState | 
 def start_edit(manifest: Manifest, row: str, *, fork: Path | None = None) -> EditResult:
     """A work tree of the fork at ``row``'s commit (an edit already open for the row is reused).
     ``row``: a name, a 1-based number or a patch file name."""
-    from hyperqwen_patches.fork.rowwrite import resolve_row
-
-    row = resolve_row(manifest, row).name
     existing = fork if fork is not None else kept_fork(manifest)
     if not existing.exists():
         return _start_edit(manifest, row, fork)
@@ -188,7 +185,11 @@ def start_edit(manifest: Manifest, row: str, *, fork: Path | None = None) -> Edi
         return _start_edit(manifest, row, fork)
 
 
-def _start_edit(manifest: Manifest, row: str, fork: Path | None) -> EditResult:
+def _start_edit(manifest: Manifest, ref: str, fork: Path | None) -> EditResult:
+    from hyperqwen_patches.fork.rowwrite import resolve_row
+
+    # Named here, after an interrupted row command was undone: its manifest is the one that counts.
+    row = resolve_row(manifest, ref).name
     point = point_of(manifest, row)
     existing, current = open_edit(manifest, fork)
     if current is not None:
