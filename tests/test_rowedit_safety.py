@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fixtures_git import sh
 from test_rowedit import BRANCH, hqp, project, tip  # noqa: F401  (project: a fixture)
-from test_rowops import imported_fork, whole
+from test_rowops import imported_fork, reproduced, whole
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.fork import rowjournal
@@ -236,3 +236,23 @@ def test_new_killed_between_branch_and_manifest_is_undone_by_the_next_row_comman
     assert names.count("- name: extra") == 1
     rows = sh(["log", "--format=%(trailers:key=Hqp-Row,valueonly)", BRANCH], cwd=fork).decode()
     assert rows.split().count("extra") == 1  # one commit for the row, not two
+
+
+def test_refresh_reads_deleted_new_and_committed_files_of_the_work_tree(
+    setup: tuple[Path, Path], tmp_path: Path
+) -> None:
+    series, fork = setup
+    worktree = Path(hqp("edit", "crlf-latin1", "--fork", fork, cwd=series).stdout.split()[-1])
+    (worktree / "vllm/nonl.py").unlink()  # the row now deletes the file
+    (worktree / "vllm/added.py").write_bytes(b"ADDED = 1\n")  # untracked: part of the row
+    (worktree / "vllm/exec.sh").write_bytes(b"#!/bin/sh\n")
+    (worktree / "vllm/exec.sh").chmod(0o755)
+    user_git(worktree, "add", "vllm/exec.sh")
+    user_git(worktree, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "wip")
+    done = hqp("refresh", "--fork", fork, "--close", cwd=series)
+    assert done.returncode == 0, done.stderr
+    patch = (series / "patches/crlf-latin1.patch").read_bytes()
+    assert b"deleted file mode 100644" in patch and b"vllm/nonl.py" in patch
+    assert b"+ADDED = 1" in patch
+    assert b"new file mode 100755" in patch and b"vllm/exec.sh" in patch
+    reproduced(series, tmp_path / "again")
