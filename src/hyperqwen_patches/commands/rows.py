@@ -105,14 +105,14 @@ def refresh_command(
         bool, typer.Option("--close", help="Remove the edit's work tree after refreshing.")
     ] = False,
 ) -> None:
-    from hyperqwen_patches.console import out
+    from hyperqwen_patches.console import err, out
     from hyperqwen_patches.fork.rowedit import close_edit, refresh
     from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     result = refresh(manifest, fork=fork)
     if result.recovered:
-        out.print(f"refresh: {result.recovered}")
+        err.print(f"refresh: {result.recovered}")
     if result.new is None:
         out.print(f"refresh: row {result.row} is unchanged in its work tree; nothing to do")
     else:
