@@ -256,3 +256,23 @@ def test_refresh_reads_deleted_new_and_committed_files_of_the_work_tree(
     assert b"+ADDED = 1" in patch
     assert b"new file mode 100755" in patch and b"vllm/exec.sh" in patch
     reproduced(series, tmp_path / "again")
+
+
+def test_the_forks_eol_and_ident_attributes_do_not_change_the_edited_row(
+    setup: tuple[Path, Path],
+) -> None:
+    series, fork = setup
+    git_dir = gitrun.git_dir_of(fork)
+    (git_dir / "info").mkdir(exist_ok=True)
+    (git_dir / "info/attributes").write_text("* text eol=crlf ident\n")
+    before = {p.name: p.read_bytes() for p in (series / "patches").glob("*.patch")}
+    worktree = Path(hqp("edit", "envs-knob", "--fork", fork, cwd=series).stdout.split()[-1])
+    envs = worktree / "vllm/envs.py"
+    assert b"\r\n" not in envs.read_bytes()  # checked out as stored
+    envs.write_bytes(envs.read_bytes().replace(b"VLLM_KNOB_3 = ", b"VLLM_KNOB_3: int = "))
+    done = hqp("refresh", "--fork", fork, "--close", cwd=series)
+    assert done.returncode == 0, done.stderr
+    patch = (series / "patches/envs-knob.patch").read_bytes()
+    assert patch.count(b"\n+") - before["envs-knob.patch"].count(b"\n+") == 1  # one line more
+    after = {p.name: p.read_bytes() for p in (series / "patches").glob("*.patch")}
+    assert {n for n in after if after[n] != before[n]} == {"envs-knob.patch"}

@@ -29,7 +29,7 @@ from hyperqwen_patches import gitrun, records
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork import replay, rowjournal
-from hyperqwen_patches.fork.worktrees import run_in, snapshot_tree
+from hyperqwen_patches.fork.worktrees import checkout_bytes, run_in, snapshot_tree
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import ExportPoint, Manifest
 from hyperqwen_patches.sources import basecommit
@@ -219,7 +219,7 @@ def _start_edit(manifest: Manifest, ref: str, fork: Path | None) -> EditResult:
             git_dir=git_dir,
             what=f"making a work tree for row {row}",
         )
-        run_in(worktree, ["reset", "--hard", "--quiet", commit], what="checking the row out")
+        checkout_bytes(worktree, commit)
         EditState(row, point.name, point.branch, commit, str(worktree)).save(git_dir)
     return EditResult(row, commit, worktree, fork_path, imported)
 

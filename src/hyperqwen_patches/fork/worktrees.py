@@ -140,3 +140,40 @@ def snapshot_tree(worktree: Path, start: str) -> str:
         )
     finally:
         index.unlink(missing_ok=True)
+
+
+def checkout_bytes(worktree: Path, commit: str) -> None:
+    """``commit``'s files written into an empty ``worktree`` byte for byte as stored, then its
+    index and HEAD set to it.
+
+    Not ``git checkout``: that runs the fork's attributes on the way out (``text``/``eol``,
+    ``ident``, ``working-tree-encoding``, a filter), and :func:`snapshot_tree` reads the files back
+    with none of them, so a converted file would come back as a change of every line."""
+    import os
+
+    from hyperqwen_patches.fork import reading as forkgit
+
+    admin = admin_dir(worktree)
+    listing = forkgit.ls_tree(admin, commit)
+    blobs = forkgit.read_objects(
+        admin, sorted({sha for mode, sha in listing.values() if mode != "160000"}), kind="blob"
+    )
+    root = os.fsencode(worktree)
+    for path, (mode, sha) in sorted(listing.items()):
+        # A crafted tree could name a path out of the work tree or into its .git: refused.
+        if path.startswith(b"/") or {b"", b".", b"..", b".git"} & set(path.lower().split(b"/")):
+            raise GitError(f"{commit[:12]}: the tree names {path!r}, which is not a work tree path")
+        target = os.path.join(root, path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if mode == "160000":  # a submodule: an empty directory, as git leaves it
+            os.makedirs(target, exist_ok=True)
+        elif mode == "120000":
+            os.symlink(blobs[sha], target)
+        else:
+            with open(target, "wb") as fh:
+                fh.write(blobs[sha])
+            os.chmod(target, 0o755 if mode == "100755" else 0o644)
+    run_in(worktree, ["read-tree", commit], what="reading the row into the work tree's index")
+    run_in(
+        worktree, ["update-ref", "--no-deref", "HEAD", commit], what="setting the work tree's HEAD"
+    )
