@@ -60,7 +60,10 @@ def test_every_help_lists_every_exit_code_and_no_braced_metavar(command: str | N
 
 def test_the_usage_line_says_dir_and_row() -> None:
     assert "Usage: hyperqwen-patches apply [OPTIONS] DIR\n" in help_text("apply")
-    assert "Usage: hyperqwen-patches edit [OPTIONS] ROW\n" in help_text("edit")
+    # ROW is optional to edit only because `edit --abort` takes none.
+    assert "Usage: hyperqwen-patches edit [OPTIONS] [ROW]\n" in help_text("edit")
+    assert "Usage: hyperqwen-patches drop [OPTIONS] ROW\n" in help_text("drop")
+    assert "Usage: hyperqwen-patches rename [OPTIONS] OLD NEW\n" in help_text("rename")
     assert "Usage: hyperqwen-patches diff [OPTIONS] OLD NEW\n" in help_text("diff")
 
 

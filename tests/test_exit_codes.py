@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # A positional argument for the commands that need one before an option error can be reached.
 POSITIONAL = {"apply": ["DIR"], "status": ["DIR"], "unapply": ["DIR"], "edit": ["ROW"],
-              "new": ["NAME"], "adopt": ["SERIES"], "diff": ["A", "B"]}  # fmt: skip
+              "new": ["NAME"], "adopt": ["SERIES"], "diff": ["A", "B"], "drop": ["ROW"],
+              "move": ["ROW"], "rename": ["OLD", "NEW"]}  # fmt: skip
 
 
 def hqp(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -52,7 +53,8 @@ def test_a_repo_that_is_not_one_is_exit_2_with_one_line(command: str, tmp_path: 
     extra = {"apply": [tmp_path], "status": [tmp_path], "unapply": [tmp_path], "edit": ["x"],
              "new": ["x", "--after", "y"], "import": ["--into", tmp_path / "f"],
              "port": ["--to", "9.9.9"], "diff": ["HEAD", "HEAD"],
-             "export": ["--fork", tmp_path]}  # fmt: skip
+             "export": ["--fork", tmp_path], "drop": ["x"], "move": ["x", "--after", "y"],
+             "rename": ["x", "y"]}  # fmt: skip
     proc = hqp(command, *extra.get(command, []), "--repo", tmp_path)
     assert proc.returncode == 2, (command, proc.returncode, proc.stderr)
     assert proc.stderr.startswith("error: "), proc.stderr

@@ -569,9 +569,17 @@ def plan_export(manifest: Manifest, fork: Path, *, export_points: Sequence[str] 
     return plan_export_at(manifest, git_dir, tips)
 
 
-def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -> ExportPlan:
+def plan_export_at(
+    manifest: Manifest,
+    git_dir: Path,
+    tips: Mapping[str, str],
+    *,
+    manifest_text: bytes | None = None,
+) -> ExportPlan:
     """:func:`plan_export` for export points already resolved to tips in ``git_dir`` (``check`` reads a
-    bundle or URL fork from a scratch repository this way)."""
+    bundle or URL fork from a scratch repository this way). ``manifest_text``: the manifest's new text
+    when a row command (``drop``, ``move``, ``rename``) changed it; ``manifest`` is then its parse, and
+    the plan writes it over the file on disk."""
     from hyperqwen_patches.fork import replay
 
     root = manifest.root
@@ -659,11 +667,12 @@ def plan_export_at(manifest: Manifest, git_dir: Path, tips: Mapping[str, str]) -
     from hyperqwen_patches.series.manifest import parse_manifest
     from hyperqwen_patches.series.render import render
 
-    old_text = manifest.path.read_bytes()
+    disk_text = manifest.path.read_bytes()
+    old_text = disk_text if manifest_text is None else manifest_text
     new_text = edit_manifest(old_text, plan, new_rows)
-    if new_text != old_text:
+    if new_text != disk_text:
         plan.changes.append(
-            FileChange(_rel(manifest.path, root), "", old_text, new_text, "manifest")
+            FileChange(_rel(manifest.path, root), "", disk_text, new_text, "manifest")
         )
     edited = parse_manifest(new_text, path=manifest.path, root=root)
     pending = {c.path: c.new for c in plan.changes if c.new is not None}

@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hyperqwen_patches import gitrun, records
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
-from hyperqwen_patches.fork import replay
-from hyperqwen_patches.fork.worktrees import run_in
+from hyperqwen_patches.fork import replay, rowjournal
+from hyperqwen_patches.fork.worktrees import checkout_bytes, run_in, snapshot_tree
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import ExportPoint, Manifest
 from hyperqwen_patches.sources import basecommit
 
-STATE_FILE = "hqp-edit.json"  # in the fork's git directory: the row being edited and where
+STATE_FILE = rowjournal.EDIT_STATE  # in the fork's git directory: the row being edited, where
 WORK_DIR = ".hqp"  # in the series repository: the fork the tool keeps, and the edit work trees
 
 
@@ -47,7 +49,9 @@ class EditState:
     worktree: str
 
     def save(self, git_dir: Path) -> None:
-        (git_dir / STATE_FILE).write_text(json.dumps(self.__dict__, indent=2) + "\n")
+        from hyperqwen_patches.atomicfile import write_atomic
+
+        write_atomic(git_dir / STATE_FILE, (json.dumps(self.__dict__, indent=2) + "\n").encode())
 
     @staticmethod
     def load(git_dir: Path) -> EditState | None:
@@ -74,6 +78,8 @@ class RefreshResult:
     new: str | None  # None: the work tree holds the row as it was (nothing to do)
     rebased: list[tuple[str, str]] = field(default_factory=list)  # (row, new commit) after it
     written: list[str] = field(default_factory=list)  # files export wrote in the repository
+    removed: list[str] = field(default_factory=list)  # files export removed
+    recovered: str | None = None  # an interrupted row command undone first
 
 
 def kept_fork(manifest: Manifest) -> Path:
@@ -166,36 +172,61 @@ def open_edit(manifest: Manifest, fork: Path | None) -> tuple[Path, EditState | 
 
 
 def start_edit(manifest: Manifest, row: str, *, fork: Path | None = None) -> EditResult:
-    """A work tree of the fork at ``row``'s commit (an edit already open for the row is reused)."""
+    """A work tree of the fork at ``row``'s commit (an edit already open for the row is reused).
+    ``row``: a name, a 1-based number or a patch file name."""
+    existing = fork if fork is not None else kept_fork(manifest)
+    if not existing.exists():
+        return _start_edit(manifest, row, fork)
+    with rowjournal.locked(gitrun.git_dir_of(existing)):
+        if rowjournal.recover(gitrun.git_dir_of(existing)) is not None:
+            from hyperqwen_patches.series.manifest import load_manifest
+
+            manifest = load_manifest(manifest.root)
+        return _start_edit(manifest, row, fork)
+
+
+def _start_edit(manifest: Manifest, ref: str, fork: Path | None) -> EditResult:
+    from hyperqwen_patches.fork.rowwrite import resolve_row
+
+    # Named here, after an interrupted row command was undone: its manifest is the one that counts.
+    row = resolve_row(manifest, ref).name
     point = point_of(manifest, row)
     existing, current = open_edit(manifest, fork)
     if current is not None:
         if current.row != row:
+            # One line: a script running two edits sees at once which one holds the fork.
             raise UsageError(
-                f"row {current.row} is being edited in {current.worktree}",
-                hint="refresh it first (hyperqwen-patches refresh --close), or remove that work tree",
+                f"row {current.row} is being edited in {current.worktree}: one edit at a time; "
+                "refresh it (refresh --close) or drop it (edit --abort) first"
             )
         return EditResult(row, current.commit, Path(current.worktree), existing, False)
+    locked_already = existing.exists()  # start_edit holds the lock of a fork that existed
     fork_path, imported = ensure_fork(manifest, fork)
     git_dir = gitrun.git_dir_of(fork_path)
-    _, commit = row_commit(git_dir, manifest, point, row)
-    worktree = _work_dir(manifest) / "edit" / row
-    if worktree.exists():
-        raise UsageError(
-            f"{worktree} exists but is not the open edit of row {row}; remove it first"
+    with _nothing() if locked_already else rowjournal.locked(git_dir):
+        _, commit = row_commit(git_dir, manifest, point, row)
+        worktree = _work_dir(manifest) / "edit" / row
+        if worktree.exists():
+            raise UsageError(
+                f"{worktree} exists but is not the open edit of row {row}; remove it first"
+            )
+        gitrun.run(["worktree", "prune"], git_dir=git_dir)
+        worktree.parent.mkdir(parents=True, exist_ok=True)
+        # --no-checkout: the checkout is done in the work tree's own environment below (the
+        # runner's pinned index would otherwise be the one git writes).
+        gitrun.check(
+            ["worktree", "add", "--no-checkout", "--detach", str(worktree), commit],
+            git_dir=git_dir,
+            what=f"making a work tree for row {row}",
         )
-    gitrun.run(["worktree", "prune"], git_dir=git_dir)
-    worktree.parent.mkdir(parents=True, exist_ok=True)
-    # --no-checkout: the checkout is done in the work tree's own environment below (the runner's
-    # pinned index would otherwise be the one git writes).
-    gitrun.check(
-        ["worktree", "add", "--no-checkout", "--detach", str(worktree), commit],
-        git_dir=git_dir,
-        what=f"making a work tree for row {row}",
-    )
-    run_in(worktree, ["reset", "--hard", "--quiet", commit], what="checking the row out")
-    EditState(row, point.name, point.branch, commit, str(worktree)).save(git_dir)
+        checkout_bytes(worktree, commit)
+        EditState(row, point.name, point.branch, commit, str(worktree)).save(git_dir)
     return EditResult(row, commit, worktree, fork_path, imported)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def _move_branch(git_dir: Path, branch: str, new: str, old: str, *, why: str) -> None:
@@ -236,19 +267,30 @@ def _row_patch(git_dir: Path, parent: str, commit: str, row: str):  # type: igno
 
 
 def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
-    """Fold the open edit's work tree into its row, re-apply the later rows, export."""
-    from hyperqwen_patches.fork.exporting import (
-        BUNDLE_RELPATH,
-        plan_export,
-        write_bundle,
-        write_export,
-    )
-    from hyperqwen_patches.fork.importing import write_state_commit
+    """Fold the open edit's work tree into its row, re-apply the later rows, export: all or nothing.
 
+    Every new commit and the whole export are computed before anything is written; then the
+    journal (``fork/rowjournal.py``) records the old state, the files are written, the branch moves,
+    the bundle and the edit's state follow. A kill anywhere is undone by the next row command."""
     fork_path = fork if fork is not None else kept_fork(manifest)
     if not fork_path.exists():
         raise UsageError("no edit is open (no fork)", hint="start one: hyperqwen-patches edit ROW")
     git_dir = gitrun.git_dir_of(fork_path)
+    with rowjournal.locked(git_dir):
+        recovered = rowjournal.recover(git_dir)
+        if recovered is not None:
+            from hyperqwen_patches.series.manifest import load_manifest
+
+            manifest = load_manifest(manifest.root)
+        result = _refresh(manifest, fork_path, git_dir)
+        result.recovered = recovered
+        return result
+
+
+def _refresh(manifest: Manifest, fork_path: Path, git_dir: Path) -> RefreshResult:
+    from hyperqwen_patches.fork.importing import write_state_commit
+    from hyperqwen_patches.fork.rowwrite import write_rewrite
+
     state = EditState.load(git_dir)
     if state is None or not Path(state.worktree).exists():
         raise UsageError(
@@ -262,22 +304,26 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
         raise GitError(
             f"branch {state.branch} no longer holds {state.commit[:12]} (row {state.row}): it moved "
             "since the edit began",
-            hint=f"remove {state.worktree} and edit the row again",
+            hint="drop the edit (hyperqwen-patches edit --abort) and edit the row again",
         )
     worktree = Path(state.worktree)
-    # Bytecode a test run left in the work tree is not the row's (module rows skip it too).
-    run_in(
-        worktree,
-        ["add", "-A", "--", ".", ":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.py[co]"],
-        what="reading the work tree",
-    )
-    new_tree = run_in(worktree, ["write-tree"], what="reading the work tree").decode().strip()
+    new_tree = snapshot_tree(worktree, state.commit)
     raw = gitrun.check(
         ["cat-file", "commit", state.commit], git_dir=git_dir, what="reading the row"
     )
     old_tree, parents, message = forkgit.parse_commit(raw)
     result = RefreshResult(state.row, state.commit, None)
     if new_tree == old_tree:
+        from hyperqwen_patches.fork.exporting import plan_export_at
+
+        if plan_export_at(manifest, git_dir, {point.name: tip}).up_to_date:
+            return result
+        # The row is as it was but the series is behind the branch (a fork changed by hand, or
+        # an export refused earlier): export it now, as the refresh would have.
+        result.new = state.commit
+        result.written, result.removed = write_rewrite(
+            manifest, fork_path, point, tip, tip, op=f"refresh {state.row}", only=state.row
+        )
         return result
     new = basecommit.commit_tree(
         git_dir, new_tree, parents=parents, message=message, env=_author(raw)
@@ -297,32 +343,34 @@ def refresh(manifest: Manifest, *, fork: Path | None = None) -> RefreshResult:
             except replay.RowDoesNotApply as exc:
                 raise FindingError(
                     f"refresh stopped: {exc.message}; nothing was changed (branch {state.branch}, "
-                    f"the series and {worktree} are as they were)",
-                    hint=f"change the work tree so that row {row} applies on it, then refresh again",
+                    f"the series, and {worktree} with its index are as they were)",
+                    hint=f"change the work tree so that row {row} applies on it, then refresh "
+                    "again; or drop the change with hyperqwen-patches edit --abort",
                 ) from None
             parent = write_state_commit(
                 git_dir, tree_state, parent, commit.message, _author(raws[commit.sha])
             )
             result.rebased.append((row, parent))
-    _move_branch(git_dir, state.branch, parent, tip, why=f"refresh {state.row}")
     result.new = new
-    run_in(worktree, ["reset", "--quiet", "--soft", new], what="moving the work tree")
-    EditState(state.row, state.point, state.branch, new, state.worktree).save(git_dir)
-    from hyperqwen_patches.series.manifest import load_manifest
-
-    fresh = load_manifest(manifest.root)
-    plan = plan_export(fresh, fork_path)
-    result.written = write_export(plan)
-    if (manifest.root / BUNDLE_RELPATH).is_file():  # a shipped bundle must match the new patches
-        write_bundle(plan, fork_path, fresh)
-        result.written.append(BUNDLE_RELPATH)
+    result.written, result.removed = write_rewrite(
+        manifest, fork_path, point, tip, parent, op=f"refresh {state.row}",
+        edit_state=EditState(state.row, state.point, state.branch, new, state.worktree),
+        only=state.row,
+    )  # fmt: skip
+    # The work tree's HEAD and index follow the row (its files are what the row now holds).
+    run_in(worktree, ["reset", "--quiet", "--mixed", new], what="moving the work tree")
     return result
+
+
+# Who adds a row when nobody says: the tool itself, as ``import`` commits (a fresh CI runner has no
+# git identity, and the tool never writes the user's git config to get one).
+TOOL_AUTHOR = (basecommit.BASE_NAME, basecommit.BASE_EMAIL)
 
 
 def _user_identity(manifest: Manifest) -> tuple[str, str]:
     """Who adds a row: ``GIT_AUTHOR_NAME``/``EMAIL``, else the user's git identity (``user.name``,
     ``user.email``, read as ``git commit`` reads them: this is the one place the user's config is
-    asked, and only for these two values)."""
+    asked, and only for these two values), else the tool's own identity."""
     import subprocess
 
     def config(key: str) -> str:
@@ -331,13 +379,8 @@ def _user_identity(manifest: Manifest) -> tuple[str, str]:
         )
         return proc.stdout.decode("utf-8", "surrogateescape").strip()
 
-    name = os.environ.get("GIT_AUTHOR_NAME") or config("user.name")
-    email = os.environ.get("GIT_AUTHOR_EMAIL") or config("user.email")
-    if not name or not email:
-        raise UsageError(
-            "a new row needs an author: no user.name / user.email in git's config",
-            hint='git config --global user.name "Your Name"; git config --global user.email you@...',
-        )
+    name = os.environ.get("GIT_AUTHOR_NAME") or config("user.name") or TOOL_AUTHOR[0]
+    email = os.environ.get("GIT_AUTHOR_EMAIL") or config("user.email") or TOOL_AUTHOR[1]
     return name, email
 
 
@@ -351,7 +394,23 @@ def new_row(
     fork: Path | None = None,
 ) -> EditResult:
     """Add row ``name`` after ``after``: an empty commit in the fork (the later rows re-parented on
-    it, their trees unchanged), its manifest entry right after ``after``'s, then an edit of it."""
+    it, their trees unchanged), its manifest entry right after ``after``'s, then an edit of it.
+    Holds the fork's lock; the branch and the manifest change under the row commands' journal."""
+    existing = fork if fork is not None else kept_fork(manifest)
+    if not existing.exists():
+        return _new_row(manifest, name, after=after, what=what, kind=kind, fork=fork)
+    git_dir = gitrun.git_dir_of(existing)
+    with rowjournal.locked(git_dir):
+        if rowjournal.recover(git_dir) is not None:
+            from hyperqwen_patches.series.manifest import load_manifest
+
+            manifest = load_manifest(manifest.root)
+        return _new_row(manifest, name, after=after, what=what, kind=kind, fork=fork)
+
+
+def _new_row(
+    manifest: Manifest, name: str, *, after: str, what: str, kind: str, fork: Path | None
+) -> EditResult:
     import time
 
     from hyperqwen_patches.fork.exporting import insert_row
@@ -410,13 +469,20 @@ def new_row(
     from hyperqwen_patches.series.manifest import parse_manifest
 
     parse_manifest(edited, path=manifest.path, root=manifest.root)  # valid before anything moves
-    _move_branch(git_dir, point.branch, parent, tip, why=f"new {name}")
     from hyperqwen_patches.atomicfile import write_atomic
 
+    rel = Path(os.path.relpath(manifest.path, manifest.root)).as_posix()
+    rowjournal.begin(
+        git_dir, op=f"new {name}", root=manifest.root, files={rel: text},
+        branch=point.branch, old_tip=tip,
+    )  # fmt: skip
+    _move_branch(git_dir, point.branch, parent, tip, why=f"new {name}")
+    rowjournal.step("branch")
     write_atomic(manifest.path, edited)
+    rowjournal.end(git_dir)
     # No export yet: an empty commit is not a row export can write (it carries no change); the
     # refresh that gives the row its content exports everything.
-    opened = start_edit(load_manifest(manifest.root), name, fork=fork_path)
+    opened = _start_edit(load_manifest(manifest.root), name, fork_path)
     return EditResult(name, new, opened.worktree, fork_path, opened.imported)
 
 
@@ -435,6 +501,9 @@ def close_edit(manifest: Manifest, *, fork: Path | None = None) -> str | None:
     state = EditState.load(git_dir)
     if state is None:
         return None
-    gitrun.run(["worktree", "remove", "--force", state.worktree], git_dir=git_dir)
-    os.unlink(git_dir / STATE_FILE)
+    with rowjournal.locked(git_dir):
+        rowjournal.recover(git_dir)
+        gitrun.run(["worktree", "remove", "--force", state.worktree], git_dir=git_dir)
+        gitrun.run(["worktree", "prune"], git_dir=git_dir)
+        (git_dir / STATE_FILE).unlink(missing_ok=True)
     return state.row
