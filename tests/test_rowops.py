@@ -229,3 +229,17 @@ def test_a_rewrite_refuses_to_overwrite_a_hand_edit_of_a_patch_file(
         assert "would overwrite changes" in refused.stderr
         assert "patches/new-module.patch" in refused.stderr
         assert whole(series, fork) == before
+
+
+def test_the_files_a_module_row_owns_are_its_directorys() -> None:
+    """What `drop` removes with a module row: the files of its directory (the shipped kvarn-modules
+    row). Passing the row's directory name where the row was expected raised AttributeError on
+    every module row (found by mypy)."""
+    from hyperqwen_patches.fork.rowops import _row_files
+
+    repo = Path(__file__).resolve().parent.parent
+    manifest = load_manifest(repo)
+    row = next(r for r in manifest.rows if r.is_module)
+    files = _row_files(manifest, row)
+    assert files and all(f.startswith(f"{row.files}/") for f in files)
+    assert any(f.endswith(".py") for f in files)

@@ -133,7 +133,7 @@ def _row_files(manifest: Manifest, row: Row) -> list[str]:
         return [row.patch]
     from hyperqwen_patches.fork.exporting import _module_files_on_disk
 
-    return sorted(_module_files_on_disk(manifest.root, row.files)) if row.files else []
+    return sorted(_module_files_on_disk(manifest.root, row)) if row.files else []
 
 
 def _guarded(manifest: Manifest, fork: Path | None, run):  # type: ignore[no-untyped-def]
@@ -253,6 +253,7 @@ def move_row(
             (i for i, (a, b) in enumerate(zip(commits, wanted, strict=True)) if a.sha != b.sha),
             None,
         )
+        rebased: list[tuple[str, str]]
         if first is None:
             new_tip, rebased = tip, []
         else:

@@ -90,12 +90,12 @@ def write_rewrite(
     rowjournal.begin(git_dir, op=op, root=root, files=before, branch=point.branch, old_tip=old_tip)
     rowjournal.step("journal")
     written: list[str] = []
-    removed: list[str] = []
+    deleted: list[str] = []
     for i, change in enumerate(plan.changes):  # write_export's way, a kill point after each file
         target = root / change.path
         if change.new is None:
             target.unlink(missing_ok=True)
-            removed.append(change.path)
+            deleted.append(change.path)
         else:
             write_atomic(target, change.new)
             written.append(change.path)
@@ -116,7 +116,7 @@ def write_rewrite(
         edit_state.save(git_dir)  # type: ignore[attr-defined]
     rowjournal.step("state")
     rowjournal.end(git_dir)
-    return written, removed
+    return written, deleted
 
 
 def _refuse_hand_edits(

@@ -35,7 +35,7 @@ def _line_start(source: str, index: int) -> int:
 def _content_end(source: str, item: Any) -> int:
     """The offset just past the line that holds a row's last value (a block scalar ends at the
     next line's start already)."""
-    end = item.value[-1][1].end_mark.index
+    end = int(item.value[-1][1].end_mark.index)
     if end > 0 and source[end - 1] == "\n":
         return end
     nl = source.find("\n", end)
