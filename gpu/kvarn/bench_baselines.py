@@ -85,7 +85,13 @@ def _num(v) -> bool:
 def _cell(v) -> str:
     if _num(v):
         return f"{v:.1f}"
-    return "n/a" if v is None else "error"
+    return "n/a" if v is None else str(v)
+
+
+def _col(row: dict, name: str):
+    """A column's value: its timing, or "error" where its side (``kvarn``, ``fi_fp8_tc``...) failed."""
+    side = name.rsplit("_", 1)[0]
+    return "error" if f"{side}_error" in row else row.get(f"{name}_us")
 
 
 def table_md(meta: dict, rows: list[dict]) -> str:
@@ -109,7 +115,7 @@ def table_md(meta: dict, rows: list[dict]) -> str:
         best = f"{t:.1f} ({c})" if c else "none ran"
         ratio = f"{t / k:.2f}×" if c and _num(k) else "n/a"
         host = f"{_cell(r.get('kvarn_decode_host_us'))} / {_cell(r.get('kvarn_step_host_us'))}"
-        cells = [r.get(f"{n}_us") for n in (
+        cells = [_col(r, n) for n in (
             "kvarn_graph", "kvarn_eager", "sdpa_gqa_graph", "sdpa_gqa_eager", "fi_fp16_graph",
             "fi_fp8_graph", "fi_fp16_tc_graph", "fi_fp8_tc_graph", "fi_fp8_tc_eager")]  # fmt: skip
         lines.append(f"{head} " + " | ".join(map(_cell, cells)) + f" | {best} | {ratio} | {host} |")
