@@ -12,7 +12,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from kvarn_ops import config, triton_decode
+from kvarn_ops import config, decode_plan, triton_decode
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CFG = config.KVarNConfig()
@@ -203,7 +203,7 @@ def test_l2_prefetch_only_where_the_instruction_exists(monkeypatch: pytest.Monke
     monkeypatch.setattr(torch.version, "hip", None)
     for cap, want in (((8, 0), 0), ((8, 6), 0), ((9, 0), triton_decode.L2_PREFETCH[128])):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _d, c=cap: c)
-        monkeypatch.setattr(triton_decode, "_CAPABILITY", {})  # asked once a device, normally
+        monkeypatch.setattr(decode_plan, "_CAPABILITY", {})  # asked once a device, normally
         assert blocks(torch.device("cuda"), 128, None) == want, cap
         assert blocks(torch.device("cuda"), 128, 2) == (2 if cap[0] >= 9 else 0)
 

@@ -117,8 +117,16 @@ def test_identity_codecs_change_nothing() -> None:
         assert torch.allclose(kv.attention(ident, q, k, v).float(), plain, atol=2e-3)
 
 
+# The GPU machine has no vLLM (its torch is older than vLLM 0.29 needs): the tests that read vLLM's
+# own TurboQuant modules skip there with this reason instead of failing run_speedpath.sh.
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+NO_VLLM = "vLLM is not installed here (the GPU machine has none): TurboQuant is read from it"
+
+
 @pytest.fixture(scope="module")
 def turboquant() -> kv.TurboQuant:
+    if not HAS_VLLM:
+        pytest.skip(NO_VLLM)
     return kv.load_turboquant()  # the installed vllm 0.29.0
 
 
@@ -258,14 +266,14 @@ def test_the_cpu_variant_trains_and_tabulates(tmp_path: Path) -> None:
     res = json.loads((out / "quality.json").read_text())
     rows = {r["name"]: r for r in res["rows"]}
     assert res["train"]["final_loss"] < math.log(256) - 1.5  # it learned something about bytes
-    assert {
-        "fp16",
-        "kvarn_k4v2_g128",
-        "rtn_k4v2_g128",
-        "rotation_k4v2_g128",
-        "turboquant_3bit_nc",
-    } <= set(rows)
-    assert res["turboquant"].startswith("TurboQuant config and centroids read from")
+    assert {"fp16", "kvarn_k4v2_g128", "rtn_k4v2_g128", "rotation_k4v2_g128"} <= set(rows)
+    if HAS_VLLM:
+        assert "turboquant_3bit_nc" in rows
+        assert res["turboquant"].startswith("TurboQuant config and centroids read from")
+        assert rows["turboquant_3bit_nc"]["bytes_per_token"] == 102
+    else:  # measured without TurboQuant, and the table says why
+        assert not any(name.startswith("turboquant") for name in rows)
+        assert res["turboquant"].startswith("TurboQuant not measured: no vllm installed")
     fp16 = rows["fp16"]
     assert fp16["cosines"] == [1.0] * 2
     # a compressed codec changes the output; 4-bit V is closer than 2-bit V
@@ -275,7 +283,6 @@ def test_the_cpu_variant_trains_and_tabulates(tmp_path: Path) -> None:
         rows["kvarn_k4v2_g128"]["bytes_per_token"]
         == ops.record_layout("kvarn_k4v2_g128", 128).size / 128
     )
-    assert rows["turboquant_3bit_nc"]["bytes_per_token"] == 102
     # with iters=0 KVarN is rotation-only RTN on the same records: the same output as the ablation
     assert rows["kvarn_k4v2_g128_iters0"]["ppl"] == pytest.approx(
         rows["rotation_k4v2_g128"]["ppl"], rel=1e-3

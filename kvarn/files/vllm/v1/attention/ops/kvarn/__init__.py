@@ -5,7 +5,10 @@ Modules (none imports vLLM, so all run on the CPU and on a bare GPU machine):
     layout      presets and the record layout (no torch)
     tiers       fp16 pool slots and flush decisions (no torch)
     hadamard, normalize, quant, reference   the torch reference
-    triton_store, triton_decode             the Triton kernels (store, decode)
+    triton_store                            the Triton store kernels (flush, pool write)
+    decode_plan                             the decode's launch policy (splits, warps; no kernels)
+    decode_kernels                          the decode's Triton kernels
+    triton_decode                           the decode's launch binding (kvarn_decode, prepare)
     triton_prefix                           multi-token queries over a cached prefix
     step                                    a decode step with no host read (CUDA graphs)
 

@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .decode_plan import _num_sms
 from .launch import binding, kwargs_key, launch
 from .layout import RecordLayout
 
@@ -291,8 +292,6 @@ class LayerStore:
             self.fw_head = (pool_v.data_ptr(), cache.data_ptr(), c16.data_ptr())
             self.fw_restore = ((1, pool_v), (3, cache), (4, c16))
         self.warps = 8 if d * g <= 128 * 128 else 16
-        from .triton_decode import _num_sms
-
         self.sms = _num_sms(cache.device)
         self.consts: dict[tuple, tuple[dict, int]] = {}  # (kernel, warps) -> kwargs, their key
 
