@@ -375,3 +375,33 @@ def test_edit_refresh_then_export_check_clean_and_sums_kept(
         ["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=project.root / FOLDER, check=False
     )
     assert sums.returncode == 0
+
+
+def test_port_of_the_adopted_folder_to_a_next_release_reports_no_false_static_error(
+    lf_only: Project, tmp_path: Path
+) -> None:
+    """#38's proof, last step: the adopted series ported to a synthetic next release where upstream
+    moved every module (lines added at the top) but changed no signature or name the rows use: every
+    row applies (at an offset) and `port` exits 0 with no static error. (This fixture's added lines
+    reference few package names; the series' own widened signatures binding is held by
+    tests/test_statics_names.py.)"""
+    import json
+
+    project = copy(lf_only, tmp_path)
+    assert adopt(project).returncode == 0
+    nxt = tmp_path / "next"
+    shutil.copytree(project.pristine, nxt)
+    moved = 0
+    for path in sorted((nxt / "vllm").rglob("*.py")):
+        path.write_text("# vllm 0.30.0\n# (upstream moved this module)\n\n" + path.read_text())
+        moved += 1
+    assert moved > 5
+    proc = hqp("port", "--to", "0.30.0", "--source", f"dir:{nxt}", "--json", cwd=project.root)
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads(proc.stdout)["reports"][0]
+    statuses = {r["status"] for r in report["rows"]}
+    assert statuses <= {"exact", "offset"}, statuses
+    statics = report["statics"] or {}
+    errors = [f for f in statics.get("findings", []) if f.get("severity") == "error"]
+    assert errors == [], errors
+    assert proc.returncode == 0, proc.stdout[-2000:]
