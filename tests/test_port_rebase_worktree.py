@@ -29,34 +29,7 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def test_two_pauses_share_one_worktree_moved_on(tmp_path: Path) -> None:
-    old = release(tmp_path, "old", {"vllm/c1.py": BASE, "vllm/c2.py": BASE, "vllm/a.py": BASE})
-    # Upstream rewrote the very lines both rows change: each row needs a person.
-    new = release(
-        tmp_path,
-        "new",
-        {
-            "vllm/c1.py": lines_with({20: "line 20 upstream\n"}),
-            "vllm/c2.py": lines_with({20: "line 20 upstream\n"}),
-            "vllm/a.py": BASE,
-        },
-    )
-    w = tmp_path / "w"
-    rows = [
-        ("row-c1", make_patch("vllm/c1.py", BASE, lines_with({20: "line 20 ours\n"}), w)),
-        ("row-a", make_patch("vllm/a.py", BASE, lines_with({5: "line 5 ours\n"}), w)),
-        ("row-c2", make_patch("vllm/c2.py", BASE, lines_with({20: "line 20 ours\n"}), w)),
-    ]
-    repo = make_repo(tmp_path, rows)
-    manifest = repo / "patches/manifest.yaml"
-    manifest.write_text(
-        manifest.read_text().replace(
-            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
-        )
-    )
-    fork = tmp_path / "fork"
-    importing.import_series(
-        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
-    )
+    repo, fork, old, new = _two_pause_project(tmp_path)
     kw = {"from_source": f"dir:{old}", "to_source": f"dir:{new}"}
 
     def run(action: str) -> RebaseResult:
