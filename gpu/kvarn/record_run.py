@@ -1,5 +1,6 @@
 """Append one device run to ``gpu/kvarn/results/runs.jsonl``: the table of every KVarN device run,
-with the command and the commit it ran, instead of a folder per run.
+with the command and the commit it ran, instead of a folder per run. Runs 1-45 are kept, frozen, in
+``runs-1-45.jsonl`` beside it (one file of every run passed 2 MiB, more than a tracked file should be).
 
     python3 gpu/kvarn/record_run.py OUT_DIR --run N --command "TEST_N=8 bash gpu/kvarn/run_speedpath.sh"
                                     [--commit SHA] [--date YYYY-MM-DD] [--note TEXT]
@@ -8,7 +9,7 @@ with the command and the commit it ran, instead of a folder per run.
 record's ``files``: ``*.json`` parsed, ``*.jsonl`` as a list, ``*.md`` and ``device.txt`` in full,
 logs (``*.log``) by their last 30 lines (a log's whole text stays in git history at ``commit`` when it
 was committed as a folder: runs 1-24 were). ``--commit`` defaults to HEAD. Runs are keyed by number;
-recording a number again replaces that record.
+recording a number again replaces that record, in whichever file holds it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TABLE = HERE / "results" / "runs.jsonl"
+ARCHIVE = HERE / "results" / "runs-1-45.jsonl"  # frozen: runs 1-45
+ARCHIVED = 45
 LOG_TAIL = 30
 
 
@@ -79,8 +82,9 @@ def main() -> None:
             [*git, "log", "-1", "--format=%ad", "--date=short", commit], text=True
         ).strip()
     )
-    append(record(args.out, args.run, args.command, commit, date, args.note))
-    print(f"run {args.run} recorded in {TABLE}")
+    table = ARCHIVE if args.run <= ARCHIVED else TABLE
+    append(record(args.out, args.run, args.command, commit, date, args.note), table)
+    print(f"run {args.run} recorded in {table}")
 
 
 if __name__ == "__main__":

@@ -247,7 +247,7 @@ def test_rotation_in_the_kernel_matches_the_gemm(preset: str, d: int, qpk: int) 
 def test_launch_policy() -> None:
     """One wave of resident programs (132 SMs x 8 resident warps), at least 4 blocks a split, at
     least 2 splits where there are 8 blocks; twice the warps when the most programs a step can
-    have fill FILL of the slots or less. The figures behind it: runs 14-17 in gpu/kvarn/results/runs.jsonl."""
+    have fill FILL of the slots or less. The figures behind it: runs 14-17 in gpu/kvarn/results/runs-1-45.jsonl."""
     cfg = config.KVarNConfig()  # at most 128 splits
     splits, warps = triton_decode.choose_splits, triton_decode.choose_warps
     assert splits(8, 8, 256, 132, cfg, warps=1) == 16  # 1056 one-warp slots / 64 programs
