@@ -346,3 +346,21 @@ def blob_sha(data: bytes) -> str:
     import hashlib
 
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def author_env(raw: bytes) -> dict[str, str]:
+    """The identity env of a commit (its raw object, or just its header) as ``import`` writes one:
+    its author kept, the committer pinned to the tool with the author's date, so the same content
+    gives the same SHA on any machine."""
+    from hyperqwen_patches.sources import basecommit
+
+    header = raw.partition(b"\n\n")[0]
+    for line in header.split(b"\n"):
+        if line.startswith(b"author "):
+            ident, _, stamp = line[len(b"author ") :].rpartition(b"> ")
+            name, _, email = ident.partition(b" <")
+            env = basecommit.fixed_identity_env(stamp.decode())
+            env["GIT_AUTHOR_NAME"] = name.decode("utf-8", "surrogateescape")
+            env["GIT_AUTHOR_EMAIL"] = email.decode("utf-8", "surrogateescape")
+            return env
+    raise GitError("a commit without an author line")

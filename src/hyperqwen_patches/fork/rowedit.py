@@ -238,21 +238,6 @@ def _move_branch(git_dir: Path, branch: str, new: str, old: str, *, why: str) ->
     )
 
 
-def _author(raw: bytes) -> dict[str, str]:
-    """The author of a raw commit object as ``import`` sets it: author kept, committer pinned to the
-    tool with the author's date (so the same content gives the same SHA on any machine)."""
-    header = raw.partition(b"\n\n")[0]
-    for line in header.split(b"\n"):
-        if line.startswith(b"author "):
-            ident, _, stamp = line[7:].rpartition(b"> ")
-            name, _, email = ident.partition(b" <")
-            env = basecommit.fixed_identity_env(stamp.decode())
-            env["GIT_AUTHOR_NAME"] = name.decode("utf-8", "surrogateescape")
-            env["GIT_AUTHOR_EMAIL"] = email.decode("utf-8", "surrogateescape")
-            return env
-    raise GitError("a commit without an author line")
-
-
 def _row_patch(git_dir: Path, parent: str, commit: str, row: str):  # type: ignore[no-untyped-def]
     """The change a fork commit makes, as an engine patch (git's own diff, pinned options)."""
     from hyperqwen_patches.engine.patchset import parse_patch
@@ -326,7 +311,7 @@ def _refresh(manifest: Manifest, fork_path: Path, git_dir: Path) -> RefreshResul
         )
         return result
     new = basecommit.commit_tree(
-        git_dir, new_tree, parents=parents, message=message, env=_author(raw)
+        git_dir, new_tree, parents=parents, message=message, env=forkgit.author_env(raw)
     )
     # The branch is linear from the base (export refuses merges), so what follows the row in
     # parent..tip is every later row, in order.
@@ -348,7 +333,7 @@ def _refresh(manifest: Manifest, fork_path: Path, git_dir: Path) -> RefreshResul
                     "again; or drop the change with hyperqwen-patches edit --abort",
                 ) from None
             parent = write_state_commit(
-                git_dir, tree_state, parent, commit.message, _author(raws[commit.sha])
+                git_dir, tree_state, parent, commit.message, forkgit.author_env(raws[commit.sha])
             )
             result.rebased.append((row, parent))
     result.new = new
@@ -451,7 +436,7 @@ def _new_row(
     for commit in later:  # the same trees on a new parent: nothing to re-apply
         parent = basecommit.commit_tree(
             git_dir, commit.tree, parents=[parent], message=commit.message,
-            env=_author(raws[commit.sha]),
+            env=forkgit.author_env(raws[commit.sha]),
         )  # fmt: skip
     text = manifest.path.read_bytes()
     fields = {

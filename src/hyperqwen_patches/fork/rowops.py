@@ -82,7 +82,7 @@ def rebuild(
     """``commits`` re-applied in this order on ``parent`` at fuzz 0 (messages replaced where given,
     the author kept, the committer pinned); the new tip and each (row, new commit)."""
     from hyperqwen_patches.fork.importing import with_trailer, write_state_commit
-    from hyperqwen_patches.fork.rowedit import _author, _row_patch
+    from hyperqwen_patches.fork.rowedit import _row_patch
 
     messages = messages or {}
     out: list[tuple[str, str]] = []
@@ -102,7 +102,9 @@ def rebuild(
                 "again",
             ) from None
         message = with_trailer(messages.get(commit.sha, commit.message), row)
-        parent = write_state_commit(git_dir, state, parent, message, _author(raws[commit.sha]))
+        parent = write_state_commit(
+            git_dir, state, parent, message, forkgit.author_env(raws[commit.sha])
+        )
         out.append((row, parent))
     return parent, out
 

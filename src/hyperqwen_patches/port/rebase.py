@@ -46,22 +46,6 @@ def default_branch(manifest: Any, to_version: str) -> str:
     return f"port/{to_version}"
 
 
-def _author_env(header: bytes) -> dict[str, str]:
-    """The identity env of a commit: its author kept, the committer pinned (as ``import`` does)."""
-    from hyperqwen_patches.sources import basecommit
-
-    env: dict[str, str] = {}
-    for line in header.split(b"\n"):
-        if line.startswith(b"author "):
-            ident = line[len(b"author ") :]
-            name, _, rest = ident.partition(b" <")
-            email, _, date = rest.partition(b"> ")
-            env = basecommit.fixed_identity_env(date.decode())
-            env["GIT_AUTHOR_NAME"] = name.decode("utf-8", "surrogateescape")
-            env["GIT_AUTHOR_EMAIL"] = email.decode("utf-8", "surrogateescape")
-    return env
-
-
 def _fork_messages(git_dir: Path, manifest: Any) -> dict[str, tuple[bytes, dict[str, str]]]:
     """Row -> (message, identity) from the export points' commits in the fork, when it has them.
 
@@ -86,7 +70,7 @@ def _fork_messages(git_dir: Path, manifest: Any) -> dict[str, tuple[bytes, dict[
         for commit in wanted:
             if commit.row is not None and commit.row not in found:
                 header = raw[commit.sha].partition(b"\n\n")[0]
-                found[commit.row] = (commit.message, _author_env(header))
+                found[commit.row] = (commit.message, forkgit.author_env(header))
     return found
 
 
