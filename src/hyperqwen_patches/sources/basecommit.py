@@ -289,9 +289,9 @@ def cached_base(
         found = _held_valid(cache_root, entry, hold)
         if found is not None:
             return entry, found
-        built = _build_pypi_entry(cache_root, entry, tree, label, package, version, progress)
+        commit, _ = _build_entry(cache_root, entry, tree, label, package, version, progress)
         if hold is None:
-            return built
+            return entry, commit
     raise UsageError(f"the cached base commit {entry} keeps disappearing while it is used")
 
 
@@ -319,7 +319,7 @@ def _fingerprint_of(entry: Path) -> str | None:
         return None
 
 
-def _build_pypi_entry(
+def _build_entry(
     cache_root: Path,
     entry: Path,
     tree: TreeSource,
@@ -327,17 +327,23 @@ def _build_pypi_entry(
     package: str,
     version: str,
     progress: Progress | None,
-) -> tuple[Path, str]:
+    fingerprint: str | None = None,
+) -> tuple[str, bool]:
+    """(commit, whether this process built it): the entry built under a temporary name and renamed
+    into place complete, its marker written last; one another process built meanwhile (or renamed
+    first) is taken as it is. A ``dir:`` entry carries the fingerprint of the files it was built from."""
     root = entry.parent
     root.mkdir(parents=True, exist_ok=True)
     with entry_lock(cache_root, entry.name):
         found = _valid_entry(entry)  # built by the process we waited for
-        if found is not None:
-            return entry, found
+        if found is not None and (fingerprint is None or _fingerprint_of(entry) == fingerprint):
+            return found, False
         tmp = staging_dir(root, entry.name)
         try:
             gitrun.init_bare(tmp)
             commit = _build(tmp, tree, label, package=package, version=version, progress=progress)
+            if fingerprint is not None:
+                (tmp / FINGERPRINT).write_text(fingerprint + "\n")
             (tmp / BASE_MARKER).write_text(f"{commit}\n{BASE_FORMAT}\n")
             if entry.exists():  # unusable (no marker, or a missing object): replace it
                 shutil.rmtree(entry, ignore_errors=True)
@@ -347,8 +353,8 @@ def _build_pypi_entry(
                 found = _valid_entry(entry)  # another process renamed first
                 if found is None:
                     raise
-                return entry, found
-            return entry, commit
+                return found, False
+            return commit, True
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -468,51 +474,14 @@ def _cached_dir_base(
         return entry, found
     if time.time() - fingerprint.newest < RACY_SECONDS:
         return None
-    built = _build_dir_entry(
-        cache_root, entry, key, fingerprint, tree, label, package, version, progress
+    commit, built = _build_entry(
+        cache_root, entry, tree, label, package, version, progress, fingerprint.digest
     )
+    if built:  # entries of the same directory's earlier states, left an hour: gone
+        for old in root.glob(f"dir_{key}_*.git"):
+            if old != entry and time.time() - old.stat().st_mtime > STALE_SECONDS:
+                shutil.rmtree(old, ignore_errors=True)
     if hold is None:
-        return built
+        return entry, commit
     found = _held_valid(cache_root, entry, hold, fingerprint.digest)
     return (entry, found) if found is not None else None  # pruned meanwhile: built per run instead
-
-
-def _build_dir_entry(
-    cache_root: Path,
-    entry: Path,
-    key: str,
-    fingerprint: DirFingerprint,
-    tree: TreeSource,
-    label: str,
-    package: str,
-    version: str,
-    progress: Progress | None,
-) -> tuple[Path, str]:
-    root = entry.parent
-    root.mkdir(parents=True, exist_ok=True)
-    with entry_lock(cache_root, entry.name):
-        found = _valid_entry(entry)  # built by the process we waited for
-        if found is not None and _fingerprint_of(entry) == fingerprint.digest:
-            return entry, found
-        tmp = staging_dir(root, entry.name)
-        try:
-            gitrun.init_bare(tmp)
-            commit = _build(tmp, tree, label, package=package, version=version, progress=progress)
-            (tmp / FINGERPRINT).write_text(fingerprint.digest + "\n")
-            (tmp / BASE_MARKER).write_text(f"{commit}\n{BASE_FORMAT}\n")
-            if entry.exists():
-                shutil.rmtree(entry, ignore_errors=True)
-            try:
-                os.rename(tmp, entry)
-            except OSError:
-                found = _valid_entry(entry)
-                if found is None:
-                    raise
-                return entry, found
-            for old in root.glob(f"dir_{key}_*.git"):
-                if old != entry and time.time() - old.stat().st_mtime > STALE_SECONDS:
-                    shutil.rmtree(old, ignore_errors=True)
-            return entry, commit
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
