@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from hyperqwen_patches.engine.applying import Policy, apply_series
-from hyperqwen_patches.engine.patchset import parse_patch
+from hyperqwen_patches.engine.patchscan import parse_patch
 from hyperqwen_patches.sources.tree import Tree
 
 VOCAB = [

@@ -15,7 +15,7 @@ import sys
 import time
 
 from hyperqwen_patches.engine.applying import apply_series
-from hyperqwen_patches.engine.patchset import parse_patch
+from hyperqwen_patches.engine.patchscan import parse_patch
 
 
 def workload(n: int) -> tuple[bytes, bytes]:

@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable
 
 from hyperqwen_patches.engine.applying import apply_patch
-from hyperqwen_patches.engine.patchset import Patch, parse_patch
+from hyperqwen_patches.engine.patchmodel import Patch
+from hyperqwen_patches.engine.patchscan import parse_patch
 from hyperqwen_patches.port.linediff import changed_lines
 from hyperqwen_patches.port.model import FORWARD
 from hyperqwen_patches.port.stalecopy import CopyIndex, stale_copies

@@ -31,7 +31,7 @@ IMPORTED = time.perf_counter() - T0
 PHASES = [
     ("hyperqwen_patches.commands.apply", "default_series"),
     ("hyperqwen_patches.series.rows", "load_series"),
-    ("hyperqwen_patches.engine.patchset", "parse_patch"),
+    ("hyperqwen_patches.engine.patchscan", "parse_patch"),
     ("hyperqwen_patches.sources.tree", "Tree.read"),
     ("hyperqwen_patches.sources.tree", "Tree.write"),
     ("hyperqwen_patches.sources.tree", "Tree.resolve"),

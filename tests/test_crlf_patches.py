@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from test_differential_gnu import Case, engine_vs_gnu, run_gnu
 
-from hyperqwen_patches.engine.patchset import parse_patch
+from hyperqwen_patches.engine.patchscan import parse_patch
 
 LF_F = b"".join(b"line %d\n" % i for i in range(1, 13))
 LF_G = b"x\ny\nz\n"

@@ -12,15 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hyperqwen_patches.engine.applying import apply_series
-from hyperqwen_patches.engine.patchset import (
+from hyperqwen_patches.engine.patchmodel import (
     ADDED,
     CONTEXT,
     REMOVED,
     PatchParseError,
-    parse_patch,
-    patch_from_files,
     split_lines,
 )
+from hyperqwen_patches.engine.patchscan import parse_patch, patch_from_files
 
 FORMAT_PATCH = (
     b"""From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
@@ -278,7 +277,7 @@ def test_extra_hunk_lines_are_refused_where_gnu_patch_drops_them() -> None:
 def test_parser_derived_fields_equal_the_constructor_ones() -> None:
     """The parser computes old/new lines and context counts in its one pass (speed); a Hunk built
     directly (reversed(), patch_from_files, other modules) derives them itself: they must agree."""
-    from hyperqwen_patches.engine.patchset import Hunk
+    from hyperqwen_patches.engine.patchmodel import Hunk
 
     data = FORMAT_PATCH + (
         b"--- a/g\n+++ b/g\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n-d\n\\ No newline at end of file\n"

@@ -228,7 +228,7 @@ def test_a_line_inserted_upstream_is_one_inserted_line_in_the_near_miss() -> Non
     """A real series' report listed six "differing" lines for a hunk whose region had gained one line
     upstream (positional comparison at GNU's spot); the aligned view shows the one line."""
     from hyperqwen_patches.engine.applying import apply_patch
-    from hyperqwen_patches.engine.patchset import parse_patch
+    from hyperqwen_patches.engine.patchscan import parse_patch
     from hyperqwen_patches.engine.placement import aligned_summary
 
     old = b"".join(b"line %d\n" % i for i in range(1, 21))

@@ -10,7 +10,7 @@ from pathlib import Path
 from hyperqwen_patches.checks.context import Finding
 from hyperqwen_patches.checks.pipeline import run_check
 from hyperqwen_patches.engine.applying import Policy, apply_series
-from hyperqwen_patches.engine.patchset import parse_patch
+from hyperqwen_patches.engine.patchscan import parse_patch
 from hyperqwen_patches.statics.provenance import trace
 
 STATICS = (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_statics_provenance import make_repo, static_findings
 
-from hyperqwen_patches.engine.patchset import parse_patch
+from hyperqwen_patches.engine.patchscan import parse_patch
 from hyperqwen_patches.statics.whitespace import patch_errors
 
 WHITESPACE = "hyperqwen_patches.statics.whitespace:check_whitespace"
@@ -78,7 +78,7 @@ def test_lines_are_numbered_where_the_row_lands(tmp_path: Path) -> None:
 
 
 def test_a_module_file_is_checked_like_git_checks_a_new_file(tmp_path: Path) -> None:
-    from hyperqwen_patches.engine.patchset import patch_from_files
+    from hyperqwen_patches.engine.patchscan import patch_from_files
 
     content = b"ok\nbad \n \tmixed\nlast\n\n\n"
     git(tmp_path, "init", "-q")

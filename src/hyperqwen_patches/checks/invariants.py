@@ -14,7 +14,7 @@ from hyperqwen_patches.checks.context import (
     CheckContext,
     Finding,
 )
-from hyperqwen_patches.engine.patchset import CRLF_NOTE
+from hyperqwen_patches.engine.patchscan import CRLF_NOTE
 from hyperqwen_patches.series.manifest import MANIFEST_RELPATH
 from hyperqwen_patches.series.requirements import package_pins
 

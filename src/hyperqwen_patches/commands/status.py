@@ -10,7 +10,7 @@ from hyperqwen_patches.errors import FindingError, exit_codes_help
 if TYPE_CHECKING:
     import typer
 
-    from hyperqwen_patches.engine.patchset import Patch
+    from hyperqwen_patches.engine.patchmodel import Patch
 
 # The signatures are read only when the command is registered with Typer (commands/__init__.py), so
 # they are written out in full rather than as module-level aliases that would import Typer on load.

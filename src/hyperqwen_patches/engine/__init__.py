@@ -19,14 +19,8 @@ from hyperqwen_patches.engine.applying import (
     apply_series,
     verify_applied,
 )
-from hyperqwen_patches.engine.patchset import (
-    FilePatch,
-    Hunk,
-    Patch,
-    PatchParseError,
-    parse_patch,
-    patch_from_files,
-)
+from hyperqwen_patches.engine.patchmodel import FilePatch, Hunk, Patch, PatchParseError
+from hyperqwen_patches.engine.patchscan import parse_patch, patch_from_files
 from hyperqwen_patches.engine.placement import LineDiff, NearMiss
 
 __all__ = [

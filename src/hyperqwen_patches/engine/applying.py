@@ -21,13 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from hyperqwen_patches.engine.patchset import (
-    ADDED,
-    FilePatch,
-    Hunk,
-    Patch,
-    split_lines,
-)
+from hyperqwen_patches.engine.patchmodel import ADDED, FilePatch, Hunk, Patch, split_lines
 from hyperqwen_patches.engine.placement import (
     FileLines,
     NearMiss,

@@ -30,7 +30,7 @@ from hyperqwen_patches.engine.applying import (
     verify_applied,
 )
 from hyperqwen_patches.engine.expected import Divergence
-from hyperqwen_patches.engine.patchset import Patch
+from hyperqwen_patches.engine.patchmodel import Patch
 from hyperqwen_patches.records import field, record, replace
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hyperqwen_patches.engine.applying import Policy, Reader, apply_series
-from hyperqwen_patches.engine.patchset import Patch
+from hyperqwen_patches.engine.patchmodel import Patch
 from hyperqwen_patches.records import record
 from hyperqwen_patches.resultcache import sha256  # CPython's own: hashlib's import loads OpenSSL
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
-from hyperqwen_patches.engine.patchset import Hunk
+from hyperqwen_patches.engine.patchmodel import Hunk
 from hyperqwen_patches.records import record
 
 SHOWN_OTHERS = 3  # other matches listed per hunk; the rest are only counted

@@ -33,7 +33,7 @@ from hyperqwen_patches.series.manifest import ExportPoint, Manifest, Row
 from hyperqwen_patches.sources import basecommit
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.engine.patchset import Patch
+    from hyperqwen_patches.engine.patchmodel import Patch
 
 _DATE_RE = re.compile(rb"^(?P<ts>\d+) (?P<tz>[+-]\d{4})$")
 

@@ -240,7 +240,7 @@ def _move_branch(git_dir: Path, branch: str, new: str, old: str, *, why: str) ->
 
 def _row_patch(git_dir: Path, parent: str, commit: str, row: str):  # type: ignore[no-untyped-def]
     """The change a fork commit makes, as an engine patch (git's own diff, pinned options)."""
-    from hyperqwen_patches.engine.patchset import parse_patch
+    from hyperqwen_patches.engine.patchscan import parse_patch
 
     data = gitrun.check(
         ["diff-tree", "-p", "-M", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv",

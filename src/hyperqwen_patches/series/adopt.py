@@ -38,7 +38,8 @@ import re
 from pathlib import Path, PurePosixPath
 
 from hyperqwen_patches.atomicfile import write_atomic
-from hyperqwen_patches.engine.patchset import Patch, PatchParseError, parse_patch
+from hyperqwen_patches.engine.patchmodel import Patch, PatchParseError
+from hyperqwen_patches.engine.patchscan import parse_patch
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.inputfile import read_input
 from hyperqwen_patches.records import field, record, replace

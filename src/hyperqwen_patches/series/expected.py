@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hyperqwen_patches.engine.applying import Policy
 from hyperqwen_patches.engine.expected import VERSION, Expected, digest, expected_states
-from hyperqwen_patches.engine.patchset import Patch
+from hyperqwen_patches.engine.patchmodel import Patch
 from hyperqwen_patches.errors import HqpError
 from hyperqwen_patches.records import record
 

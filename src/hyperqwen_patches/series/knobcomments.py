@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
-from hyperqwen_patches.engine.patchset import ADDED, REMOVED, Patch
+from hyperqwen_patches.engine.patchmodel import ADDED, REMOVED, Patch
 
 # One entry of a literal set/list/tuple of names: "VLLM_X", (a trailing remark allowed).
 ENTRY_RE = re.compile(r"""^\s*(["'])(?P<name>[A-Z][A-Z0-9_]*)\1\s*,?\s*(#.*)?$""")

@@ -105,7 +105,8 @@ def changes_of(data: bytes) -> tuple[object, ...] | None:
     header lines, export marker, diffstat), how much context there is beyond those neighbours, how
     the changes are split into hunks, ``index`` lines and ``@@`` numbers all drop out. None: not a
     patch."""
-    from hyperqwen_patches.engine.patchset import CONTEXT, PatchParseError, parse_patch
+    from hyperqwen_patches.engine.patchmodel import CONTEXT, PatchParseError
+    from hyperqwen_patches.engine.patchscan import parse_patch
 
     try:
         patch = parse_patch(data, name="")

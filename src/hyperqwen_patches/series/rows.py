@@ -20,7 +20,7 @@ from hyperqwen_patches.series.manifest import Manifest, Row, load_manifest
 
 TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:
-    from hyperqwen_patches.engine.patchset import FilePatch, Patch
+    from hyperqwen_patches.engine.patchmodel import FilePatch, Patch
 
 
 # Build debris that is never part of a module row (Python writes it beside the sources).
@@ -123,7 +123,7 @@ def inside_repository(root: Path, path: Path, row: Row) -> None:
 
 def build_patch(manifest: Manifest, row: Row) -> Patch:
     """The engine patch of one row; raises :class:`RowError` or the engine's ``PatchParseError``."""
-    from hyperqwen_patches.engine.patchset import parse_patch, patch_from_files
+    from hyperqwen_patches.engine.patchscan import parse_patch, patch_from_files
 
     if row.is_module:
         return patch_from_files(

@@ -52,7 +52,7 @@ from hyperqwen_patches.engine.carried import (
     unapply_carried,
 )
 from hyperqwen_patches.engine.expected import Divergence, Expected, describe, divergences
-from hyperqwen_patches.engine.patchset import Patch
+from hyperqwen_patches.engine.patchmodel import Patch
 from hyperqwen_patches.errors import EnvironmentProblem, HqpError, Interrupted, UsageError
 from hyperqwen_patches.records import field, record, replace
 from hyperqwen_patches.sources import journal

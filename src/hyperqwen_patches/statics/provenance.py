@@ -17,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from hyperqwen_patches.engine.applying import FileResult, SeriesResult
-from hyperqwen_patches.engine.patchset import ADDED, CONTEXT, REMOVED, FilePatch, Patch, split_lines
+from hyperqwen_patches.engine.patchmodel import (
+    ADDED,
+    CONTEXT,
+    REMOVED,
+    FilePatch,
+    Patch,
+    split_lines,
+)
 from hyperqwen_patches.records import field, record
 
 Reader = Callable[[bytes], bytes | None]

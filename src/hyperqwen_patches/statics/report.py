@@ -18,7 +18,7 @@ from hyperqwen_patches.statics.analysis import Analysis, StaticFinding
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from hyperqwen_patches.engine.patchset import Patch
+    from hyperqwen_patches.engine.patchmodel import Patch
     from hyperqwen_patches.series.manifest import Manifest
     from hyperqwen_patches.sources.pristine import PristineTree
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hyperqwen_patches.engine.patchset import ADDED, CONTEXT, REMOVED, Patch, split_lines
+from hyperqwen_patches.engine.patchmodel import ADDED, CONTEXT, REMOVED, Patch, split_lines
 from hyperqwen_patches.records import record
 
 if TYPE_CHECKING:
