@@ -34,7 +34,8 @@ from hyperqwen_patches.port.stalecopy import CopyIndex, stale_copies
 from hyperqwen_patches.port.threeway import merge_row
 from hyperqwen_patches.port.triage import touched_paths
 from hyperqwen_patches.port.verify import ParseStore, RowVerifier
-from hyperqwen_patches.sources.pristine import PristineTree, open_pristine
+from hyperqwen_patches.sources.pristine import open_pristine
+from hyperqwen_patches.sources.pristinetree import PristineTree
 
 ROWS = 50
 FILES = 30

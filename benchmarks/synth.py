@@ -19,8 +19,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from hyperqwen_patches.sources.pristine import (
-    _record_hash,  # RECORD's form: sha256=<urlsafe base64>
+from hyperqwen_patches.sources.zipmember import (
+    record_hash,  # RECORD's form: sha256=<urlsafe base64>
 )
 
 
@@ -83,7 +83,7 @@ def write_wheel(directory: Path, contents: dict[int, bytes], *, version: str) ->
             b"Wheel-Version: 1.0\nGenerator: synth\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         ),
     ]
-    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in members)
+    record = "".join(f"{name},{record_hash(data)},{len(data)}\n" for name, data in members)
     members.append((f"{dist}/RECORD", (record + f"{dist}/RECORD,,\n").encode()))
     wheel = directory / f"vllm-{version}-py3-none-any.whl"
     staged = wheel.with_suffix(".partial")

@@ -16,7 +16,7 @@ import pytest
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.sources import basecommit
-from hyperqwen_patches.sources.pristine import DirTree
+from hyperqwen_patches.sources.dirtree import DirTree
 
 
 def make_dir(root: Path, n: int = 30) -> Path:

@@ -107,7 +107,8 @@ def copin_problems(
 @pytest.fixture(scope="module")
 def vllm_requires_dist() -> list[str]:
     """``Requires-Dist`` of the vLLM wheel at the manifest's pin, from the cached wheel."""
-    from hyperqwen_patches.sources.pristine import WheelTree, open_pristine
+    from hyperqwen_patches.sources.pristine import open_pristine
+    from hyperqwen_patches.sources.wheeltree import WheelTree
 
     pin = load_manifest(REPO).pin
     tree = open_pristine(f"pypi:vllm=={pin}", version=pin)

@@ -29,8 +29,11 @@ import pytest
 
 from hyperqwen_patches.cachedir import cache_dir
 from hyperqwen_patches.errors import EnvironmentProblem, UsageError
-from hyperqwen_patches.sources.pristine import PypiCache, WheelTree, _Quiet, open_pristine
+from hyperqwen_patches.sources.pristine import open_pristine
+from hyperqwen_patches.sources.pristinetree import Quiet
+from hyperqwen_patches.sources.pypicache import PypiCache
 from hyperqwen_patches.sources.spec import SourceSpec, SourceSpecError, parse_source
+from hyperqwen_patches.sources.wheeltree import WheelTree
 
 PKG = "hqpfake"
 ELF = b"\x7fELF\x02\x01\x01\x00" + b"\x00" * 64
@@ -112,7 +115,7 @@ def test_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 def test_cold_then_warm_and_offline(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
         assert tree.label == f"pypi:{PKG}==1.0"
         assert tree.paths() == [
@@ -171,7 +174,7 @@ def test_changed_wheel_is_refetched(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A truncated cached wheel (size differs from the verified one) is not trusted: fetched again."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     wheel = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/hqpfake-1.0-py3-none-any.whl"
     data = wheel.read_bytes()
@@ -187,7 +190,7 @@ def test_silently_corrupted_member_is_detected_on_read_and_refetched(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Bit rot: same size, same mtime, one byte flipped inside a member. The read's CRC/RECORD check sees it."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     wheel = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/hqpfake-1.0-py3-none-any.whl"
     st = wheel.stat()
@@ -212,7 +215,7 @@ def test_a_format_1_entry_is_upgraded_in_place_without_a_download(
     """Entries written before the member table (every hash in index.json, format 1) stay usable
     offline: the table is built once from the index and the wheel's central directory, and the
     reads are the same bytes."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
         before = {p: tree.read(p) for p in tree.paths()}
     entry = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel"
@@ -245,7 +248,7 @@ def test_a_wrong_offset_in_the_member_table_is_caught_and_refetched(
 ) -> None:
     """The table is trusted for where a member lies, never for what it holds: a read that lands on
     another member, past the end or on no header at all is a corrupt entry, fetched again."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     entry = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel"
     size = next(entry.glob("*.whl")).stat().st_size
@@ -269,7 +272,7 @@ def test_a_wrong_offset_in_the_member_table_is_caught_and_refetched(
 def test_a_missing_member_table_means_a_fresh_fetch(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     (tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/members.sqlite").unlink()
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
@@ -523,7 +526,7 @@ def test_version_missing_from_pypi(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_quiet_progress_is_silent(capfd: pytest.CaptureFixture[str]) -> None:
-    store = PypiCache(Path("/nonexistent"), _Quiet())
+    store = PypiCache(Path("/nonexistent"), Quiet())
     with store.progress.waiting("a lock"):
         pass
     with store.progress.download("x") as update:
@@ -538,7 +541,7 @@ def test_indexing_streams_members_and_leaves_binaries_unhashed(tmp_path: Path) -
     a text member is still checked against RECORD."""
     import tracemalloc
 
-    from hyperqwen_patches.sources import pristine
+    from hyperqwen_patches.sources import pypicache
 
     big = ELF + b"\0" * (64 << 20)
     text = b"x = 1\n" * 300_000  # 1.8 MB of text, streamed and hashed
@@ -557,7 +560,7 @@ def test_indexing_streams_members_and_leaves_binaries_unhashed(tmp_path: Path) -
     staged.mkdir()
     tracemalloc.start()
     try:
-        index = pristine._index_wheel(wheel, PKG, "test", staged)
+        index = pypicache._index_wheel(wheel, PKG, "test", staged)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -567,7 +570,7 @@ def test_indexing_streams_members_and_leaves_binaries_unhashed(tmp_path: Path) -
     with zipfile.ZipFile(wheel, "a") as zf:  # a text member failing RECORD still fails
         zf.writestr(f"{PKG}/bad.py", b"y = 2\n")
     with pytest.raises(EnvironmentProblem, match=r"bad\.py does not match the wheel's RECORD"):
-        pristine._index_wheel(wheel, PKG, "test", tmp_path / "staged2")
+        pypicache._index_wheel(wheel, PKG, "test", tmp_path / "staged2")
 
 
 def test_a_member_table_with_swapped_rows_is_caught_and_refetched(
@@ -577,7 +580,7 @@ def test_a_member_table_with_swapped_rows_is_caught_and_refetched(
     beside it, so only the member's own name in its local header tells them apart."""
     import sqlite3
 
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     table = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/members.sqlite"
     a, b = b"hqpfake/__init__.py", b"hqpfake/stored.txt"
@@ -601,7 +604,7 @@ def test_a_member_table_with_swapped_rows_is_caught_and_refetched(
 def test_a_damaged_member_table_is_refetched_not_a_traceback(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     table = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/members.sqlite"
     for junk in (b"", b"not a database at all" * 100):
@@ -615,7 +618,7 @@ def test_a_release_spelt_two_ways_is_one_cache_entry(
     local_index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``1.0`` and ``1.0.0`` are one version (PEP 440 pads with zeros): one download, one entry."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
         first = tree.read(b"hqpfake/__init__.py")
     with open_pristine(f"pypi:{PKG}==1.0.0", package=PKG, version="1.0.0") as tree:
@@ -631,7 +634,7 @@ def test_a_corrupt_member_read_from_many_threads_is_fetched_again_once(
     must not race the refetch into a traceback (it did in 8 of 9 runs)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     wheel = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel/hqpfake-1.0-py3-none-any.whl"
     st = wheel.stat()
@@ -708,7 +711,7 @@ def test_a_deleted_member_table_row_is_caught_on_read_and_refetched(
 ) -> None:
     """A row lost from the table made a release file "not exist" (exit 1, nothing about the cache):
     a miss is checked against the wheel's RECORD, and a file RECORD lists is a damaged entry, named."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0").close()
     entry = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel"
     _delete_row(entry / "members.sqlite", b"hqpfake/stored.txt")
@@ -727,7 +730,7 @@ def test_a_deleted_member_table_row_never_reaches_the_listing(
 ) -> None:
     """paths() builds the cached base commit: a table short of a RECORD file is refetched first,
     so no base commit is built (and cached) without that file."""
-    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources.pristine")
+    caplog.set_level(logging.DEBUG, logger="hyperqwen_patches.sources")
     with open_pristine(f"pypi:{PKG}==1.0", package=PKG, version="1.0") as tree:
         before = tree.paths()
     entry = tmp_path / "cache/pypi/hqpfake-1.0.0-wheel"

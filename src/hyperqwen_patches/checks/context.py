@@ -16,7 +16,7 @@ from hyperqwen_patches.series.manifest import Manifest
 if TYPE_CHECKING:
     from hyperqwen_patches.engine.applying import SeriesResult
     from hyperqwen_patches.series.rows import SeriesRow
-    from hyperqwen_patches.sources.pristine import PristineTree, Progress
+    from hyperqwen_patches.sources.pristinetree import PristineTree, Progress
 
 
 # "note" is information a reviewer should see (e.g. the knob registry count); it never fails a check.

@@ -28,7 +28,7 @@ from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifest import load_manifest
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.sources.pristine import Progress
+    from hyperqwen_patches.sources.pristinetree import Progress
 
 
 # The invariants, in the order they run and are reported. One line per check (DESIGN.md numbers them).

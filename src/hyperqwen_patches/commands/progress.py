@@ -1,4 +1,4 @@
-"""Progress of long steps on stderr (``pristine.Progress``): what a person or a CI log sees while a
+"""Progress of long steps on stderr (``pristinetree.Progress``): what a person or a CI log sees while a
 download, a verification, a base commit or a whole import runs.
 
 On a terminal: rich spinners and a download bar that vanish when done. Anywhere else (a CI log, a

@@ -37,7 +37,7 @@ from hyperqwen_patches.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from hyperqwen_patches.sources.pristine import Progress
+    from hyperqwen_patches.sources.pristinetree import Progress
 
 BASE_NAME = "hyperqwen-patches"
 BASE_EMAIL = "pristine@hyperqwen-patches.invalid"
@@ -249,7 +249,7 @@ def _link_objects(source: Path, target: Path) -> None:
 
 BASE_MARKER = "hqp-base"
 # The marker's second line. Entries without it were built before a release's listing was checked
-# against the wheel's RECORD (pristine.WheelTree.paths), so one built from a member table that had
+# against the wheel's RECORD (wheeltree.WheelTree.paths), so one built from a member table that had
 # lost a row would lack that file for good: such an entry is not trusted and is built again, once.
 BASE_FORMAT = "listing-checked-against-record"
 _KEY_RE = re.compile(r"[^A-Za-z0-9._=-]+")
@@ -267,7 +267,7 @@ def cached_base(
 ) -> tuple[Path, str] | None:
     """A bare repository in the cache holding the base commit of an immutable source, and its SHA.
 
-    Only ``pypi:`` sources are cached: a release's files never change (pristine.py verifies the wheel
+    Only ``pypi:`` sources are cached: a release's files never change (pypicache.py verifies the wheel
     against its RECORD), while a ``dir:`` or ``git:`` source can. The entry is built under a temporary
     name and renamed into place complete, with the SHA written last (``hqp-base``), so an interrupted
     build leaves nothing a later run trusts; a concurrent run that loses the rename uses the winner's.

@@ -4,7 +4,7 @@ A run reads a handful of members (the files the series touches), so it should no
 every member: a JSON index of them took 47 ms to parse at 30,000 members and 3 ms at 3,000, a cost that
 grew with the tree and not with the series. The table lives in SQLite (in the standard library), keyed
 by path, so a run pays one indexed lookup per member it reads. Built once when the wheel enters the cache
-(``pristine.PypiCache``), under a temporary name and renamed into place, and opened read-only and
+(``pypicache.PypiCache``), under a temporary name and renamed into place, and opened read-only and
 immutable afterwards: no run writes to it, no lock or journal file is created beside it.
 """
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from hyperqwen_patches.engine.patchmodel import Patch
     from hyperqwen_patches.series.manifest import Manifest
-    from hyperqwen_patches.sources.pristine import PristineTree
+    from hyperqwen_patches.sources.pristinetree import PristineTree
 
 
 @record
