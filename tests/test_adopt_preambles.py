@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from realseries import Project, write_project
 
-from hyperqwen_patches.fork.exporting import classify
+from hyperqwen_patches.fork.exportplan import classify
 from hyperqwen_patches.series.adopt import AdoptError, plan_adopt
 from hyperqwen_patches.series.knobcomments import comment_above
 

@@ -25,7 +25,7 @@ from fixtures_git import (
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import GitError
-from hyperqwen_patches.fork import exporting, replay
+from hyperqwen_patches.fork import batchformat, binarypaths, formatpatch, replay
 from hyperqwen_patches.fork import reading as forkgit
 
 
@@ -62,28 +62,28 @@ def test_list_commits_changes_equal_diff_tree_per_commit(tmp_path: Path) -> None
 def test_binary_paths_of_equals_binary_paths_per_commit(tmp_path: Path) -> None:
     git_dir, base, tip = _fork(tmp_path)
     commits = forkgit.list_commits(git_dir, base, tip)
-    batched = exporting.binary_paths_of(git_dir, commits)
-    assert batched == {c.sha: exporting.binary_paths(git_dir, c) for c in commits}
+    batched = binarypaths.binary_paths_of(git_dir, commits)
+    assert batched == {c.sha: binarypaths.binary_paths(git_dir, c) for c in commits}
     assert [b"vllm/data.bin"] in batched.values()  # the test can fail: a binary change is found
 
 
 def test_format_commits_equals_format_commit_per_commit(tmp_path: Path, isolated_env: Path) -> None:
     git_dir, base, tip = _fork(tmp_path)
     commits = forkgit.list_commits(git_dir, base, tip)
-    expected = {c.sha: exporting.format_commit(git_dir, c.sha) for c in commits}
-    assert exporting.format_commits(git_dir, commits) == expected
+    expected = {c.sha: formatpatch.format_commit(git_dir, c.sha) for c in commits}
+    assert batchformat.format_commits(git_dir, commits) == expected
     # Under a hostile global and repository configuration and hostile attributes: in the scratch view
     # export uses, the batch gives the clean bytes; on the hostile fork itself (where the attributes
     # do leak) it still gives what the per-commit call gives, leak for leak.
     make_hostile(tmp_path / "fork", isolated_env)
     with forkgit.scratch_repo(borrow=git_dir) as view:
-        assert exporting.format_commits(view, commits) == expected
-    hostile = {c.sha: exporting.format_commit(git_dir, c.sha) for c in commits}
+        assert batchformat.format_commits(view, commits) == expected
+    hostile = {c.sha: formatpatch.format_commit(git_dir, c.sha) for c in commits}
     assert hostile != expected
-    assert exporting.format_commits(git_dir, commits) == hostile
+    assert batchformat.format_commits(git_dir, commits) == hostile
     # A subset that is not a chain falls back to one call each, with the same bytes.
     picked = [commits[0], commits[2]]
-    assert exporting.format_commits(git_dir, picked) == {c.sha: expected[c.sha] for c in picked}
+    assert batchformat.format_commits(git_dir, picked) == {c.sha: expected[c.sha] for c in picked}
 
 
 def test_read_objects_refuses_the_wrong_kind(tmp_path: Path) -> None:
@@ -152,11 +152,11 @@ def test_export_results_in_a_scratch_view_come_from_the_result_cache(
     monkeypatch.setenv("HQP_CACHE", str(tmp_path / "cache"))
     git_dir, base, tip = _fork(tmp_path)
     commits = forkgit.list_commits(git_dir, base, tip)
-    expected = {c.sha: exporting.format_commit(git_dir, c.sha) for c in commits}
-    binaries = {c.sha: exporting.binary_paths(git_dir, c) for c in commits}
+    expected = {c.sha: formatpatch.format_commit(git_dir, c.sha) for c in commits}
+    binaries = {c.sha: binarypaths.binary_paths(git_dir, c) for c in commits}
     with forkgit.scratch_repo(borrow=git_dir) as view:
-        assert exporting.format_commits(view, commits, scratch=True) == expected
-        assert exporting.binary_paths_of(view, commits, scratch=True) == binaries
+        assert batchformat.format_commits(view, commits, scratch=True) == expected
+        assert binarypaths.binary_paths_of(view, commits, scratch=True) == binaries
     assert sorted(p.name for p in (tmp_path / "cache/results").iterdir()) == [
         "binary-paths",
         "format-patch",
@@ -164,14 +164,14 @@ def test_export_results_in_a_scratch_view_come_from_the_result_cache(
     # Warm: a repository git cannot read would fail any git command; the cache answers instead.
     nowhere = tmp_path / "nowhere.git"
     nowhere.mkdir()
-    assert exporting.format_commits(nowhere, commits, scratch=True) == expected
-    assert exporting.binary_paths_of(nowhere, commits, scratch=True) == binaries
+    assert batchformat.format_commits(nowhere, commits, scratch=True) == expected
+    assert binarypaths.binary_paths_of(nowhere, commits, scratch=True) == binaries
     with pytest.raises(GitError):
-        exporting.format_commits(nowhere, commits)
+        batchformat.format_commits(nowhere, commits)
     # Another chain (one commit fewer) is another key: computed, not confused with the cached one.
     with pytest.raises(GitError):
-        exporting.format_commits(nowhere, commits[:-1], scratch=True)
+        batchformat.format_commits(nowhere, commits[:-1], scratch=True)
     # Off: nothing is read from the cache.
     monkeypatch.setenv("HQP_RESULT_CACHE", "0")
     with pytest.raises(GitError):
-        exporting.binary_paths_of(nowhere, commits, scratch=True)
+        binarypaths.binary_paths_of(nowhere, commits, scratch=True)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from hyperqwen_patches.fork.exporting import ExportPlan, edit_manifest
+from hyperqwen_patches.fork.exportplan import ExportPlan
+from hyperqwen_patches.fork.manifestedit import edit_manifest
 
 OLD = "1" * 40
 NEW = "a" * 40

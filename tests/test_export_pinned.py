@@ -19,7 +19,7 @@ from fixtures_git import (
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import FindingError
-from hyperqwen_patches.fork import exporting
+from hyperqwen_patches.fork import exporting, formatpatch, refusals
 from hyperqwen_patches.fork import reading as forkgit
 
 
@@ -153,10 +153,10 @@ def test_export_reads_only_and_leaves_the_fork_untouched(tmp_path: Path) -> None
 
 
 def test_every_pinned_option_has_a_reason() -> None:
-    for option, pin, why in exporting.FORMAT_PATCH_OPTIONS:
+    for option, pin, why in formatpatch.FORMAT_PATCH_OPTIONS:
         assert option or pin
         assert why.strip()
-    argv = exporting.format_patch_argv("HEAD")
+    argv = formatpatch.format_patch_argv("HEAD")
     assert "--zero-commit" in argv and "--full-index" in argv
     assert len(FORK_COMMITS) == 4
     assert os.devnull == "/dev/null"
@@ -175,12 +175,12 @@ def test_pins_alone_beat_a_hostile_repository_config(tmp_path: Path, isolated_en
     (git_dir / "info" / "attributes").unlink()
     (repo / ".gitattributes").unlink()
     for sha in shas:
-        assert exporting.format_commit(git_dir, sha) == clean[sha]
+        assert formatpatch.format_commit(git_dir, sha) == clean[sha]
 
 
 def test_docs_table_lists_every_pinned_option() -> None:
     text = (Path(__file__).resolve().parent.parent / "docs" / "fork.md").read_text()
-    for option, pin, _why in exporting.FORMAT_PATCH_OPTIONS:
+    for option, pin, _why in formatpatch.FORMAT_PATCH_OPTIONS:
         if option:
             assert f"| `{option}` |" in text, option
         if pin:
@@ -230,7 +230,7 @@ def test_a_diffish_message_really_misleads_gnu_patch(tmp_path: Path) -> None:
     # The message's hunk is applied first; the real one then fails on the changed line.
     assert proc.returncode != 0
     assert (work / "x").read_bytes() == b"ONE\n"
-    assert len(exporting.diffish_lines(text.split(b"\n\n", 1)[1].split(b"\ndiff --git")[0])) == 3
+    assert len(refusals.diffish_lines(text.split(b"\n\n", 1)[1].split(b"\ndiff --git")[0])) == 3
 
 
 def test_non_ascii_long_subject_is_raw_utf8_and_survives_import(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from fixtures_git import BRANCH, PRISTINE, DictTree, make_fork, sh
 
 from hyperqwen_patches.errors import GitError
-from hyperqwen_patches.fork import exporting, importing
+from hyperqwen_patches.fork import exporting, exportplan, importing
 from hyperqwen_patches.series.manifest import load_manifest
 
 MANIFEST = """\
@@ -35,7 +35,7 @@ def new_series(root: Path, branch: str = BRANCH) -> Path:
     return root
 
 
-def export(root: Path, fork: Path) -> exporting.ExportPlan:
+def export(root: Path, fork: Path) -> exportplan.ExportPlan:
     plan = exporting.plan_export(load_manifest(root), fork)
     exporting.write_export(plan)
     return plan

@@ -28,7 +28,7 @@ from fixtures_git import (
     write_tree_files,
 )
 
-from hyperqwen_patches.fork import exporting, importing
+from hyperqwen_patches.fork import exporting, exportplan, importing
 from hyperqwen_patches.series.manifest import load_manifest
 
 # The fixture's four rows (a CRLF file, Latin-1 bytes, a mode change, a rename, a new file) and a
@@ -62,7 +62,7 @@ def hqp(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def export(root: Path, fork: Path) -> exporting.ExportPlan:
+def export(root: Path, fork: Path) -> exportplan.ExportPlan:
     plan = exporting.plan_export(load_manifest(root), fork)
     exporting.write_export(plan)
     return plan

@@ -18,7 +18,7 @@ FORK_CHECKS = (
     "hyperqwen_patches.fork.checks:check_replay_identity",
     "hyperqwen_patches.fork.checks:check_export",
     "hyperqwen_patches.fork.checks:check_fork_commits",
-    "hyperqwen_patches.fork.exporting:check_unfilled_rows",
+    "hyperqwen_patches.fork.checks:check_unfilled_rows",
 )
 
 

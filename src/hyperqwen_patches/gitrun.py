@@ -11,7 +11,7 @@ commit SHA that depends on any of them is not reproducible. So every call here
   passed to the child, the process never ``chdir``\\ s;
 - pins, with ``-c``, every knob that changes what the commands used by this tool print or write, because
   a repository-local ``.git/config`` is still read and environment isolation cannot switch it off
-  (command-specific pins, such as ``git format-patch``'s, live beside the command in ``fork/exporting.py``);
+  (command-specific pins, such as ``git format-patch``'s, live beside the command in ``fork/formatpatch.py``);
 - returns ``(code, stdout bytes, stderr bytes)`` untouched (never decoded, never stripped: either would
   break byte identity). It calls ``subprocess`` directly rather than GitPython's ``Git.execute``:
   importing GitPython cost 0.2 s of every command's start (more than the checks themselves,

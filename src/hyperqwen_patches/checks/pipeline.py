@@ -40,7 +40,7 @@ PIPELINE: tuple[str, ...] = (
     "hyperqwen_patches.fork.checks:check_replay_identity",  # 4. pristine + rows 1..k == k-th fork commit
     "hyperqwen_patches.fork.checks:check_export",  # 5. every row's file == what export writes from the fork
     "hyperqwen_patches.fork.checks:check_fork_commits",  # 7. manifest commits on their export points
-    "hyperqwen_patches.fork.exporting:check_unfilled_rows",  # rows export added, metadata still TODO
+    "hyperqwen_patches.fork.checks:check_unfilled_rows",  # rows export added, metadata still TODO
     "hyperqwen_patches.port.retirements:check_retirements",  # 8. a retirement reverse-applies on its pin
     "hyperqwen_patches.statics.compiles:check_compiles",  # touched .py files compile after the series
     "hyperqwen_patches.statics.knobs:check_knobs",  # knobs read through vllm.envs, registered, keyed

@@ -10,7 +10,7 @@ from hyperqwen_patches.errors import exit_codes_help
 if TYPE_CHECKING:
     import typer
 
-    from hyperqwen_patches.fork.exporting import ExportPlan
+    from hyperqwen_patches.fork.exportplan import ExportPlan
 
 HELP = """Export the fork: one patch file per commit of each export point (base..branch).
 
@@ -104,12 +104,8 @@ def export_command(
 ) -> None:
     from hyperqwen_patches.console import emit_json, err
     from hyperqwen_patches.errors import FindingError
-    from hyperqwen_patches.fork.exporting import (
-        BUNDLE_RELPATH,
-        plan_export,
-        write_bundle,
-        write_export,
-    )
+    from hyperqwen_patches.fork.bundlewriter import BUNDLE_RELPATH, write_bundle
+    from hyperqwen_patches.fork.exporting import plan_export, write_export
     from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))

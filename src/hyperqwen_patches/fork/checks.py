@@ -1,6 +1,6 @@
 """The fork's entries in the check pipeline: replay identity (invariant 4), export up to date (5) and
 manifest commits on their export points (7). The fork is opened once per run (:class:`ForkSession`)
-and shared by the three.
+and shared by the three. Also export's own lint: rows it added whose metadata still says TODO.
 """
 
 from __future__ import annotations
@@ -320,4 +320,42 @@ def check_export(ctx: CheckContext) -> list[Finding]:
     for name in plan.added_rows:
         message = f"fork commit for {name} has no row (run export)"
         findings.append(_finding(Problem("export", "error", name, message)))
+    return findings
+
+
+# --- rows export added stay flagged until a person fills them in -------------------------------------
+
+TODO_MARK = "TODO"
+
+
+def check_unfilled_rows(ctx: CheckContext) -> list[Finding]:
+    """A row whose ``what`` or ``retires_when`` still starts with TODO (as export adds new rows) fails."""
+    from hyperqwen_patches.checks.context import Finding
+
+    findings: list[Finding] = []
+    for row in ctx.manifest.rows:
+        if row.unset:
+            findings.append(
+                Finding(
+                    "unfilled-rows",
+                    "warning",
+                    row.name,
+                    f"row {row.name} was adopted without header lines for {', '.join(row.unset)}; "
+                    f"defaults stand in for them: fill them in and drop `unset` "
+                    f"({row.source_path}, manifest line {row.line})",
+                )
+            )
+        empty = [
+            f for f in ("what", "retires_when") if getattr(row, f).strip().startswith(TODO_MARK)
+        ]
+        if empty:
+            findings.append(
+                Finding(
+                    "unfilled-rows",
+                    "error",
+                    row.name,
+                    f"row {row.name} was added by export and its {', '.join(empty)} still say "
+                    f"{TODO_MARK}; describe it in the manifest (line {row.line})",
+                )
+            )
     return findings

@@ -398,7 +398,7 @@ def _new_row(
 ) -> EditResult:
     import time
 
-    from hyperqwen_patches.fork.exporting import insert_row
+    from hyperqwen_patches.fork.manifestedit import insert_row
     from hyperqwen_patches.series.manifest import KINDS, NAME_RE, load_manifest
 
     if not NAME_RE.match(name):

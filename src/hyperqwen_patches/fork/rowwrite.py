@@ -50,12 +50,9 @@ def write_rewrite(
 
     ``only``: the one row whose content changes (``refresh``); a change of content in another row's
     files can then only be an uncommitted hand edit the export would overwrite: refused, named."""
-    from hyperqwen_patches.fork.exporting import (
-        BUNDLE_RELPATH,
-        FileChange,
-        plan_export_at,
-        write_bundle,
-    )
+    from hyperqwen_patches.fork.bundlewriter import BUNDLE_RELPATH, write_bundle
+    from hyperqwen_patches.fork.exporting import plan_export_at
+    from hyperqwen_patches.fork.exportplan import FileChange
     from hyperqwen_patches.series.manifest import parse_manifest
 
     root = manifest.root

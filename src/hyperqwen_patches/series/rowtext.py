@@ -2,7 +2,7 @@
 
 Pure functions on the text: each row is the run of lines from its ``- name:`` line to the next row's
 (comments above a row travel with it), so the rows' comments, order of keys and quoting are kept,
-as export keeps them (``fork/exporting.py``). Every result is parsed by the caller before anything
+as export keeps them (``fork/manifestedit.py``). Every result is parsed by the caller before anything
 is written.
 """
 
