@@ -17,7 +17,8 @@ from hyperqwen_patches.checks.context import CheckContext, Finding
 from hyperqwen_patches.checks.pipeline import PIPELINE, CheckReport, run_check
 from hyperqwen_patches.errors import ExitCode, UsageError
 from hyperqwen_patches.series import render
-from hyperqwen_patches.series.manifest import ManifestError, load_manifest
+from hyperqwen_patches.series.manifest import load_manifest
+from hyperqwen_patches.series.manifestmodel import ManifestError
 
 REPO = Path(__file__).resolve().parent.parent
 

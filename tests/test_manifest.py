@@ -12,8 +12,9 @@ import pytest
 
 from hyperqwen_patches.errors import ExitCode, UsageError
 from hyperqwen_patches.records import replace
-from hyperqwen_patches.series import manifest as m
-from hyperqwen_patches.series.manifest import ManifestError, load_manifest, parse_manifest
+from hyperqwen_patches.series import manifestmodel as m
+from hyperqwen_patches.series.manifest import load_manifest, parse_manifest
+from hyperqwen_patches.series.manifestmodel import ManifestError
 
 REPO = Path(__file__).resolve().parent.parent
 SHA_A = "a" * 40
@@ -309,7 +310,7 @@ def test_a_manifest_that_is_not_utf8_names_line_and_column() -> None:
         parse_manifest(utf16, path=Path("patches/manifest.yaml"), root=Path("."))
 
 
-# --- the validated model in the result cache (series/manifest.py: a warm run skips PyYAML) ---------
+# --- the validated model in the result cache (series/manifestcache.py: a warm run skips PyYAML) ---------
 
 
 def cache_entries(root: Path) -> list[Path]:
@@ -391,6 +392,19 @@ def test_an_edited_manifest_is_a_new_entry(own_cache: Path) -> None:
     edited = parse(VALID.replace("an old backport", "an older backport"))
     assert edited.row("old-fix").what == "an older backport"  # type: ignore[union-attr]
     assert len(cache_entries(own_cache)) == 2
+
+
+def test_the_cache_key_covers_every_module_that_makes_the_model() -> None:
+    """The model, its validator and the codec live in three modules since the split of manifest.py:
+    a change to any of them must be a new key, or a stale model outlives the code that made it."""
+    from hyperqwen_patches.series import manifestcache
+    from hyperqwen_patches.series.validation import Validator
+
+    makers = {Validator, m.Manifest, m.Row, manifestcache.encode, manifestcache.decode}
+    files = {Path(sys.modules[x.__module__].__file__ or "").name for x in makers}
+    assert files <= set(manifestcache._SOURCES)
+    here = Path(manifestcache.__file__).parent
+    assert all((here / name).is_file() for name in manifestcache._SOURCES)
 
 
 def test_a_series_in_its_own_folder_its_pin_file_and_its_sums() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_rowedit import hqp, project  # noqa: F401  (the fixture)
 
-from hyperqwen_patches.series.manifest import NAME_RE
+from hyperqwen_patches.series.manifestmodel import NAME_RE
 
 
 @pytest.mark.parametrize(

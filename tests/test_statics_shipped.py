@@ -9,7 +9,8 @@ import pytest
 from test_statics_provenance import STATICS, make_repo
 
 from hyperqwen_patches.checks.context import CheckContext
-from hyperqwen_patches.series.manifest import ManifestError, load_manifest
+from hyperqwen_patches.series.manifest import load_manifest
+from hyperqwen_patches.series.manifestmodel import ManifestError
 from hyperqwen_patches.sources.pristine import open_pristine
 from hyperqwen_patches.statics.report import pin_statics
 

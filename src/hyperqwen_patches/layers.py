@@ -20,6 +20,7 @@ SHARED: tuple[str, ...] = (
     "layers",
     "records",
     "inputfile",
+    "lazypattern",
 )
 
 # Lowest first. Data flows the same way: a release and the series are read (sources, series), the

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from hyperqwen_patches.errors import HqpError
 from hyperqwen_patches.records import field, record
-from hyperqwen_patches.series.manifest import Manifest
+from hyperqwen_patches.series.manifestmodel import Manifest
 
 if TYPE_CHECKING:
     from hyperqwen_patches.engine.applying import SeriesResult

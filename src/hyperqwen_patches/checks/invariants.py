@@ -15,7 +15,7 @@ from hyperqwen_patches.checks.context import (
     Finding,
 )
 from hyperqwen_patches.engine.patchscan import CRLF_NOTE
-from hyperqwen_patches.series.manifest import MANIFEST_RELPATH
+from hyperqwen_patches.series.manifestmodel import MANIFEST_RELPATH
 from hyperqwen_patches.series.requirements import package_pins
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def _carried_files(root: Path, tops: tuple[str, ...] = CARRIED_DIRS) -> list[str
 
 def check_series(ctx: CheckContext) -> list[Finding]:
     """Invariant 2: ``patches/series``, the files under patches/ and kvarn/, and the rows agree both ways."""
-    from hyperqwen_patches.series.manifest import DEFAULT_SERIES
+    from hyperqwen_patches.series.manifestmodel import DEFAULT_SERIES
     from hyperqwen_patches.series.render import series_entry
 
     m = ctx.manifest

@@ -17,7 +17,7 @@ from pathlib import Path
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from hyperqwen_patches.checks.context import Finding
-    from hyperqwen_patches.series.manifest import Problem
+    from hyperqwen_patches.series.manifestmodel import Problem
 
 # A finding's severity -> the annotation's level; notes are not annotated.
 LEVELS = {"error": "error", "problem": "error", "warning": "warning", "unverified": "warning"}

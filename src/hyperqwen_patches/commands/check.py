@@ -243,7 +243,7 @@ def check_command(
     from hyperqwen_patches.commands.progress import StderrProgress
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.errors import EnvironmentProblem, ExitCode, FindingError
-    from hyperqwen_patches.series.manifest import resolve_repo
+    from hyperqwen_patches.series.reporoot import resolve_repo
 
     # An invalid manifest raises ManifestError here: cli.main gives a --json caller the error
     # document, every problem in it with its file, line and field (error.schema.json).

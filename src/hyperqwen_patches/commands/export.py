@@ -106,7 +106,8 @@ def export_command(
     from hyperqwen_patches.errors import FindingError
     from hyperqwen_patches.fork.bundlewriter import BUNDLE_RELPATH, write_bundle
     from hyperqwen_patches.fork.exporting import plan_export, write_export
-    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     plan = plan_export(manifest, fork, export_points=tuple(export_point or ()))

@@ -75,7 +75,8 @@ def import_command(
     from hyperqwen_patches.commands.progress import StderrProgress
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.fork.importing import import_series
-    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import resolve_repo
     from hyperqwen_patches.sources.pristine import open_pristine
 
     manifest = load_manifest(resolve_repo(repo))

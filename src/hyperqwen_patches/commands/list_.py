@@ -41,7 +41,8 @@ def list_command(
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
-    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     if json_output:

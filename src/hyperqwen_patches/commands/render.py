@@ -10,7 +10,7 @@ from hyperqwen_patches.errors import exit_codes_help
 if TYPE_CHECKING:
     import typer
 
-    from hyperqwen_patches.series.manifest import Manifest
+    from hyperqwen_patches.series.manifestmodel import Manifest
 
 
 HELP = """Write PATCHES.md (the ledger) and patches/series (the apply order) from patches/manifest.yaml.
@@ -56,7 +56,8 @@ def render_command(
     from hyperqwen_patches.console import emit_json, err, out
     from hyperqwen_patches.errors import FindingError
     from hyperqwen_patches.series import render
-    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     if check:

@@ -75,7 +75,8 @@ def edit_command(
     from hyperqwen_patches.console import err, out
     from hyperqwen_patches.errors import UsageError
     from hyperqwen_patches.fork.rowedit import close_edit, start_edit
-    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     if abort:
@@ -107,7 +108,8 @@ def refresh_command(
 ) -> None:
     from hyperqwen_patches.console import err, out
     from hyperqwen_patches.fork.rowedit import close_edit, refresh
-    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     result = refresh(manifest, fork=fork)
@@ -153,7 +155,8 @@ def new_command(
 ) -> None:
     from hyperqwen_patches.console import err, out
     from hyperqwen_patches.fork.rowedit import new_row
-    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     result = new_row(manifest, name, after=after, what=what, kind=kind, fork=fork)
@@ -215,7 +218,8 @@ def drop_command(
     repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
 ) -> None:  # fmt: skip
     from hyperqwen_patches.fork.rowops import drop_row
-    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     _show(drop_row(manifest, row, retired_by=retired_by, fork=fork))
@@ -233,7 +237,8 @@ def move_command(
     repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
 ) -> None:
     from hyperqwen_patches.fork.rowops import move_row
-    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     _show(move_row(manifest, row, after=after, before=before, fork=fork))
@@ -246,7 +251,8 @@ def rename_command(
     repo: Annotated[Path | None, typer.Option("--repo", help=REPO_HELP, file_okay=False)] = None,
 ) -> None:
     from hyperqwen_patches.fork.rowops import rename_row
-    from hyperqwen_patches.series.manifest import load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import resolve_repo
 
     manifest = load_manifest(resolve_repo(repo))
     _show(rename_row(manifest, old, new, fork=fork))

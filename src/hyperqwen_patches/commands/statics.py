@@ -56,7 +56,7 @@ def statics(
 ) -> None:
     from hyperqwen_patches.console import emit_json, out
     from hyperqwen_patches.errors import FindingError
-    from hyperqwen_patches.series.manifest import resolve_repo
+    from hyperqwen_patches.series.reporoot import resolve_repo
     from hyperqwen_patches.statics.report import render_markdown, run_statics
 
     root = resolve_repo(repo)

@@ -12,7 +12,7 @@ from hyperqwen_patches.errors import UsageError
 
 if TYPE_CHECKING:
     from hyperqwen_patches.fork.exportplan import ExportPlan
-    from hyperqwen_patches.series.manifest import Manifest
+    from hyperqwen_patches.series.manifestmodel import Manifest
 
 BUNDLE_RELPATH = "patches/fork.bundle"
 

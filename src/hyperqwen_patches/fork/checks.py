@@ -27,7 +27,7 @@ from hyperqwen_patches.sources import basecommit
 
 if TYPE_CHECKING:
     from hyperqwen_patches.checks.context import CheckContext, Finding
-    from hyperqwen_patches.series.manifest import ExportPoint
+    from hyperqwen_patches.series.manifestmodel import ExportPoint
 
 
 # --- the check pipeline entries (invariants 4, 5 and 7) ------------------------------------------------

@@ -22,7 +22,7 @@ from hyperqwen_patches.fork.binarypaths import binary_paths_of
 from hyperqwen_patches.fork.exportplan import ExportPlan, FileChange, classify
 from hyperqwen_patches.fork.manifestedit import edit_manifest
 from hyperqwen_patches.fork.refusals import refusals
-from hyperqwen_patches.series.manifest import Manifest, Row
+from hyperqwen_patches.series.manifestmodel import Manifest, Row
 from hyperqwen_patches.sources import basecommit
 
 

@@ -29,7 +29,7 @@ from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork import replay
 from hyperqwen_patches.fork.commitstream import CommitStream
 from hyperqwen_patches.records import field, record
-from hyperqwen_patches.series.manifest import ExportPoint, Manifest, Row
+from hyperqwen_patches.series.manifestmodel import ExportPoint, Manifest, Row
 from hyperqwen_patches.sources import basecommit
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from hyperqwen_patches.errors import UsageError
-from hyperqwen_patches.series.manifest import yaml_scalar
+from hyperqwen_patches.series.yamlwriting import yaml_scalar
 
 if TYPE_CHECKING:
     from hyperqwen_patches.fork.exportplan import ExportPlan
@@ -67,7 +67,7 @@ def edit_manifest(text: bytes, plan: ExportPlan, new_rows: Sequence[Mapping[str,
     import yaml
 
     source = text.decode("utf-8")
-    # libyaml when present (as manifest.py reads it): the pure-Python composer took a second for a
+    # libyaml when present (as validation.py reads it): the pure-Python composer took a second for a
     # 1,000-row manifest; both give the same marks (character offsets) for a str.
     top = yaml.compose(source, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in character offsets

@@ -31,7 +31,7 @@ from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork import replay, rowjournal
 from hyperqwen_patches.fork.worktrees import checkout_bytes, run_in, snapshot_tree
 from hyperqwen_patches.records import field, record
-from hyperqwen_patches.series.manifest import ExportPoint, Manifest
+from hyperqwen_patches.series.manifestmodel import ExportPoint, Manifest
 from hyperqwen_patches.sources import basecommit
 
 STATE_FILE = rowjournal.EDIT_STATE  # in the fork's git directory: the row being edited, where
@@ -84,13 +84,13 @@ class RefreshResult:
 
 def kept_fork(manifest: Manifest) -> Path:
     """The fork the tool keeps for a repository that names none (``.hqp/fork``, ignored by git)."""
-    from hyperqwen_patches.series.manifest import inside_repo
+    from hyperqwen_patches.series.reporoot import inside_repo
 
     return inside_repo(manifest.root, WORK_DIR) / "fork"
 
 
 def _work_dir(manifest: Manifest) -> Path:
-    from hyperqwen_patches.series.manifest import inside_repo
+    from hyperqwen_patches.series.reporoot import inside_repo
 
     work = inside_repo(manifest.root, WORK_DIR)
     work.mkdir(exist_ok=True)
@@ -399,7 +399,8 @@ def _new_row(
     import time
 
     from hyperqwen_patches.fork.manifestedit import insert_row
-    from hyperqwen_patches.series.manifest import KINDS, NAME_RE, load_manifest
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.manifestmodel import KINDS, NAME_RE
 
     if not NAME_RE.match(name):
         raise UsageError(f"row name {name!r}: use lowercase letters, digits, '.', '_' and '-'")

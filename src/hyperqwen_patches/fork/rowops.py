@@ -21,7 +21,7 @@ from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork import replay, rowjournal
 from hyperqwen_patches.fork.rowwrite import resolve_row, write_rewrite
 from hyperqwen_patches.records import field, record
-from hyperqwen_patches.series.manifest import ExportPoint, Manifest, Row
+from hyperqwen_patches.series.manifestmodel import ExportPoint, Manifest, Row
 
 
 @record
@@ -170,7 +170,7 @@ def drop_row(
     """Take row ``ref`` out of the series (a retirement at ``retired_by`` when given)."""
     from hyperqwen_patches.fork.rowedit import point_of
     from hyperqwen_patches.series import rowtext
-    from hyperqwen_patches.series.manifest import VERSION_RE
+    from hyperqwen_patches.series.manifestmodel import VERSION_RE
 
     if retired_by is not None and not VERSION_RE.match(retired_by):
         raise UsageError(f"--retired-by {retired_by!r}: a release version such as 0.30.0")
@@ -277,7 +277,7 @@ def rename_row(manifest: Manifest, ref: str, new: str, *, fork: Path | None = No
     """Give row ``ref`` the name ``new``: its entry, its commit's Hqp-Row trailer, its patch file."""
     from hyperqwen_patches.fork.rowedit import point_of
     from hyperqwen_patches.series import rowtext
-    from hyperqwen_patches.series.manifest import NAME_RE
+    from hyperqwen_patches.series.manifestmodel import NAME_RE
 
     if not NAME_RE.match(new):
         raise UsageError(

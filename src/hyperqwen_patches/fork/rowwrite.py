@@ -9,7 +9,7 @@ from hyperqwen_patches import gitrun
 from hyperqwen_patches.atomicfile import write_atomic
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.fork import rowjournal
-from hyperqwen_patches.series.manifest import ExportPoint, Manifest, Row
+from hyperqwen_patches.series.manifestmodel import ExportPoint, Manifest, Row
 
 
 def resolve_row(manifest: Manifest, ref: str) -> Row:

@@ -44,7 +44,8 @@ from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.inputfile import read_input
 from hyperqwen_patches.records import field, record, replace
 from hyperqwen_patches.series.knobcomments import declared_in_patch
-from hyperqwen_patches.series.manifest import (
+from hyperqwen_patches.series.manifest import parse_manifest
+from hyperqwen_patches.series.manifestmodel import (
     CUT_RE,
     DEFAULT_REQUIREMENTS,
     DEFAULT_SERIES,
@@ -54,12 +55,11 @@ from hyperqwen_patches.series.manifest import (
     PACKAGE_RE,
     PATCH_SUFFIXES,
     VERSION_RE,
-    inside_repo,
-    parse_manifest,
-    yaml_scalar,
 )
 from hyperqwen_patches.series.render import SERIES_HEAD, SERIES_HEAD_LINES
+from hyperqwen_patches.series.reporoot import inside_repo
 from hyperqwen_patches.series.requirements import REQUIREMENTS, package_pins
+from hyperqwen_patches.series.yamlwriting import yaml_scalar
 
 # Header line -> manifest field, in the order the manifest writes them.
 HEADERS = {

@@ -605,7 +605,8 @@ METADATA_FIELDS = (
 
 
 def _from_manifest(tree: SeriesTree) -> SeriesSnapshot:
-    from hyperqwen_patches.series.manifest import MANIFEST_RELPATH, parse_manifest
+    from hyperqwen_patches.series.manifest import parse_manifest
+    from hyperqwen_patches.series.manifestmodel import MANIFEST_RELPATH
 
     data = tree.read(MANIFEST_PATH)
     assert data is not None

@@ -23,7 +23,7 @@ from hyperqwen_patches.atomicfile import write_atomic
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.inputfile import read_repo_file
 from hyperqwen_patches.records import record
-from hyperqwen_patches.series.manifest import Manifest, Row
+from hyperqwen_patches.series.manifestmodel import Manifest, Row
 
 LEDGER = "PATCHES.md"
 SERIES = "patches/series"

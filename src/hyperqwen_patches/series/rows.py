@@ -16,7 +16,8 @@ from hyperqwen_patches import records
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.inputfile import read_repo_file
 from hyperqwen_patches.records import record
-from hyperqwen_patches.series.manifest import Manifest, Row, load_manifest
+from hyperqwen_patches.series.manifest import load_manifest
+from hyperqwen_patches.series.manifestmodel import Manifest, Row
 
 TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:

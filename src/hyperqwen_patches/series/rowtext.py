@@ -176,6 +176,6 @@ def append_retirement(text: bytes, fields: Mapping[str, str]) -> bytes:
 
 
 def _scalar(value: str) -> str:
-    from hyperqwen_patches.series.manifest import yaml_scalar
+    from hyperqwen_patches.series.yamlwriting import yaml_scalar
 
     return yaml_scalar(value)

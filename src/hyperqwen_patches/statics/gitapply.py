@@ -23,7 +23,7 @@ from hyperqwen_patches.statics.analysis import StaticFinding
 if TYPE_CHECKING:
     from hyperqwen_patches.checks.context import CheckContext, Finding
     from hyperqwen_patches.engine.patchmodel import Patch
-    from hyperqwen_patches.series.manifest import Manifest
+    from hyperqwen_patches.series.manifestmodel import Manifest
     from hyperqwen_patches.series.rows import SeriesRow
 
 CHECK = "git-apply"

@@ -29,7 +29,7 @@ from hyperqwen_patches.statics.symbols import ClassInfo, Found, Missing, Result,
 
 if TYPE_CHECKING:
     from hyperqwen_patches.checks.context import CheckContext, Finding
-    from hyperqwen_patches.series.manifest import Manifest
+    from hyperqwen_patches.series.manifestmodel import Manifest
 
 CHECK = "names"
 BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "__spec__", "__package__"}

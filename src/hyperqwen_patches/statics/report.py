@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from hyperqwen_patches.engine.patchmodel import Patch
-    from hyperqwen_patches.series.manifest import Manifest
+    from hyperqwen_patches.series.manifestmodel import Manifest
     from hyperqwen_patches.sources.pristinetree import PristineTree
 
 
