@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
@@ -26,7 +26,7 @@ from hyperqwen_patches.records import record
 from hyperqwen_patches.sources import basecommit
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.checks.context import CheckContext, Finding
+    from hyperqwen_patches.checks.context import CheckContext, Finding, Severity
     from hyperqwen_patches.series.manifestmodel import ExportPoint
 
 
@@ -167,7 +167,7 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
 def _finding(problem: Problem) -> Finding:
     from hyperqwen_patches.checks.context import Finding
 
-    severity: Literal["error", "warning", "unverified"] = (
+    severity: Severity = (
         problem.severity if problem.severity in ("error", "unverified") else "warning"
     )
     return Finding(problem.check, severity, problem.subject, problem.message, problem.detail)

@@ -12,16 +12,14 @@ import gc
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from hyperqwen_patches.console import show
 from hyperqwen_patches.records import record
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.checks.context import CheckContext, Finding
+    from hyperqwen_patches.checks.context import CheckContext, Finding, Severity
     from hyperqwen_patches.statics.provenance import Provenance
-
-Severity = Literal["error", "warning", "problem"]
 
 _KEY = "_statics_analysis"
 
