@@ -10,6 +10,9 @@ import contextlib
 import sys
 from collections.abc import Iterator, Sequence
 
+# The one bytes-to-text helper, offered beside the sinks to the code that prints.
+from hyperqwen_patches.display import show as show
+
 TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 if TYPE_CHECKING:
     from typing import Any, TextIO
@@ -83,13 +86,6 @@ class Sink:
 
 out = Sink("stdout")
 err = Sink("stderr")
-
-
-def show(data: bytes | str) -> str:
-    """Decode bytes for a person to read; undecodable bytes are escaped, never dropped."""
-    if isinstance(data, str):
-        return data
-    return data.decode("utf-8", errors="backslashreplace")
 
 
 _json_emitted = False

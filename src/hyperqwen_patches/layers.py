@@ -21,6 +21,7 @@ SHARED: tuple[str, ...] = (
     "records",
     "inputfile",
     "lazypattern",
+    "display",
 )
 
 # Lowest first. Data flows the same way: a release and the series are read (sources, series), the

@@ -14,6 +14,7 @@ from hyperqwen_patches.checks.context import (
     CheckContext,
     Finding,
 )
+from hyperqwen_patches.display import show
 from hyperqwen_patches.engine.patchscan import CRLF_NOTE
 from hyperqwen_patches.series.manifestmodel import MANIFEST_RELPATH
 from hyperqwen_patches.series.requirements import package_pins
@@ -301,7 +302,7 @@ def check_apply(ctx: CheckContext) -> list[Finding]:
         if s.patch is not None and s.row.skip is None:
             for fp in s.patch.files:
                 if fp.crlf_stripped:
-                    path = fp.path.decode("utf-8", errors="backslashreplace")
+                    path = show(fp.path)
                     findings.append(
                         Finding(
                             "apply",
@@ -333,7 +334,7 @@ def check_apply(ctx: CheckContext) -> list[Finding]:
         if patch.error:
             findings.append(Finding("apply", "error", subject_row, patch.error))
         for file in patch.files:
-            path = file.path.decode("utf-8", errors="backslashreplace")
+            path = show(file.path)
             # A file-level error that only summarises failed hunks is said by the hunks themselves.
             if file.error and all(h.ok for h in file.hunks):
                 findings.append(Finding("apply", "error", f"{subject_row}: {path}", file.error))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from hyperqwen_patches.display import show
 from hyperqwen_patches.engine.patchmodel import ADDED, FilePatch, Hunk, Patch, split_lines
 from hyperqwen_patches.engine.placement import (
     FileLines,
@@ -281,7 +282,7 @@ def _still_there(fp: FilePatch, found: FileResult, state: _Overlay) -> FileResul
     old = fp.old_path
     deletion = fp.new_path is None and old is not None and found.status == "applied"
     if deletion and old is not None and state.read(old) is not None:
-        error = f"{_show(old)} is still there (empty): the deletion is not carried"
+        error = f"{show(old)} is still there (empty): the deletion is not carried"
         return replace(found, status="failed", error=error)
     return found
 
@@ -299,15 +300,11 @@ def _apply_patch(patch: Patch, state: _Overlay, policy: Policy) -> tuple[PatchRe
         # Part of the patch is in the tree already and part is not: an unexpected state that a
         # silent half-application would hide.
         status = "failed"
-        carried = ", ".join(_show(f.path) for f in files if f.status == "already-applied")
+        carried = ", ".join(show(f.path) for f in files if f.status == "already-applied")
         error = f"partly applied already: {carried} already carry their change"
     else:
         status = "applied"
     return PatchResult(name=patch.name, status=status, files=tuple(files), error=error), local
-
-
-def _show(data: bytes) -> str:
-    return data.decode("utf-8", errors="backslashreplace")
 
 
 def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
@@ -325,7 +322,7 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
             fp.path,
             action,
             "failed",
-            error=f"{_show(source)} was written by an earlier section of this patch: cannot "
+            error=f"{show(source)} was written by an earlier section of this patch: cannot "
             f"{action} it again (GNU patch and git apply refuse it too)",
             old_path=source,
         )
@@ -353,7 +350,7 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
             source,
             action,
             "failed",
-            error=f"not deleting {_show(source)}: its content differs from the lines the patch "
+            error=f"not deleting {show(source)}: its content differs from the lines the patch "
             "deletes",
             old_path=source,
         )
@@ -368,7 +365,7 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
                 action,
                 "failed",
                 outcome.hunks,
-                f"not deleting {_show(source)}: its content differs from the patch "
+                f"not deleting {show(source)}: its content differs from the patch "
                 f"({len(split_lines(outcome.output))} lines would remain)",
                 source,
             )
@@ -381,7 +378,7 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
             action,
             "failed",
             outcome.hunks,
-            f"{_show(target)} already exists: cannot {action} {_show(source)} onto it",
+            f"{show(target)} already exists: cannot {action} {show(source)} onto it",
             source,
         )
     if target != source and not fp.copy:
@@ -412,7 +409,7 @@ def _missing_source(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResul
         if policy.forward:
             return FileResult(source, action, "already-applied", old_path=source)
         return FileResult(
-            source, action, "failed", error=f"{_show(source)} does not exist", old_path=source
+            source, action, "failed", error=f"{show(source)} does not exist", old_path=source
         )
     if fp.rename and policy.forward:
         # Renamed already? The destination must carry the patched content (its reverse applies).
@@ -437,7 +434,7 @@ def _missing_source(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResul
             )
             for h in fp.hunks
         ),
-        error=f"{_show(source)} does not exist: nothing to {action}",
+        error=f"{show(source)} does not exist: nothing to {action}",
         old_path=source,
     )
 
@@ -468,7 +465,7 @@ def _create(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
             "create",
             "failed",
             failed,
-            f"cannot create {_show(target)}: it already exists{same}",
+            f"cannot create {show(target)}: it already exists{same}",
         )
     # Absent, or present and empty: GNU patch creates into an empty file as well.
     state.changes[target] = wanted

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hyperqwen_patches.display import show
 from hyperqwen_patches.engine.applying import (
     FileResult,
     PatchResult,
@@ -121,8 +122,8 @@ def _refuse(presence: Sequence[PresenceResult]) -> CarriedResult:
     partial = [p for p in presence if p.status == "partial"]
     if partial:
         p = partial[0]
-        there = ", ".join(_show(f.path) for f in p.files if f.status == "applied")
-        absent = ", ".join(_show(f.path) for f in p.files if f.status != "applied")
+        there = ", ".join(show(f.path) for f in p.files if f.status == "applied")
+        absent = ", ".join(show(f.path) for f in p.files if f.status != "applied")
         reason = f"row {p.name} is partly in the tree ({there} carry it; {absent} do not)"
     else:
         shown = ", ".join(later[:5]) + (f" and {len(later) - 5} more" if len(later) > 5 else "")
@@ -146,7 +147,3 @@ def _refuse(presence: Sequence[PresenceResult]) -> CarriedResult:
 
 def _as_found(file: FileResult) -> FileResult:
     return replace(file, status="already-applied" if file.status == "applied" else "failed")
-
-
-def _show(data: bytes) -> str:
-    return data.decode("utf-8", errors="backslashreplace")

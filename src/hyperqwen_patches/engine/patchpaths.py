@@ -6,6 +6,7 @@ Pure functions on bytes; a name that cannot be read raises ``PatchParseError`` n
 
 from __future__ import annotations
 
+from hyperqwen_patches.display import show
 from hyperqwen_patches.engine.patchmodel import PatchParseError
 
 DEV_NULL = b"/dev/null"
@@ -29,7 +30,7 @@ def strip_path(raw: bytes, strip: int, *, patch: str, line: int) -> bytes | None
             raise PatchParseError(
                 patch,
                 line,
-                f"file name {_show(name)} has fewer than {strip} leading directories to strip (-p{strip})",
+                f"file name {show(name)} has fewer than {strip} leading directories to strip (-p{strip})",
                 hint="check the series' path convention (-p level)",
             )
         rest = rest[slash + 1 :].lstrip(b"/")
@@ -41,15 +42,15 @@ def check_relative_path(path: bytes, *, patch: str, line: int | None) -> None:
     """A patched path must stay inside the tree: not absolute, no ``..`` component, not empty."""
     if not path or path.startswith(b"/"):
         raise PatchParseError(
-            patch, line, f"file name {_show(path)} is absolute or empty: it would escape the tree"
+            patch, line, f"file name {show(path)} is absolute or empty: it would escape the tree"
         )
     parts = path.split(b"/")
     if any(part == b".." for part in parts):
         raise PatchParseError(
-            patch, line, f"file name {_show(path)} contains '..': it would escape the tree"
+            patch, line, f"file name {show(path)} contains '..': it would escape the tree"
         )
     if b"\0" in path:
-        raise PatchParseError(patch, line, f"file name {_show(path)} contains a NUL byte")
+        raise PatchParseError(patch, line, f"file name {show(path)} contains a NUL byte")
 
 
 _ESCAPES = {
@@ -69,7 +70,7 @@ def unquote_c(name: bytes, *, patch: str, line: int) -> bytes:
     """Undo git's C-style quoting of a path (``"a/caf\\303\\251.py"``), byte for byte."""
     end = name.rfind(b'"')
     if end <= 0:
-        raise PatchParseError(patch, line, f"unterminated quoted file name {_show(name)}")
+        raise PatchParseError(patch, line, f"unterminated quoted file name {show(name)}")
     body = name[1:end]
     out = bytearray()
     i = 0
@@ -81,7 +82,7 @@ def unquote_c(name: bytes, *, patch: str, line: int) -> bytes:
             continue
         nxt = body[i + 1 : i + 2]
         if not nxt:
-            raise PatchParseError(patch, line, f"bad escape in quoted file name {_show(name)}")
+            raise PatchParseError(patch, line, f"bad escape in quoted file name {show(name)}")
         if nxt in b"01234567":
             octal = body[i + 1 : i + 4]
             out.append(int(octal, 8) & 0xFF)
@@ -90,12 +91,8 @@ def unquote_c(name: bytes, *, patch: str, line: int) -> bytes:
             out.append(_ESCAPES[nxt[0]])
             i += 2
         else:
-            raise PatchParseError(patch, line, f"bad escape in quoted file name {_show(name)}")
+            raise PatchParseError(patch, line, f"bad escape in quoted file name {show(name)}")
     return bytes(out)
-
-
-def _show(data: bytes) -> str:
-    return data.decode("utf-8", errors="backslashreplace")
 
 
 def git_names(line: bytes) -> tuple[bytes, bytes] | None:
@@ -130,7 +127,7 @@ def strip_git_name(raw: bytes, strip: int, *, patch: str, line: int) -> bytes:
     for _ in range(max(strip - 1, 0)):
         slash = rest.find(b"/")
         if slash < 0:
-            raise PatchParseError(patch, line, f"file name {_show(name)} too short for -p{strip}")
+            raise PatchParseError(patch, line, f"file name {show(name)} too short for -p{strip}")
         rest = rest[slash + 1 :]
     check_relative_path(rest, patch=patch, line=line)
     return rest

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from hyperqwen_patches.display import show
 from hyperqwen_patches.engine.patchmodel import (
     ADDED,
     CONTEXT,
@@ -61,7 +62,7 @@ def _mode(value: bytes, *, patch: str, line: int) -> int:
     value = value.strip()
     if not _MODE.match(value):
         raise PatchParseError(
-            patch, line, f"bad file mode {_show(value)!r} (expected six octal digits)"
+            patch, line, f"bad file mode {show(value)!r} (expected six octal digits)"
         )
     mode = int(value, 8)
     kind = {0o120000: "a symbolic link", 0o160000: "a submodule (gitlink)"}.get(mode & 0o170000)
@@ -185,7 +186,7 @@ def _parse_git_section(
         else:
             break
         i += 1
-    label = _show(head.names[1]) if head.names else f"line {head.line}"
+    label = show(head.names[1]) if head.names else f"line {head.line}"
     if head.binary:
         raise PatchParseError(
             name,
@@ -283,9 +284,7 @@ def _parse_hunks(
             lines[i] = _uncr(lines[i])
         match = _HUNK_HEADER.match(lines[i])
         if match is None:
-            raise PatchParseError(
-                name, i + 1, f"malformed hunk header {_show(lines[i].rstrip())!r}"
-            )
+            raise PatchParseError(name, i + 1, f"malformed hunk header {show(lines[i].rstrip())!r}")
         old_start = int(match[1])
         old_len = int(match[2]) if match[2] is not None else 1
         new_start = int(match[3])
@@ -299,7 +298,7 @@ def _parse_hunks(
             or old_len + new_len >= LINENUM_MAX - 8
         ):
             raise PatchParseError(
-                name, header, f"line numbers too large in {_show(lines[i].rstrip(_EOL))!r}"
+                name, header, f"line numbers too large in {show(lines[i].rstrip(_EOL))!r}"
             )
         number = len(hunks) + 1
         old_left, new_left = old_len, new_len
@@ -382,7 +381,7 @@ def _parse_hunks(
                 raise PatchParseError(
                     name,
                     i + 1,
-                    f"malformed hunk #{number}: line {_show(line.rstrip(_EOL))!r} is not "
+                    f"malformed hunk #{number}: line {show(line.rstrip(_EOL))!r} is not "
                     f"context, removal or addition ({old_left} old and {new_left} new lines "
                     "of its header still expected)",
                 )
@@ -408,7 +407,7 @@ def _parse_hunks(
                 i + 1,
                 f"hunk #{number} has more lines than its header "
                 f"@@ -{old_start},{old_len} +{new_start},{new_len} @@ states "
-                f"(line {_show(lines[i].rstrip(_EOL))!r} follows it)",
+                f"(line {show(lines[i].rstrip(_EOL))!r} follows it)",
             )
         if old_len == 0 and new_len == 0:
             raise PatchParseError(
@@ -492,7 +491,3 @@ def patch_from_files(name: str, files: Mapping[bytes, bytes]) -> Patch:
             )
         file_patches.append(FilePatch(old_path=None, new_path=path, hunks=hunks, content=content))
     return Patch(name=name, files=tuple(file_patches), module_files=True)
-
-
-def _show(data: bytes) -> str:
-    return data.decode("utf-8", errors="backslashreplace")

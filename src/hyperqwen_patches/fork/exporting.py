@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.atomicfile import write_atomic
+from hyperqwen_patches.display import show
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork.batchformat import format_commits
@@ -93,7 +94,7 @@ def find_base(git_dir: Path, tip: str, *, package: str, pin: str, branch: str) -
         )
     _tree, _parents, message = forkgit.read_commit(git_dir, roots[0])
     if message != basecommit.base_message(package, pin):
-        first = message.split(b"\n", 1)[0].decode("utf-8", "backslashreplace")
+        first = show(message.split(b"\n", 1)[0])
         raise FindingError(
             f"export point {branch} is not built on the {package} {pin} base commit (its root "
             f"{roots[0][:12]} says {first!r})",

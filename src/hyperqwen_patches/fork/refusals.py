@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from hyperqwen_patches.display import show
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork.binarypaths import binary_paths
 
@@ -49,7 +50,7 @@ def refusals(
         for path in (change.old_path, change.new_path):
             if path is not None and not path.startswith(PACKAGE_PREFIX):
                 problems.append(
-                    f"touches {path.decode('utf-8', 'backslashreplace')}, outside vllm/: the series "
+                    f"touches {show(path)}, outside vllm/: the series "
                     "patches the vllm package only; move that change to another commit off the "
                     "export point"
                 )
@@ -59,24 +60,24 @@ def refusals(
             )
         if "120000" in (change.old_mode, change.new_mode):
             problems.append(
-                f"{(change.new_path or change.old_path or b'').decode('utf-8', 'backslashreplace')}: "
+                f"{show(change.new_path or change.old_path or b'')}: "
                 "a symbolic link: GNU patch cannot create it"
             )
     for path in binary if binary is not None else binary_paths(git_dir, commit):
         problems.append(
-            f"{path.decode('utf-8', 'backslashreplace')}: a binary change; GNU patch cannot apply "
+            f"{show(path)}: a binary change; GNU patch cannot apply "
             "it (ship binaries outside the series)"
         )
     for n, line in diffish_lines(commit.message):
         problems.append(
-            f"message line {n} {line.decode('utf-8', 'backslashreplace')!r} reads as the start of a "
+            f"message line {n} {show(line)!r} reads as the start of a "
             "diff to GNU patch (or ends the message for git am); reword it (indent it, for example)"
         )
     if module:
         for change in commit.changes:
             if change.status != "A":
                 problems.append(
-                    f"{(change.old_path or change.new_path or b'').decode('utf-8', 'backslashreplace')}: "
+                    f"{show(change.old_path or change.new_path or b'')}: "
                     f"a module-file row's commit may only add files (status {change.status})"
                 )
     return problems

@@ -37,6 +37,7 @@ import os
 import stat
 from collections.abc import Mapping, Sequence
 
+from hyperqwen_patches.display import show
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.sources.confined import Confined, is_plain, parent_of
 
@@ -240,7 +241,7 @@ def through_links(
                     break
                 current = parent_of(current)
             except OSError as exc:
-                shown = path.decode("utf-8", "backslashreplace")
+                shown = show(path)
                 return f"the way to {shown} passes {_show_error(exc)}"
     return None
 
@@ -248,7 +249,7 @@ def through_links(
 def _show_error(exc: OSError) -> str:
     name = exc.filename if isinstance(exc.filename, bytes) else b""
     what = "a symbolic link" if exc.errno == errno.ELOOP else "something that is not a directory"
-    return f"{name.decode('utf-8', 'backslashreplace')}, {what}"
+    return f"{show(name)}, {what}"
 
 
 def recover(where: Confined, *, refuse_links: bool) -> Recovery:

@@ -39,6 +39,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from hyperqwen_patches.display import show
 from hyperqwen_patches.engine.applying import (
     Policy,
     PresenceResult,
@@ -79,10 +80,6 @@ LOCK_WAIT_DEFAULT = 10.0
 class TreeWriteError(HqpError):
     """Writing the changes failed (disk full, permissions); the message says whether every file was
     put back or which ones were not (then the journal keeps them for the next run)."""
-
-
-def _show(data: bytes) -> str:
-    return data.decode("utf-8", errors="backslashreplace")
 
 
 class Tree:
@@ -159,7 +156,7 @@ class Tree:
         if journal.exists(self._real_root):
             raise TreeError(
                 f"{self.root} holds the journal of an interrupted write "
-                f"({_show(journal.path_of(self._real_root))}): some files may be half written",
+                f"({show(journal.path_of(self._real_root))}): some files may be half written",
                 hint="run apply on it (without --dry-run or --check-applied): it puts every file "
                 "back first",
             )
@@ -168,16 +165,16 @@ class Tree:
         """The real on-disk path for ``path``; raises TreeError if it would leave the directory."""
         if not path or path.startswith(b"/"):
             raise TreeError(
-                f"path {_show(path)!r} is absolute or empty: it would escape {self.root}"
+                f"path {show(path)!r} is absolute or empty: it would escape {self.root}"
             )
         if any(part == b".." for part in path.split(b"/")):
-            raise TreeError(f"path {_show(path)!r} contains '..': it would escape {self.root}")
+            raise TreeError(f"path {show(path)!r} contains '..': it would escape {self.root}")
         real = self._unresolved(path)
         if os.path.islink(real):
             real = os.path.realpath(real)
         if real != self._real_root and not real.startswith(self._real_root + b"/"):
             raise TreeError(
-                f"path {_show(path)!r} resolves to {_show(real)}, outside {self.root} "
+                f"path {show(path)!r} resolves to {show(real)}, outside {self.root} "
                 "(through a symlink)",
                 hint="patches may only touch files inside the target directory",
             )
@@ -198,13 +195,13 @@ class Tree:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
-            raise TreeError(f"cannot read {_show(path)} in {self.root}: {exc.strerror}") from None
+            raise TreeError(f"cannot read {show(path)} in {self.root}: {exc.strerror}") from None
         if stat.S_ISDIR(info.st_mode):
-            raise TreeError(f"{_show(path)} is a directory in {self.root}, not a file")
+            raise TreeError(f"{show(path)} is a directory in {self.root}, not a file")
         if not stat.S_ISREG(info.st_mode):
             # A FIFO would block the read forever, a device be read until memory runs out.
             raise TreeError(
-                f"{_show(path)} in {self.root} is not a regular file (GNU patch: can't patch it)"
+                f"{show(path)} in {self.root} is not a regular file (GNU patch: can't patch it)"
             )
         try:
             with open(real, "rb") as handle:
@@ -216,9 +213,9 @@ class Tree:
         except NotADirectoryError:
             return None
         except IsADirectoryError:
-            raise TreeError(f"{_show(path)} is a directory in {self.root}, not a file") from None
+            raise TreeError(f"{show(path)} is a directory in {self.root}, not a file") from None
         except OSError as exc:
-            raise TreeError(f"cannot read {_show(path)} in {self.root}: {exc.strerror}") from None
+            raise TreeError(f"cannot read {show(path)} in {self.root}: {exc.strerror}") from None
 
     def _read_confined(self, path: bytes, real: bytes) -> bytes | None:
         assert self._reader is not None
@@ -228,14 +225,14 @@ class Tree:
                 raise IsADirectoryError(errno.EISDIR, "is a directory")
             found = self._reader.read(rel)
         except IsADirectoryError:
-            raise TreeError(f"{_show(path)} is a directory in {self.root}, not a file") from None
+            raise TreeError(f"{show(path)} is a directory in {self.root}, not a file") from None
         except OSError as exc:
             if exc.errno == errno.EINVAL:
                 # A FIFO would block the read forever, a device be read until memory runs out.
                 raise TreeError(
-                    f"{_show(path)} in {self.root} is not a regular file (GNU patch: can't patch it)"
+                    f"{show(path)} in {self.root} is not a regular file (GNU patch: can't patch it)"
                 ) from None
-            raise TreeError(f"cannot read {_show(path)} in {self.root}: {exc.strerror}") from None
+            raise TreeError(f"cannot read {show(path)} in {self.root}: {exc.strerror}") from None
         if found is None:
             return None
         self._seen[path] = found[0]  # kept to restore the file if a later write fails
@@ -258,7 +255,7 @@ class Tree:
             for path, _rel, content in plan:
                 if content is None and os.path.islink(self._unresolved(path)):
                     raise TreeError(
-                        f"{_show(path)} is a symbolic link in {self.root}: deleting it would delete "
+                        f"{show(path)} is a symbolic link in {self.root}: deleting it would delete "
                         "what it points to (GNU patch refuses too)"
                     )
             key = _signing_key()
@@ -335,7 +332,7 @@ class Tree:
         except OSError as exc:
             raise TreeWriteError(
                 f"writing to {self.root} failed ({exc.strerror or exc}: "
-                f"{_show(os.path.join(self._real_root, current))}); "
+                f"{show(os.path.join(self._real_root, current))}); "
                 + self._put_back(where, temps, journaled)
             ) from None
         except (KeyboardInterrupt, _Signalled) as exc:
@@ -366,7 +363,7 @@ class Tree:
         real = self.resolve(path)
         rel = real[len(self._real_root) + 1 :]
         if not is_plain(rel):
-            raise TreeError(f"path {_show(path)!r} names {self.root} itself, not a file in it")
+            raise TreeError(f"path {show(path)!r} names {self.root} itself, not a file in it")
         return rel
 
     def _original(self, where: Confined, path: bytes, rel: bytes) -> tuple[bytes, int] | None:
@@ -399,7 +396,7 @@ class Tree:
                     with _signals_blocked():
                         done = journal.recover(where, refuse_links=True)
                 except journal.UntrustedJournal as exc:
-                    shown = _show(journal.path_of(self._real_root))
+                    shown = show(journal.path_of(self._real_root))
                     raise TreeError(
                         f"refusing the write journal {shown}: {exc}; nothing was written",
                         hint=f"a journal can be planted by anyone who can write to {self.root}: "
@@ -411,7 +408,7 @@ class Tree:
                         f"{self.root} holds the journal of an interrupted write that cannot be "
                         f"read: {exc.strerror}",
                         hint=f"restore the directory from the package (reinstall it), then remove "
-                        f"{_show(journal.path_of(self._real_root))}",
+                        f"{show(journal.path_of(self._real_root))}",
                     ) from None
             finally:
                 where.close()
@@ -436,7 +433,7 @@ class Tree:
                     journal.remove_temps(fresh, b"")
                     if journaled:
                         return (
-                            f"its journal {_show(journal.path_of(self._real_root))} was removed "
+                            f"its journal {show(journal.path_of(self._real_root))} was removed "
                             "meanwhile (by another program): files may be half written; "
                             "reinstall the package"
                         )
@@ -452,11 +449,11 @@ class Tree:
         return "nothing was changed (every file was put back)"
 
     def _failed_text(self, done: journal.Recovery) -> str:
-        shown = ", ".join(f"{_show(p)} ({why})" for p, why in done.failed[:5])
+        shown = ", ".join(f"{show(p)} ({why})" for p, why in done.failed[:5])
         more = f" and {len(done.failed) - 5} more" if len(done.failed) > 5 else ""
         return (
             f"putting back {len(done.failed)} files failed: {shown}{more}; they may still be "
-            f"patched; the journal {_show(journal.path_of(self._real_root))} keeps their "
+            f"patched; the journal {show(journal.path_of(self._real_root))} keeps their "
             "originals: run apply again to finish putting them back"
         )
 
@@ -508,7 +505,7 @@ def _signing_key() -> bytes:
     except OSError as exc:
         name = exc.filename if isinstance(exc.filename, bytes) else os.fsencode(exc.filename or "")
         raise EnvironmentProblem(
-            f"cannot keep the key that signs the write journal ({exc.strerror}: {_show(name)})",
+            f"cannot keep the key that signs the write journal ({exc.strerror}: {show(name)})",
             hint="set HQP_CACHE to a directory this user can write (the key is kept in its keys/)",
         ) from None
     assert key is not None
@@ -861,7 +858,7 @@ def misplaced(root: Path, patches: Sequence[Patch]) -> Misplaced | None:
     if not edited or _fits(root, edited):
         return None
     tops = sorted({p.split(b"/", 1)[0] + (b"/" if b"/" in p else b"") for p in edited})
-    names = ", ".join(t.decode("utf-8", errors="backslashreplace") for t in tops[:6])
+    names = ", ".join(show(t) for t in tops[:6])
     names += f" and {len(tops) - 6} more" if len(tops) > 6 else ""
     reason = f"the patches edit files under {names} and {root} has none of them"
     if all(t.endswith(b"/") for t in tops):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hyperqwen_patches.display import show
 from hyperqwen_patches.sources.pristinetree import CorruptCacheError, PristineTree
 from hyperqwen_patches.sources.zipmember import BadMember, read_member
 
@@ -86,7 +87,7 @@ class WheelTree(PristineTree):
             # file would then silently "not exist", and a base commit built from it lack the file).
             if path in self._expected_paths():
                 raise BadMember(
-                    f"{_show_path(path)}: listed in the wheel's RECORD but missing from the member "
+                    f"{show(path)}: listed in the wheel's RECORD but missing from the member "
                     f"table {self.entry / 'members.sqlite'}"
                 )
             return None
@@ -134,9 +135,9 @@ class WheelTree(PristineTree):
                 lost = sorted(expected.difference(listed))
                 extra = sorted(set(listed).difference(expected))
                 what = (
-                    f"{len(lost)} RECORD file(s) missing from it (first: {_show_path(lost[0])})"
+                    f"{len(lost)} RECORD file(s) missing from it (first: {show(lost[0])})"
                     if lost
-                    else f"{len(extra)} row(s) RECORD does not list (first: {_show_path(extra[0])})"
+                    else f"{len(extra)} row(s) RECORD does not list (first: {show(extra[0])})"
                 )
                 raise BadMember(f"member table {self.entry / 'members.sqlite'}: {what}")
             return listed
@@ -167,7 +168,3 @@ class WheelTree(PristineTree):
         self._members.close()
         if self._replacement is not None:
             self._replacement.close()
-
-
-def _show_path(path: bytes) -> str:
-    return path.decode("utf-8", errors="backslashreplace")

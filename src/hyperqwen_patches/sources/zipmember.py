@@ -11,6 +11,8 @@ import zlib
 from base64 import urlsafe_b64encode
 from typing import TYPE_CHECKING
 
+from hyperqwen_patches.display import show
+
 if TYPE_CHECKING:
     from hyperqwen_patches.sources.wheelmembers import Member
 
@@ -33,26 +35,22 @@ def read_member(fd: int, path: bytes, member: Member) -> bytes:
     :class:`BadMember` naming the path when they are not there or not the bytes RECORD hashed."""
     head = os.pread(fd, _LOCAL_HEADER_SIZE + len(path), member.header)
     if len(head) != _LOCAL_HEADER_SIZE + len(path) or not head.startswith(_LOCAL_HEADER):
-        raise BadMember(f"{_show_path(path)}: no local file header at offset {member.header}")
+        raise BadMember(f"{show(path)}: no local file header at offset {member.header}")
     name_len, extra_len = struct.unpack_from("<HH", head, 26)
     # The member at that offset must be the one asked for: a damaged table (two rows' offsets
     # swapped) would otherwise hand one file's bytes, matching their own hash, out as another's.
     if head[_LOCAL_HEADER_SIZE:] != path or name_len != len(path):
-        raise BadMember(f"{_show_path(path)}: the member at offset {member.header} is another file")
+        raise BadMember(f"{show(path)}: the member at offset {member.header} is another file")
     start = member.header + _LOCAL_HEADER_SIZE + name_len + extra_len
     raw = os.pread(fd, member.size, start)
     if len(raw) != member.size:
-        raise BadMember(f"{_show_path(path)}: truncated ({len(raw)} of {member.size} bytes)")
+        raise BadMember(f"{show(path)}: truncated ({len(raw)} of {member.size} bytes)")
     if member.method == 0:  # stored
         data = raw
     elif member.method == 8:  # deflated, a raw stream
         data = zlib.decompress(raw, -15)
     else:
-        raise BadMember(f"{_show_path(path)}: compression method {member.method}")
+        raise BadMember(f"{show(path)}: compression method {member.method}")
     if record_hash(data) != member.hash:
-        raise BadMember(f"{_show_path(path)}: hash differs from the wheel's RECORD")
+        raise BadMember(f"{show(path)}: hash differs from the wheel's RECORD")
     return data
-
-
-def _show_path(path: bytes) -> str:
-    return path.decode("utf-8", errors="backslashreplace")

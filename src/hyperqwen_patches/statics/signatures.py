@@ -20,6 +20,7 @@ import ast
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from hyperqwen_patches.display import show
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import StaticFinding
 from hyperqwen_patches.statics.names import BUILTINS, Views, accepted, resolve
@@ -200,7 +201,7 @@ def _where(views: Views, ref: Ref, found: Result, fn: Def, *, old_side: bool) ->
         found = symbols.class_attr(found.obj, "__init__", via_instance=True)
     path = found.path if isinstance(found, Found) else b""
     label = views.old_label if old_side else views.new_label
-    where = f"{label} {path.decode('utf-8', 'backslashreplace')}:{fn.lineno}"
+    where = f"{label} {show(path)}:{fn.lineno}"
     last = fn.body[0].lineno - 1 if fn.body else fn.lineno
     if old_side:
         row = views.analysis.prov.owner_of_span(path, fn.lineno, last)
