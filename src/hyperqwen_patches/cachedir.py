@@ -10,6 +10,8 @@ from pathlib import Path
 
 TYPE_CHECKING = False  # not typing's: importing typing costs more than this module's work
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
     from typing import IO
 
 
@@ -22,22 +24,24 @@ def cache_dir() -> Path:
 
 
 @contextlib.contextmanager
-def entry_lock(cache_root: Path, name: str) -> Iterator[None]:
-    """Hold the exclusive lock for building the cache entry ``name`` (``locks/<name>.lock``).
+def entry_lock(
+    cache_root: Path,
+    name: str,
+    *,
+    waiting: Callable[[], AbstractContextManager[None]] | None = None,
+) -> Iterator[None]:
+    """Hold the exclusive lock for building the cache entry ``name`` (``locks/<name>.lock``), waiting
+    for another process that holds it (inside ``waiting()`` when given: a progress line).
 
     Entries are still built under a temporary name and published by one rename; the lock is what
     stops a second process from judging a half-published entry unusable and removing it while the
     first uses it (8 concurrent cold runs: 4-6 failed). Whoever waited re-checks the entry first."""
-    import fcntl
+    from hyperqwen_patches import flocks
 
     locks = cache_root / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{name}.lock", "a+b") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with flocks.exclusive(locks / f"{name}.lock", wait=None, waiting=waiting):
+        yield
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ SHARED: tuple[str, ...] = (
     "inputfile",
     "lazypattern",
     "display",
+    "flocks",
 )
 
 # Lowest first. Data flows the same way: a release and the series are read (sources, series), the

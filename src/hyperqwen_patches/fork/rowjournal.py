@@ -17,7 +17,6 @@ fork never interleave.
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
 import os
 import signal
@@ -25,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from hyperqwen_patches import gitrun
+from hyperqwen_patches import flocks, gitrun
 from hyperqwen_patches.atomicfile import write_atomic
 from hyperqwen_patches.errors import UsageError
 
@@ -44,18 +43,15 @@ def step(name: str) -> None:
 @contextmanager
 def locked(git_dir: Path) -> Iterator[None]:
     """Hold the fork's row-command lock; a second command refuses at once with one line."""
-    fd = os.open(git_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(
-                f"another row command (edit, refresh, new, drop, move, rename) is running on "
-                f"{git_dir}; wait for it to finish"
-            ) from None
+
+    def busy() -> UsageError:
+        return UsageError(
+            f"another row command (edit, refresh, new, drop, move, rename) is running on "
+            f"{git_dir}; wait for it to finish"
+        )
+
+    with flocks.exclusive(git_dir / LOCK, wait=0, busy=busy):
         yield
-    finally:
-        os.close(fd)
 
 
 def _b64(data: bytes | None) -> str | None:

@@ -12,7 +12,6 @@ releases' wheels through the same cache.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import io
@@ -23,9 +22,11 @@ import shutil
 import uuid
 from base64 import urlsafe_b64encode
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hyperqwen_patches.cachedir import entry_lock
 from hyperqwen_patches.sources.dirtree import DirTree
 from hyperqwen_patches.sources.download import fetch_sdist, pip_download
 from hyperqwen_patches.sources.pristinetree import (
@@ -72,29 +73,21 @@ def _member_table(zf: zipfile.ZipFile, text: dict[str, str]) -> Iterator[tuple[b
             )
 
 
-@contextlib.contextmanager
-def _locked(lock_path: Path, progress: Progress, label: str) -> Iterator[None]:
-    import fcntl
-
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+b") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            with progress.waiting(f"waiting for another process fetching {label}"):
-                fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 class PypiCache:
     """Wheels and sdists of PyPI releases, fetched once, verified, shared by every command."""
 
     def __init__(self, root: Path, progress: Progress) -> None:
         self.root = root
         self.progress = progress
+
+    def _locked(self, entry: Path, label: str) -> AbstractContextManager[None]:
+        """The entry's lock (shared with ``cache --prune`` and every other run), waited for with a
+        line saying so."""
+        return entry_lock(
+            self.root,
+            entry.name,
+            waiting=lambda: self.progress.waiting(f"waiting for another process fetching {label}"),
+        )
 
     def _entry(self, package: str, version: str, form: str) -> Path:
         return self.root / "pypi" / f"{package.lower()}-{_release_key(version)}-{form}"
@@ -104,7 +97,7 @@ class PypiCache:
         label = f"pypi:{package}=={version}"
         index = self._valid_wheel_index(entry)
         if index is None:
-            with _locked(self.root / "locks" / f"{entry.name}.lock", self.progress, label):
+            with self._locked(entry, label):
                 index = self._valid_wheel_index(
                     entry
                 )  # another process may have filled it meanwhile
@@ -117,7 +110,7 @@ class PypiCache:
                         )
 
         def refetch() -> WheelTree:
-            with _locked(self.root / "locks" / f"{entry.name}.lock", self.progress, label):
+            with self._locked(entry, label):
                 self._fill_wheel(entry, package, version, label)
             fresh = self._valid_wheel_index(entry)
             if fresh is None:
@@ -126,7 +119,7 @@ class PypiCache:
 
         try:
             if index["format"] != INDEX_FORMAT:
-                with _locked(self.root / "locks" / f"{entry.name}.lock", self.progress, label):
+                with self._locked(entry, label):
                     index = self._upgrade(entry, index)
             return WheelTree(entry, index, on_corrupt=refetch)
         except Exception as exc:  # a missing member table, a wheel that will not open or upgrade
@@ -192,7 +185,7 @@ class PypiCache:
         entry = self._entry(package, version, "sdist")
         label = f"pypi:{package}=={version}#sdist"
         if not (entry / "complete").is_file():
-            with _locked(self.root / "locks" / f"{entry.name}.lock", self.progress, label):
+            with self._locked(entry, label):
                 if not (entry / "complete").is_file():
                     self._fill_sdist(entry, package, version, label)
         tree = DirTree(entry / "tree", package=package)

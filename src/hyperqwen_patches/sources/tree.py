@@ -537,29 +537,22 @@ def _lock_file(dir_fd: int, exclusive: bool, root: Path) -> int:
 
 def _flock(fd: int, exclusive: bool, root: Path) -> None:
     """Take the lock on ``fd``, waiting up to ``HQP_LOCK_WAIT`` seconds for another run."""
-    import fcntl
-    import time
+    from hyperqwen_patches import flocks
 
     raw = os.environ.get(LOCK_WAIT_ENV)
     try:
         wait = LOCK_WAIT_DEFAULT if raw is None else float(raw)
     except ValueError:
         raise UsageError(f"{LOCK_WAIT_ENV}={raw!r} is not a number of seconds") from None
-    op = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            fcntl.flock(fd, op)
-            return
-        except BlockingIOError:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TreeBusy(
-                    f"another run holds the lock on {root} (one apply or unapply writes to a "
-                    f"directory at a time); gave up after waiting {wait:g} s",
-                    hint=f"let it finish and run again; {LOCK_WAIT_ENV}=SECONDS waits longer",
-                ) from None
-            time.sleep(min(0.02, left))
+
+    def busy() -> TreeBusy:
+        return TreeBusy(
+            f"another run holds the lock on {root} (one apply or unapply writes to a "
+            f"directory at a time); gave up after waiting {wait:g} s",
+            hint=f"let it finish and run again; {LOCK_WAIT_ENV}=SECONDS waits longer",
+        )
+
+    flocks.take(fd, shared=not exclusive, wait=wait, busy=busy)
 
 
 # Creating a file costs 0.3 ms of kernel time on these machines, whoever does it; a few threads
