@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
+from hyperqwen_patches.fork.bundlewriter import BUNDLE_RELPATH
 from hyperqwen_patches.fork.replay import (
     BaseEntries,
     ForkView,
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 
 
 # --- the check pipeline entries (invariants 4, 5 and 7) ------------------------------------------------
-
-BUNDLE = "patches/fork.bundle"
 
 
 @record
@@ -54,7 +53,7 @@ def fork_source(ctx: CheckContext) -> str | None:
     """``--fork`` if given, else the shipped bundle when it exists, else None (nothing to compare)."""
     if ctx.fork:
         return ctx.fork
-    bundle = ctx.root / BUNDLE
+    bundle = ctx.root / BUNDLE_RELPATH
     return str(bundle) if bundle.is_file() else None
 
 
@@ -225,7 +224,7 @@ def _no_fork_warning(ctx: CheckContext, check: str) -> list[Finding]:
                 check,
                 "unverified",
                 "fork",
-                f"not verified: no fork given and no {BUNDLE} in the repository",
+                f"not verified: no fork given and no {BUNDLE_RELPATH} in the repository",
                 "pass --fork PATH|URL|BUNDLE, or ship the bundle (docs/fork.md)",
             )
         )
