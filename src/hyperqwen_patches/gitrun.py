@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from hyperqwen_patches.display import show
 from hyperqwen_patches.errors import EnvironmentProblem, GitError
 from hyperqwen_patches.records import record
 
@@ -295,7 +296,7 @@ def check(
     """:func:`run`, raising :class:`GitError` (naming ``what`` and git's message) on a non-zero exit."""
     result = run(args, git_dir=git_dir, cwd=cwd, input=input, index=index, env=env, config=config)
     if not result.ok:
-        message = result.stderr.decode("utf-8", "backslashreplace").strip().splitlines()
+        message = show(result.stderr).strip().splitlines()
         first = message[-1] if message else f"exit {result.code}"
         raise GitError(
             f"{what}: git {_show_argv(list(args)[:3])} failed: {first}",

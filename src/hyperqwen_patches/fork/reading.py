@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from hyperqwen_patches import gitrun
+from hyperqwen_patches.display import show
 from hyperqwen_patches.errors import GitError, UsageError
 from hyperqwen_patches.records import record
 
@@ -122,9 +123,7 @@ def require(git_dir: Path, rev: str, *, what: str) -> str:
 def is_ancestor(git_dir: Path, ancestor: str, descendant: str) -> bool:
     result = gitrun.run(["merge-base", "--is-ancestor", ancestor, descendant], git_dir=git_dir)
     if result.code not in (0, 1):
-        raise GitError(
-            f"git merge-base failed: {result.stderr.decode(errors='backslashreplace').strip()}"
-        )
+        raise GitError(f"git merge-base failed: {show(result.stderr).strip()}")
     return result.code == 0
 
 
