@@ -98,9 +98,8 @@ class PypiCache:
         index = self._valid_wheel_index(entry)
         if index is None:
             with self._locked(entry, label):
-                index = self._valid_wheel_index(
-                    entry
-                )  # another process may have filled it meanwhile
+                # another process may have filled it meanwhile
+                index = self._valid_wheel_index(entry)
                 if index is None:
                     self._fill_wheel(entry, package, version, label)
                     index = self._valid_wheel_index(entry)
