@@ -12,16 +12,9 @@ from typing import TYPE_CHECKING, Literal
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
-from hyperqwen_patches.fork.replay import (
-    BaseEntries,
-    ForkView,
-    Problem,
-    ReplayReport,
-    check_replay,
-    fetch_branch,
-    other_rows,
-    tree_entries,
-)
+from hyperqwen_patches.fork.matching import other_rows
+from hyperqwen_patches.fork.replay import Problem, ReplayReport, ReplayRow, check_replay
+from hyperqwen_patches.fork.treestate import BaseEntries, tree_entries
 from hyperqwen_patches.records import record
 from hyperqwen_patches.sources import basecommit
 
@@ -148,8 +141,7 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
                     tips[point.name] = tip
                 continue
             try:
-                view = fetch_branch(ForkView(scratch, "", source), source, point.branch)
-                tips[point.name] = view.tip
+                tips[point.name] = forkgit.fetch_branch(scratch, source, point.branch)
             except GitError as exc:
                 missing[point.name] = exc.message
     except BaseException:
@@ -196,7 +188,7 @@ def _reports(ctx: CheckContext) -> list[ReplayReport] | None:
                 reports.append(report)
                 continue
             rows = [
-                (r.name, r.commit, patches.get(r.name))
+                ReplayRow(r.name, r.commit, patches.get(r.name))
                 for r in manifest.active_rows
                 if (r.export_point or first) == point.name
             ]
