@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
+from hyperqwen_patches.checks.context import Slot
 from hyperqwen_patches.console import show
 from hyperqwen_patches.records import record
 
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
     from hyperqwen_patches.statics.provenance import Provenance
 
 Severity = Literal["error", "warning", "problem"]
-
-_KEY = "_statics_analysis"
 
 
 @record(frozen=True)
@@ -111,17 +110,20 @@ class Analysis:
         return self._trees[path]
 
 
+def _build_analysis(ctx: CheckContext) -> Analysis:
+    from hyperqwen_patches.statics.provenance import trace
+
+    patches = [s.patch for s in ctx.series if s.patch is not None and s.row.skip is None]
+    return Analysis(trace(patches, ctx.applied, ctx.pristine.read), ctx.pristine.read)
+
+
+# The static checks' one analysis per check run (checks/context.py's slots).
+ANALYSIS: Slot[Analysis] = Slot("static analysis", _build_analysis)
+
+
 def analysis_of(ctx: CheckContext) -> Analysis:
     """The context's analysis, built on first use from the apply check's result (never re-applied)."""
-    found = ctx.__dict__.get(_KEY)
-    if found is None:
-        from hyperqwen_patches.statics.provenance import trace
-
-        patches = [s.patch for s in ctx.series if s.patch is not None and s.row.skip is None]
-        found = Analysis(trace(patches, ctx.applied, ctx.pristine.read), ctx.pristine.read)
-        ctx.__dict__[_KEY] = found
-    assert isinstance(found, Analysis)
-    return found
+    return ctx.shared(ANALYSIS)
 
 
 def python_files(prov: Provenance) -> list[bytes]:
