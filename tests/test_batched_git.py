@@ -25,7 +25,7 @@ from fixtures_git import (
 
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import GitError
-from hyperqwen_patches.fork import batchformat, binarypaths, formatpatch, replay
+from hyperqwen_patches.fork import batchformat, binarypaths, forkwalk, formatpatch, treestate
 from hyperqwen_patches.fork import reading as forkgit
 
 
@@ -99,12 +99,12 @@ def test_read_objects_refuses_the_wrong_kind(tmp_path: Path) -> None:
 def test_fork_walk_equals_ls_tree_at_every_commit(tmp_path: Path) -> None:
     git_dir, base, tip = _fork(tmp_path)
     commits = forkgit.list_commits(git_dir, base, tip)
-    assert replay.linear_on(base, commits)
-    walk = replay.ForkWalk(replay.tree_entries(git_dir, base))
+    assert forkwalk.linear_on(base, commits)
+    walk = forkwalk.ForkWalk(treestate.tree_entries(git_dir, base))
     for commit in commits:
         walk.advance(commit)
-        actual = replay.tree_entries(git_dir, commit.sha)
-        paths = set(actual) | set(replay.tree_entries(git_dir, base))
+        actual = treestate.tree_entries(git_dir, commit.sha)
+        paths = set(actual) | set(treestate.tree_entries(git_dir, base))
         paths |= {p for c in commit.changes for p in (c.old_path, c.new_path) if p is not None}
         assert {p: walk.get(p) for p in paths if walk.get(p) is not None} == actual
 
@@ -112,8 +112,8 @@ def test_fork_walk_equals_ls_tree_at_every_commit(tmp_path: Path) -> None:
 def test_linear_on_refuses_a_chain_not_on_the_base(tmp_path: Path) -> None:
     git_dir, base, tip = _fork(tmp_path)
     commits = forkgit.list_commits(git_dir, base, tip)
-    assert not replay.linear_on(commits[0].sha, commits)
-    assert not replay.linear_on(base, commits[1:])
+    assert not forkwalk.linear_on(commits[0].sha, commits)
+    assert not forkwalk.linear_on(base, commits[1:])
     # A merge on the export point: the walk is not used (check_replay lists the trees instead).
     repo = tmp_path / "fork"
     sh(["checkout", "-q", "-b", "side", base], cwd=repo)
@@ -121,17 +121,17 @@ def test_linear_on_refuses_a_chain_not_on_the_base(tmp_path: Path) -> None:
     sh(["checkout", "-q", BRANCH], cwd=repo)
     sh(["merge", "-q", "--no-edit", "--allow-unrelated-histories", "side"], cwd=repo)
     merged = forkgit.require(git_dir, BRANCH, what="t")
-    assert not replay.linear_on(base, forkgit.list_commits(git_dir, base, merged))
+    assert not forkwalk.linear_on(base, forkgit.list_commits(git_dir, base, merged))
 
 
 def test_base_entries_from_the_pristine_tree_equal_the_listed_base(tmp_path: Path) -> None:
     """check computes the base's entries from the pristine tree instead of listing 30,000 files."""
     git_dir, base, _tip = _fork(tmp_path)
-    listed = replay.tree_entries(git_dir, base)
-    entries = replay.BaseEntries(DictTree(PRISTINE).read, lambda: listed)
+    listed = treestate.tree_entries(git_dir, base)
+    entries = treestate.BaseEntries(DictTree(PRISTINE).read, lambda: listed)
     assert {p: entries.get(p) for p in listed} == listed
     assert entries.get(b"vllm/absent.py") is None
-    lazy = replay.LazyEntries(entries)
+    lazy = treestate.LazyEntries(entries)
     added = (0o100755, "0" * 40)
     del lazy[b"vllm/nonl.py"]
     lazy[b"vllm/new.py"] = added

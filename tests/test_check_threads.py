@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 from test_check import MINE, make_repo
 
-from hyperqwen_patches.checks import pipeline as check
+from hyperqwen_patches.checklist import BACKGROUND, PIPELINE
 from hyperqwen_patches.checks.context import CheckContext, Finding, _once
-from hyperqwen_patches.checks.pipeline import PIPELINE, run_check
+from hyperqwen_patches.checks.pipeline import run_check
 from hyperqwen_patches.errors import UsageError
 
 REPO = Path(__file__).resolve().parent.parent
-HERE = __name__
 ORDER: list[str] = []
 FOREGROUND_RAN = threading.Event()
 
@@ -42,28 +41,25 @@ def foreground(ctx: CheckContext) -> list[Finding]:
     return [Finding("foreground", "warning", "fg", "ran on the calling thread")]
 
 
-def test_findings_keep_pipeline_order_whichever_thread_finishes_first(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_findings_keep_pipeline_order_whichever_thread_finishes_first(tmp_path: Path) -> None:
     root, _ = make_repo(tmp_path)
-    monkeypatch.setattr(check, "BACKGROUND", frozenset({f"{HERE}:slow_background"}))
     ORDER.clear()
     FOREGROUND_RAN.clear()
-    pipeline = (f"{HERE}:slow_background", *MINE, f"{HERE}:foreground")
-    report = run_check(root, pipeline=pipeline)
+    pipeline = (slow_background, *MINE, foreground)
+    report = run_check(root, pipeline=pipeline, background={slow_background})
     assert ORDER == ["foreground", "background"]  # it did run concurrently, and finished last
     assert [f.check for f in report.findings] == ["slow-background", "foreground"]
     assert report.findings[0].message == "2 rows (shared series)"
-    monkeypatch.setattr(check, "BACKGROUND", frozenset())
     assert run_check(root, pipeline=pipeline) == report  # the sequential run's report
 
 
-def test_a_typed_error_on_the_worker_is_a_problem_finding_in_its_place(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_typed_error_on_the_worker_is_a_problem_finding_in_its_place(tmp_path: Path) -> None:
     root, _ = make_repo(tmp_path)
-    monkeypatch.setattr(check, "BACKGROUND", frozenset({f"{HERE}:failing_background"}))
-    report = run_check(root, pipeline=(*MINE, f"{HERE}:failing_background", f"{HERE}:foreground"))
+    report = run_check(
+        root,
+        pipeline=(*MINE, failing_background, foreground),
+        background={failing_background},
+    )
     assert [(f.check, f.severity) for f in report.findings] == [
         ("failing-background", "problem"),
         ("foreground", "warning"),
@@ -71,13 +67,10 @@ def test_a_typed_error_on_the_worker_is_a_problem_finding_in_its_place(
     assert report.findings[0].detail == "hint: pass --fork"
 
 
-def test_a_bug_on_the_worker_is_raised_not_swallowed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_bug_on_the_worker_is_raised_not_swallowed(tmp_path: Path) -> None:
     root, _ = make_repo(tmp_path)
-    monkeypatch.setattr(check, "BACKGROUND", frozenset({f"{HERE}:crashing_background"}))
     with pytest.raises(RuntimeError, match="a bug in a background check"):
-        run_check(root, pipeline=(*MINE, f"{HERE}:crashing_background"))
+        run_check(root, pipeline=(*MINE, crashing_background), background={crashing_background})
 
 
 class Counted:
@@ -111,11 +104,10 @@ def test_a_shared_property_is_computed_once_across_threads() -> None:
 
 
 @pytest.mark.network
-def test_the_shipped_check_threaded_equals_sequential(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_shipped_check_threaded_equals_sequential() -> None:
     """The whole pipeline on the repository (replay against patches/fork.bundle included)."""
-    assert check.BACKGROUND and set(PIPELINE) >= check.BACKGROUND
-    threaded = run_check(REPO)
-    monkeypatch.setattr(check, "BACKGROUND", frozenset())
-    sequential = run_check(REPO)
+    assert BACKGROUND and set(PIPELINE) >= BACKGROUND
+    threaded = run_check(REPO, pipeline=PIPELINE, background=BACKGROUND)
+    sequential = run_check(REPO, pipeline=PIPELINE)
     assert threaded == sequential
     assert threaded.to_json() == sequential.to_json()

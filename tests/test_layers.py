@@ -6,6 +6,7 @@ reader has to follow all the same."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -147,3 +148,73 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
 def test_every_module_is_in_a_stage_or_shared() -> None:
     for path in FILES:
         rank(module_name(path))  # asserts
+
+
+# --- modules named by string ----------------------------------------------------------------------
+# A module named in a string ("hyperqwen_patches.fork.checks" or "hyperqwen_patches.fork.checks:f",
+# imported at run time) is a dependency all the same: the command table of the fast path names its
+# commands so. The rule holds for those too, so the check pipeline cannot go back to naming a later
+# stage's checks by string from below (checklist.py imports them, above every stage it runs).
+
+_NAMED = re.compile(rf"^{NAME}(\.[a-z_][a-z0-9_]*)+(:[A-Za-z_][A-Za-z0-9_]*)?$")
+
+
+def named_modules(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) for every string constant in one file that names a module of the package."""
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _NAMED.match(node.value)
+            and _is_module(module := node.value.partition(":")[0])
+        ):
+            yield node.lineno, module
+
+
+def upward_by_name(path: Path, here: str) -> list[str]:
+    mine = rank(here)
+    bad = []
+    for line, target in named_modules(path):
+        theirs = rank(target)
+        if mine is not None and theirs is not None and theirs > mine:
+            bad.append(f"{path.name}:{line}: {STAGES[mine]} names {target} ({STAGES[theirs]})")
+    return bad
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PKG)))
+def test_no_module_named_by_string_runs_upward(path: Path) -> None:
+    bad = upward_by_name(path, module_name(path))
+    assert not bad, "\n".join(bad)
+
+
+def test_the_rule_catches_a_check_named_by_string_from_below(tmp_path: Path) -> None:
+    """What checks/pipeline.py did before checklist.py: a later stage's check named by string."""
+    probe = tmp_path / "probe.py"
+    probe.write_text('PIPELINE = ("hyperqwen_patches.fork.checks:check_export",)\n')
+    bad = upward_by_name(probe, "hyperqwen_patches.checks.probe")
+    assert bad == ["probe.py:1: checks names hyperqwen_patches.fork.checks (fork)"]
+
+
+def _check_functions() -> set[str]:
+    """Every ``check_*(ctx: CheckContext)`` function the package defines, as module:function."""
+    found = set()
+    for path in FILES:
+        for node in ast.parse(path.read_bytes()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("check_"):
+                args = node.args.args
+                if args and isinstance(args[0].annotation, ast.Name | ast.Constant):
+                    annotation = args[0].annotation
+                    text = annotation.id if isinstance(annotation, ast.Name) else annotation.value
+                    if text == "CheckContext":
+                        found.add(f"{module_name(path)}:{node.name}")
+    return found
+
+
+def test_every_check_of_every_stage_is_in_the_pipeline() -> None:
+    """A check function written and never added to checklist.PIPELINE would never run."""
+    from hyperqwen_patches.checklist import BACKGROUND, PIPELINE
+
+    listed = {f"{c.__module__}:{c.__name__}" for c in PIPELINE}
+    assert _check_functions() == listed
+    assert set(PIPELINE) >= BACKGROUND
+    assert len(set(PIPELINE)) == len(PIPELINE)

@@ -20,6 +20,7 @@ from hyperqwen_patches.errors import GitError, UsageError
 from hyperqwen_patches.fork import importing
 from hyperqwen_patches.port.model import RebaseRequest, RebaseResult
 from hyperqwen_patches.port.rebase import abort_rebase
+from hyperqwen_patches.port.retirements import check_retirements
 from hyperqwen_patches.port.run import port
 from hyperqwen_patches.series.manifest import load_manifest
 from hyperqwen_patches.sources.pristine import open_pristine
@@ -347,7 +348,7 @@ def test_check_verifies_retirements(tmp_path: Path) -> None:
     patch = make_patch("vllm/up.py", BASE, OURS_UP, tmp_path / "w")
     repo = make_repo(tmp_path, [("row-up", patch)])
     retire(repo, "row-up", "0.29.0")
-    only = ("hyperqwen_patches.port.retirements:check_retirements",)
+    only = (check_retirements,)
     good = run_check(repo, source=f"dir:{carried}", pipeline=only)
     assert [f for f in good.findings if f.check == "retirements"] == []
 
@@ -362,7 +363,7 @@ def test_check_verifies_retirements(tmp_path: Path) -> None:
 def test_check_verifies_hunk_retirements(tmp_path: Path) -> None:
     tree = release(tmp_path, "t", {"vllm/part.py": lines_with({10: "line 10 ours\n"})})
     patch = make_patch("vllm/part.py", BASE, OURS_PART, tmp_path / "w")
-    only = ("hyperqwen_patches.port.retirements:check_retirements",)
+    only = (check_retirements,)
     for hunk, expected in (
         ("vllm/part.py#1", []),
         ("vllm/part.py#2", ["error"]),  # hunk 2 is not in the tree

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from hyperqwen_patches.engine.patchscan import parse_patch
 from hyperqwen_patches.fork import importing
+from hyperqwen_patches.port import copyindexcache
 from hyperqwen_patches.port.model import RebaseRequest
 from hyperqwen_patches.port.run import port
+from hyperqwen_patches.port.stalecopy import LineIndex, may_add_functions
 from hyperqwen_patches.series.manifest import load_manifest
+from hyperqwen_patches.sources import basecommit
 from hyperqwen_patches.sources.pristine import open_pristine
 from tests.test_port import make_patch, make_repo, release
 from tests.test_port_verify import NEW_SELECTOR, OLD_SELECTOR, RUNNER
@@ -33,6 +39,7 @@ class ChunkedTopKSelector(TopKSelector):
         return top.indices
 """
 SELECTOR = "vllm/sample/selector.py"
+CONF = "vllm/conf.py"
 
 
 def test_a_clean_row_that_adds_static_errors_and_a_stale_copy_pauses(tmp_path: Path) -> None:
@@ -76,3 +83,74 @@ def test_a_clean_row_that_adds_static_errors_and_a_stale_copy_pauses(tmp_path: P
     _, done = port(repo, "0.30.0", rebase=RebaseRequest(fork=fork, action="continue"), **sources)
     assert done is not None and done.state == "done"
     assert [(row, how) for row, _, how in done.commits] == [("chunked", "resolved")]
+
+
+def test_the_run_that_pauses_keeps_the_copy_index_a_later_row_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``--continue`` a person waits on reads the old release's copy index from the cache: the
+    run that paused built and kept it, because a later row adds a function (issue #37: the first
+    continue on the shipped series spent ~1 s reading the whole release)."""
+    monkeypatch.setenv("HQP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(basecommit, "RACY_SECONDS", 0.0)  # the trees count as unpacked long ago
+    padding = {f"vllm/pad/m{i}.py": f"PAD_{i} = {i}\n" for i in range(basecommit.DIR_MIN_FILES)}
+    common = {
+        **padding,
+        "vllm/__init__.py": "",
+        "vllm/sample/__init__.py": "",
+        "vllm/worker/__init__.py": "",
+        "vllm/worker/runner.py": RUNNER.decode(),
+    }
+    old = release(tmp_path, "old", {**common, SELECTOR: OLD_SELECTOR.decode(), CONF: "LIMIT = 1\n"})
+    new = release(tmp_path, "new", {**common, SELECTOR: NEW_SELECTOR.decode(), CONF: "LIMIT = 2\n"})
+    first = make_patch(CONF, "LIMIT = 1\n", "LIMIT = 3\n", tmp_path / "w1")  # upstream edits it too
+    copy = make_patch(
+        SELECTOR, OLD_SELECTOR.decode(), OLD_SELECTOR.decode() + COPY, tmp_path / "w2"
+    )
+    repo = make_repo(tmp_path, [("limit", first), ("chunked", copy)])
+    manifest_path = repo / "patches/manifest.yaml"
+    manifest_path.write_text(
+        manifest_path.read_text().replace(
+            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
+        )
+    )
+    fork = tmp_path / "fork"
+    importing.import_series(
+        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
+    )
+    sources = {"from_source": f"dir:{old}", "to_source": f"dir:{new}"}
+    _, rebased = port(repo, "0.30.0", rebase=RebaseRequest(fork=fork), **sources)
+    assert rebased is not None and rebased.paused is not None and rebased.paused.row == "limit"
+    store = copyindexcache.store_for(f"dir:{old}", "vllm")
+    assert store is not None and store.path.is_file()
+
+    def no_build(*_: object) -> None:
+        raise AssertionError("the --continue read the whole old release again")
+
+    monkeypatch.setattr(LineIndex, "build", no_build)
+    (rebased.paused.worktree / CONF).write_text("LIMIT = 3\n")
+    _, resumed = port(repo, "0.30.0", rebase=RebaseRequest(fork=fork, action="continue"), **sources)
+    assert resumed is not None and resumed.paused is not None and resumed.paused.row == "chunked"
+    assert any("overrides and copies TopKSelector.select" in f for f in resumed.paused.findings)
+
+
+def test_no_copy_index_is_built_when_no_later_row_adds_a_function(tmp_path: Path) -> None:
+    """The over-estimate the pausing run reads: a def line added (or a whole module) counts; a
+    changed assignment does not."""
+    adds = parse_patch(
+        make_patch_bytes(
+            SELECTOR, "X = 1\n", "X = 1\n\n\nasync def f():\n    pass\n", tmp_path / "a"
+        ),
+        name="a",
+    )
+    edits = parse_patch(
+        make_patch_bytes(CONF, "LIMIT = 1\n", "LIMIT = 3\n", tmp_path / "b"), name="b"
+    )
+    keeps = parse_patch(
+        make_patch_bytes("vllm/x.txt", "a\n", "def f():\n", tmp_path / "c"), name="c"
+    )
+    assert may_add_functions(adds) and not may_add_functions(edits) and not may_add_functions(keeps)
+
+
+def make_patch_bytes(path: str, before: str, after: str, work: Path) -> bytes:
+    return make_patch(path, before, after, work).encode()

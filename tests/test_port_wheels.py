@@ -23,6 +23,7 @@ import pytest
 
 from hyperqwen_patches import records
 from hyperqwen_patches.checks.pipeline import run_check
+from hyperqwen_patches.port.retirements import check_retirements
 from hyperqwen_patches.port.run import port
 from hyperqwen_patches.port.triage import classify_rows, rows_from_manifest
 from hyperqwen_patches.series.manifest import load_manifest
@@ -96,7 +97,7 @@ def test_port_and_retire_on_real_wheels(
         "    patch: patches/backport.patch\n",
         "    patch: patches/backport.patch\n    skip: carried by vllm 0.30.0\n",
     )
-    only = ("hyperqwen_patches.port.retirements:check_retirements",)
+    only = (check_retirements,)
     for pin, expected in (("0.30.0", []), ("0.29.0", ["error"])):
         # The candidate's own YAML, as the report prints it for the manifest.
         entry = records.replace(candidate, pin=pin).to_yaml()

@@ -27,13 +27,19 @@ from test_import_roundtrip import export, new_series
 from hyperqwen_patches.checks.context import Finding
 from hyperqwen_patches.checks.pipeline import run_check
 from hyperqwen_patches.fork import exporting
+from hyperqwen_patches.fork.checks import (
+    check_export,
+    check_fork_commits,
+    check_replay_identity,
+    check_unfilled_rows,
+)
 from hyperqwen_patches.series.manifest import load_manifest
 
 FORK_CHECKS = (
-    "hyperqwen_patches.fork.checks:check_replay_identity",
-    "hyperqwen_patches.fork.checks:check_export",
-    "hyperqwen_patches.fork.checks:check_fork_commits",
-    "hyperqwen_patches.fork.checks:check_unfilled_rows",
+    check_replay_identity,
+    check_export,
+    check_fork_commits,
+    check_unfilled_rows,
 )
 
 

@@ -11,14 +11,20 @@ from pathlib import Path
 import pytest
 
 from hyperqwen_patches.checks.pipeline import run_check
+from hyperqwen_patches.fork.checks import (
+    check_export,
+    check_fork_commits,
+    check_replay_identity,
+    check_unfilled_rows,
+)
 from hyperqwen_patches.series.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 FORK_CHECKS = (
-    "hyperqwen_patches.fork.checks:check_replay_identity",
-    "hyperqwen_patches.fork.checks:check_export",
-    "hyperqwen_patches.fork.checks:check_fork_commits",
-    "hyperqwen_patches.fork.checks:check_unfilled_rows",
+    check_replay_identity,
+    check_export,
+    check_fork_commits,
+    check_unfilled_rows,
 )
 
 

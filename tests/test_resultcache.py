@@ -13,10 +13,13 @@ from test_statics_knobs import KNOBS, USER, register, tree
 from test_statics_provenance import make_repo, static_findings
 
 from hyperqwen_patches import resultcache
+from hyperqwen_patches.checks.context import CheckFunction
+from hyperqwen_patches.statics.compiles import check_compiles
+from hyperqwen_patches.statics.gitapply import check_git_apply
 from hyperqwen_patches.statics.knobs import knob_sites, parse_registry, registry_of
 
-COMPILES = "hyperqwen_patches.statics.compiles:check_compiles"
-GITAPPLY = "hyperqwen_patches.statics.gitapply:check_git_apply"
+COMPILES = check_compiles
+GITAPPLY = check_git_apply
 OLD = b"".join(b"line %d\n" % i for i in range(1, 10))
 
 
@@ -110,7 +113,7 @@ def test_the_cache_can_be_turned_off(private_cache: Path, monkeypatch: pytest.Mo
 
 
 def findings_three_ways(
-    root: Path, target: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+    root: Path, target: CheckFunction, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> list[object]:
     """Cold cache, warm cache and cache off must agree; returns the findings (as tuples)."""
     cold = static_findings(root, target)

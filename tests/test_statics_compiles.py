@@ -6,7 +6,9 @@ from pathlib import Path
 
 from test_statics_provenance import make_repo, static_findings
 
-COMPILES = "hyperqwen_patches.statics.compiles:check_compiles"
+from hyperqwen_patches.statics.compiles import check_compiles
+
+COMPILES = check_compiles
 PRISTINE = {"vllm/a.py": b"def f(x):\n    return x\n\n\ndef g():\n    return 1\n"}
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from test_statics_provenance import make_repo, static_findings
 
-GITAPPLY = "hyperqwen_patches.statics.gitapply:check_git_apply"
+from hyperqwen_patches.statics.gitapply import check_git_apply
+
+GITAPPLY = check_git_apply
 OLD = b"".join(b"line %d\n" % i for i in range(1, 10))
 MARK = "    git_apply: true\n"
 

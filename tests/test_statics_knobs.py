@@ -8,8 +8,9 @@ from pathlib import Path
 from test_statics_provenance import make_repo, static_findings
 
 from hyperqwen_patches.checks.pipeline import run_check
+from hyperqwen_patches.statics.knobs import check_knobs
 
-KNOBS = "hyperqwen_patches.statics.knobs:check_knobs"
+KNOBS = check_knobs
 
 ENVS = b"""import os
 from typing import TYPE_CHECKING, Any, Callable

@@ -9,6 +9,7 @@ from test_statics_provenance import make_repo
 
 from hyperqwen_patches.series.manifest import load_manifest
 from hyperqwen_patches.sources.pristine import open_pristine
+from hyperqwen_patches.statics.names import check_names
 from hyperqwen_patches.statics.report import StaticsReport, port_statics
 
 LIB = b"""from enum import Enum
@@ -202,7 +203,7 @@ def test_check_reports_names_a_rows_cut_against_release_had(tmp_path: Path) -> N
     (root / "patches/manifest.yaml").write_text(
         f'format: 1\npin: "0.30.0"\npackage: vllm\nrows:\n{rows}'
     )
-    report = run_check(root, pipeline=("hyperqwen_patches.statics.names:check_names",))
+    report = run_check(root, pipeline=(check_names,))
     assert [(f.subject, f.message) for f in report.findings] == [
         (
             "row old: vllm/hqp_old.py:1",

@@ -7,19 +7,25 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from hyperqwen_patches.checks.context import Finding
+from hyperqwen_patches.checks.context import CheckFunction, Finding
 from hyperqwen_patches.checks.pipeline import run_check
 from hyperqwen_patches.engine.applying import Policy, apply_series
 from hyperqwen_patches.engine.patchscan import parse_patch
+from hyperqwen_patches.statics.compiles import check_compiles
+from hyperqwen_patches.statics.gitapply import check_git_apply
+from hyperqwen_patches.statics.knobs import check_knobs
+from hyperqwen_patches.statics.names import check_names
 from hyperqwen_patches.statics.provenance import trace
+from hyperqwen_patches.statics.signatures import check_signatures
+from hyperqwen_patches.statics.whitespace import check_whitespace
 
 STATICS = (
-    "hyperqwen_patches.statics.compiles:check_compiles",
-    "hyperqwen_patches.statics.knobs:check_knobs",
-    "hyperqwen_patches.statics.names:check_names",
-    "hyperqwen_patches.statics.signatures:check_signatures",
-    "hyperqwen_patches.statics.whitespace:check_whitespace",
-    "hyperqwen_patches.statics.gitapply:check_git_apply",
+    check_compiles,
+    check_knobs,
+    check_names,
+    check_signatures,
+    check_whitespace,
+    check_git_apply,
 )
 
 
@@ -75,7 +81,7 @@ def make_repo(
     return root
 
 
-def static_findings(root: Path, *targets: str) -> list[Finding]:
+def static_findings(root: Path, *targets: CheckFunction) -> list[Finding]:
     report = run_check(root, pipeline=targets or STATICS)
     assert not [f for f in report.findings if f.severity == "problem"], report.findings
     # Notes are information (the registry count), not findings; test_statics_knobs asserts them.

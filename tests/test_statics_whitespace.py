@@ -11,9 +11,9 @@ import pytest
 from test_statics_provenance import make_repo, static_findings
 
 from hyperqwen_patches.engine.patchscan import parse_patch
-from hyperqwen_patches.statics.whitespace import patch_errors
+from hyperqwen_patches.statics.whitespace import check_whitespace, patch_errors
 
-WHITESPACE = "hyperqwen_patches.statics.whitespace:check_whitespace"
+WHITESPACE = check_whitespace
 
 OLD = b"".join(b"line %d\n" % i for i in range(1, 13)) + b"\ttabbed\n"
 CASES = {

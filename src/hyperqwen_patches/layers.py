@@ -3,8 +3,8 @@ own stage, from a lower stage, or from the shared ground.
 
 ``tests/test_layers.py`` walks every import in the package (top level, inside functions and under
 ``TYPE_CHECKING`` alike) and fails on one that runs upward, so this table stays true. The check pipeline
-names its checks as ``"module:function"`` strings resolved at run time (``checks.pipeline.PIPELINE``);
-those are configuration, not imports, and may name any stage.
+is composed above every stage it runs (``checklist.py`` imports each check), so those dependencies are
+imports the test follows too; no module names another by string.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ STAGES: tuple[str, ...] = (
     "statics",  # static checks of what the rows add
     "fork",  # git reads of a fork, import, export, replay identity, the bundle cache
     "port",  # triage against another release, the rebase, retirements, the report
+    "checklist",  # the check pipeline, composed from the checks of every stage above
     "commands",  # the Typer commands: parse options, call one function, render
     "cli",  # the entry point
 )

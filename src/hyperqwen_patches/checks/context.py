@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from hyperqwen_patches.errors import HqpError
 from hyperqwen_patches.records import field, record
@@ -91,6 +91,28 @@ class _once(Generic[T]):
         return cache[self.name]  # type: ignore[no-any-return]
 
 
+class Slot(Generic[T]):
+    """Shared work that a later stage's checks keep in the context, declared by the module that owns
+    it (where its type lives: this stage may not import the later ones): ``ctx.shared(SLOT)``
+    computes it once per run, on first use, and hands every later caller the same value.
+
+    A slot is computed without the context's lock, so that opening a fork runs alongside the other
+    thread's checks: the checks that share one run on one thread (the fork checks on run_check's
+    worker, the static checks on the calling thread). A typed error is not kept: the next caller
+    tries again and meets it too."""
+
+    def __init__(self, name: str, make: Callable[[CheckContext], T]) -> None:
+        self.name = name
+        self.make = make
+
+    def __repr__(self) -> str:
+        return f"Slot({self.name!r})"
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
 @record
 class CheckContext:
     """What the checks share; every expensive part is computed once, on first use."""
@@ -105,8 +127,9 @@ class CheckContext:
     # What the checks were checked against, for the reviewer (the fork, its tips, the base commit):
     # a check that opens one of them records it here (check prints and returns it).
     evidence: dict[str, Any] = field(default_factory=dict)
-    _opened: list[PristineTree] = field(default_factory=list)
+    _opened: list[Closable] = field(default_factory=list)  # closed with the context
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    _slots: dict[Slot[Any], Any] = field(default_factory=dict, repr=False, compare=False)
 
     @_once
     def series(self) -> list[SeriesRow]:
@@ -125,7 +148,7 @@ class CheckContext:
             version=self.manifest.pin,
             progress=self.progress,
         )
-        self._opened.append(tree)
+        self.closes(tree)
         return tree
 
     @_once
@@ -141,9 +164,19 @@ class CheckContext:
         """A cached property's value if a check computed it, else None; never computes it."""
         return self.__dict__.get(name)
 
+    def shared(self, slot: Slot[T]) -> T:
+        """The slot's value, computed on the first call (its type is the slot's)."""
+        if slot not in self._slots:
+            self._slots[slot] = slot.make(self)
+        return self._slots[slot]  # type: ignore[no-any-return]
+
+    def closes(self, thing: Closable) -> None:
+        """Close ``thing`` (a release, a fork session) with the context."""
+        self._opened.append(thing)
+
     def close(self) -> None:
-        for tree in self._opened:
-            tree.close()
+        for thing in self._opened:
+            thing.close()
 
 
 CheckFunction = Callable[[CheckContext], list[Finding]]

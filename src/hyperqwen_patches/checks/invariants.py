@@ -1,5 +1,5 @@
 """The core invariants: one pin (1), series file ⇔ files ⇔ rows (2), every hunk at fuzz 0 (3), rendered
-files up to date (6). Each is a ``(ctx) -> list[Finding]`` listed in :data:`pipeline.PIPELINE`.
+files up to date (6). Each is a ``(ctx) -> list[Finding]`` listed in :data:`checklist.PIPELINE`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """``check``: every invariant as an independent function returning findings, aggregated in one report.
 
-A check is a function ``(ctx: CheckContext) -> list[Finding]``. The pipeline is :data:`PIPELINE`, a tuple
-of ``"module:function"`` names imported only when run (so a check living in a heavy module costs
-nothing to the others): **adding an invariant is adding one line there**. Checks share work through the
-context's cached properties (the manifest, each row's parsed patch, the pristine tree, the result of
-applying the series), never through each other.
+A check is a function ``(ctx: CheckContext) -> list[Finding]``; :func:`run_check` runs the ones it is
+given, in order. The full pipeline is composed above every stage it runs (``checklist.py``): **adding
+an invariant is adding one line there**, and the layering test sees each check's module as an import.
+Checks share work through the context's cached properties (the manifest, each row's parsed patch, the
+pristine tree, the result of applying the series) and its declared slots, never through each other.
 
 Severities: ``error`` (an invariant is broken → exit 1), ``warning`` (shown, exit unchanged) and
 ``problem`` (the check could not run: a usage or environment problem such as an unreachable registry
@@ -17,7 +17,7 @@ cache, the series is applied in memory).
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,50 +31,13 @@ if TYPE_CHECKING:
     from hyperqwen_patches.sources.pristinetree import Progress
 
 
-# The invariants, in the order they run and are reported. One line per check (DESIGN.md numbers them).
-PIPELINE: tuple[str, ...] = (
-    "hyperqwen_patches.checks.invariants:check_pin",  # 1. one pin: manifest == docker/requirements.txt
-    "hyperqwen_patches.checks.invariants:check_series",  # 2. series file ⇔ files on disk ⇔ manifest rows
-    "hyperqwen_patches.checks.invariants:check_apply",  # 3. every hunk applies at fuzz 0 onto the pristine tree
-    "hyperqwen_patches.checks.invariants:check_render",  # 6. PATCHES.md and patches/series == what render writes
-    "hyperqwen_patches.fork.checks:check_replay_identity",  # 4. pristine + rows 1..k == k-th fork commit
-    "hyperqwen_patches.fork.checks:check_export",  # 5. every row's file == what export writes from the fork
-    "hyperqwen_patches.fork.checks:check_fork_commits",  # 7. manifest commits on their export points
-    "hyperqwen_patches.fork.checks:check_unfilled_rows",  # rows export added, metadata still TODO
-    "hyperqwen_patches.port.retirements:check_retirements",  # 8. a retirement reverse-applies on its pin
-    "hyperqwen_patches.statics.compiles:check_compiles",  # touched .py files compile after the series
-    "hyperqwen_patches.statics.knobs:check_knobs",  # knobs read through vllm.envs, registered, keyed
-    "hyperqwen_patches.statics.names:check_names",  # names a row's cut_against had, gone at the pin
-    "hyperqwen_patches.statics.signatures:check_signatures",  # calls whose callee changed by the pin
-    "hyperqwen_patches.statics.whitespace:check_whitespace",  # added lines pass git diff --check
-    "hyperqwen_patches.statics.gitapply:check_git_apply",  # git_apply rows pass git apply --check
-)
-
 # The checks that read the fork; --require-fork fails when they could not (names as check_name gives).
 FORK_CHECK_NAMES = frozenset({"replay-identity", "export", "fork-commits"})
 
-# Checks whose time is mostly spent waiting on git processes (opening the fork bundle, export's git
-# runs). run_check runs them, in this order, on one worker thread while the others run on the calling
-# thread: the GIL is free while a child process runs, so the two overlap. They share nothing with the
-# others but the context's locked properties (series, pristine), and the report keeps PIPELINE order.
-BACKGROUND: frozenset[str] = frozenset(
-    {
-        "hyperqwen_patches.fork.checks:check_replay_identity",
-        "hyperqwen_patches.fork.checks:check_export",
-        "hyperqwen_patches.fork.checks:check_fork_commits",
-    }
-)
 
-
-def resolve(target: str) -> CheckFunction:
-    module, _, name = target.partition(":")
-    fn: CheckFunction = getattr(importlib.import_module(module), name)
-    return fn
-
-
-def check_name(target: str) -> str:
-    """The short name a pipeline entry reports under: ``check_pin`` → ``pin``."""
-    return target.partition(":")[2].removeprefix("check_").replace("_", "-")
+def check_name(check: CheckFunction) -> str:
+    """The short name a check reports under: ``check_pin`` → ``pin``."""
+    return check.__name__.removeprefix("check_").replace("_", "-")
 
 
 # --- the report -------------------------------------------------------------------------------------
@@ -201,10 +164,15 @@ def run_check(
     progress: Progress | None = None,
     fork: str | None = None,
     export_point: str | None = None,
-    pipeline: tuple[str, ...] = PIPELINE,
+    pipeline: Sequence[CheckFunction],
+    background: Collection[CheckFunction] = (),
     require_fork: bool = False,
 ) -> CheckReport:
-    """Run every check of the pipeline; an invalid manifest raises ``ManifestError`` (exit 2) first."""
+    """Run every check of ``pipeline``; an invalid manifest raises ``ManifestError`` (exit 2) first.
+
+    ``background``: checks whose time is mostly spent waiting on git processes; they run, in
+    pipeline order, on one worker thread while the others run on the calling thread (the GIL is
+    free while a child process runs, so the two overlap). The report keeps pipeline order."""
     # git runs in scratch directories, where a relative root would name nothing.
     root = root.resolve()
     manifest = load_manifest(root)
@@ -234,10 +202,10 @@ def run_check(
         export_point=export_point,
     )
 
-    def run_one(target: str) -> list[Finding]:
-        name = check_name(target)
+    def run_one(check: CheckFunction) -> list[Finding]:
+        name = check_name(check)
         try:
-            return resolve(target)(ctx)
+            return check(ctx)
         except HqpError as exc:
             detail = f"hint: {exc.hint}" if exc.hint else ""
             return [Finding(name, "problem", name, exc.message, detail)]
@@ -247,14 +215,14 @@ def run_check(
 
     results: dict[int, list[Finding]] = {}
     try:
-        background = [i for i, t in enumerate(pipeline) if t in BACKGROUND]
+        later = [i for i, c in enumerate(pipeline) if c in background]
         # Leaving the with block waits for the worker (also when a check raises), so nothing still
         # runs when the context is closed below.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hqp-check") as pool:
-            pending = pool.submit(run_background, background) if background else None
-            for i, target in enumerate(pipeline):
-                if target not in BACKGROUND:
-                    results[i] = run_one(target)
+            pending = pool.submit(run_background, later) if later else None
+            for i, check in enumerate(pipeline):
+                if check not in background:
+                    results[i] = run_one(check)
             if pending is not None:
                 results.update(pending.result())  # re-raises what the worker raised
         rows = row_records(ctx)
@@ -263,15 +231,13 @@ def run_check(
     findings = [f for i in range(len(pipeline)) for f in results[i]]
     # A check may say whether any row asks for it (an ``asked_for(manifest)`` attribute).
     not_asked = tuple(
-        check_name(t)
-        for t in pipeline
-        if not getattr(resolve(t), "asked_for", lambda _m: True)(manifest)
+        check_name(c) for c in pipeline if not getattr(c, "asked_for", lambda _m: True)(manifest)
     )
     return CheckReport(
         repo=root,
         pin=manifest.pin,
         source=ctx.source,
-        checks=tuple(check_name(t) for t in pipeline),
+        checks=tuple(check_name(c) for c in pipeline),
         rows=tuple(rows),
         findings=tuple(findings),
         require_fork=require_fork,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hyperqwen_patches.errors import FindingError, UsageError, exit_codes_help
+from hyperqwen_patches.records import record
 
 TYPE_CHECKING = False  # not typing's: a plain run never imports typing (a few ms of every start)
 
@@ -281,49 +282,84 @@ def apply_command(
         ),
     ] = False,
 ) -> None:
+    """Two commands behind one name: ``--check-applied`` verifies DIR, anything else writes it."""
     from hyperqwen_patches.engine.applying import Policy
-    from hyperqwen_patches.sources.tree import apply_to_tree
-    from hyperqwen_patches.sources.tree import check_applied as check_tree
 
-    if patch and repo is not None:
-        raise UsageError("give --patch FILE or --repo DIR, not both")
-    patches = [load_patch(p) for p in patch] if patch else default_series(Path.cwd(), repo=repo)
-    series = patches
-    if upto is not None:
-        patches = up_to(patches, upto, {} if patch else row_files(repo))
-    refuse_misplaced(directory, patches)
-    crlf_notes(patches)
+    selected = select_series(directory, patch, repo, upto)
     policy = Policy(max_offset=max_offset, exact=exact, ambiguity="error" if strict else "report")
     if check_applied:
-        # A manifest's series is compared with its release file by file; --patch files name none.
-        reference = None if patch else release_reference(repo, patches, policy)
-        expected = reference.expected if reference is not None else None
-        checked = check_tree(directory, patches, policy, expected)
-        if json_output:
-            from hyperqwen_patches.console import emit_json
+        check_applied_run(directory, selected, policy, repo, json_output)
+    else:
+        apply_run(directory, selected, policy, dry_run, json_output)
 
-            emit_json(check_payload(checked))
-        else:
-            _render_check(checked)
-        if reference is not None and reference.unavailable:
-            from hyperqwen_patches.console import err
 
-            err.print(f"note: not compared with the release file by file: {reference.unavailable}")
-        missing = [p.name for p in checked.patches if p.status != "present"]
-        if missing:
-            raise FindingError(
-                f"{directory} does not carry {len(missing)} of {len(checked.patches)} patches: "
-                + ", ".join(missing)
-            )
-        if checked.divergent:
-            from hyperqwen_patches.engine.expected import describe
+@record(frozen=True)
+class Selected:
+    """The patches a run works with: the whole series and the part of it up to ``--upto``."""
 
-            raise FindingError(
-                f"{directory} carries every patch, and something else: "
-                + describe(checked.divergent),
-                hint="restore the pristine files (or re-install the package), then apply",
-            )
-        return
+    series: list[Patch]
+    patches: list[Patch]  # the series, or its rows up to --upto
+    from_manifest: bool  # no --patch: the manifest's series (a release to compare with)
+
+
+def select_series(
+    directory: Path, patch: list[Path] | None, repo: Path | None, upto: str | None
+) -> Selected:
+    """--patch files, else the manifest's series; cut at --upto; refused when DIR does not fit."""
+    if patch and repo is not None:
+        raise UsageError("give --patch FILE or --repo DIR, not both")
+    series = [load_patch(p) for p in patch] if patch else default_series(Path.cwd(), repo=repo)
+    patches = series
+    if upto is not None:
+        patches = up_to(series, upto, {} if patch else row_files(repo))
+    refuse_misplaced(directory, patches)
+    crlf_notes(patches)
+    return Selected(series, patches, from_manifest=not patch)
+
+
+def check_applied_run(
+    directory: Path, selected: Selected, policy: Policy, repo: Path | None, json_output: bool
+) -> None:
+    """``apply --check-applied``: whether DIR carries every patch, written nowhere."""
+    from hyperqwen_patches.sources.tree import check_applied as check_tree
+
+    patches = selected.patches
+    # A manifest's series is compared with its release file by file; --patch files name none.
+    reference = release_reference(repo, patches, policy) if selected.from_manifest else None
+    expected = reference.expected if reference is not None else None
+    checked = check_tree(directory, patches, policy, expected)
+    if json_output:
+        from hyperqwen_patches.console import emit_json
+
+        emit_json(check_payload(checked))
+    else:
+        _render_check(checked)
+    if reference is not None and reference.unavailable:
+        from hyperqwen_patches.console import err
+
+        err.print(f"note: not compared with the release file by file: {reference.unavailable}")
+    missing = [p.name for p in checked.patches if p.status != "present"]
+    if missing:
+        raise FindingError(
+            f"{directory} does not carry {len(missing)} of {len(checked.patches)} patches: "
+            + ", ".join(missing)
+        )
+    if checked.divergent:
+        from hyperqwen_patches.engine.expected import describe
+
+        raise FindingError(
+            f"{directory} carries every patch, and something else: " + describe(checked.divergent),
+            hint="restore the pristine files (or re-install the package), then apply",
+        )
+
+
+def apply_run(
+    directory: Path, selected: Selected, policy: Policy, dry_run: bool, json_output: bool
+) -> None:
+    """``apply``: bring DIR to the selected rows, all or nothing (rows after --upto taken out)."""
+    from hyperqwen_patches.sources.tree import apply_to_tree
+
+    series, patches = selected.series, selected.patches
     if len(patches) < len(series) and _pop(
         directory, series, len(patches), policy, dry_run, json_output
     ):

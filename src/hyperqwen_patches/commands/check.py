@@ -239,6 +239,7 @@ def check_command(
         ),
     ] = False,
 ) -> None:
+    from hyperqwen_patches.checklist import BACKGROUND, PIPELINE
     from hyperqwen_patches.checks.pipeline import run_check
     from hyperqwen_patches.commands.progress import StderrProgress
     from hyperqwen_patches.console import emit_json, out
@@ -254,6 +255,8 @@ def check_command(
         progress=StderrProgress(),
         fork=fork,
         export_point=export_point,
+        pipeline=PIPELINE,
+        background=BACKGROUND,
         require_fork=require_fork,
     )
     if json_output:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
-from hyperqwen_patches.errors import exit_codes_help
+from hyperqwen_patches.errors import FindingError, UsageError, exit_codes_help
+from hyperqwen_patches.records import record
 
 if TYPE_CHECKING:
     import typer
+
+    from hyperqwen_patches.port.model import PortReport, RebaseAction, RebaseRequest, RebaseResult
 
 
 HELP = """Triage every row of the series against another release, without stopping at a failure.
@@ -140,23 +143,17 @@ def port(
         ),
     ] = False,
 ) -> None:
-    from hyperqwen_patches.console import emit_json, err, out
-    from hyperqwen_patches.errors import FindingError, UsageError
+    from hyperqwen_patches.console import err
     from hyperqwen_patches.port.model import RebaseRequest
-    from hyperqwen_patches.port.report import render_markdown, render_matrix
-    from hyperqwen_patches.port.run import port as run_port
 
-    actions = [name for name, on in (("continue", resume), ("skip", skip), ("abort", abort)) if on]
-    if len(actions) > 1:
-        raise UsageError(f"--{actions[0]} and --{actions[1]} cannot go together")
-    action = actions[0] if actions else "start"
-    if not rebase and (fork is not None or branch is not None or force or worktree or actions):
-        raise UsageError(
-            "--fork, --branch, --force, --worktree, --continue, --skip and --abort only make "
-            "sense with --rebase"
-        )
-    if action != "start" and (branch is not None or force or worktree is not None):
-        raise UsageError(f"--{action} goes on with the paused rebase's own branch and worktree")
+    action = _action(
+        rebase,
+        resume=resume,
+        skip=skip,
+        abort=abort,
+        rebase_only=fork is not None or branch is not None or force or bool(worktree),
+        new_branch=branch is not None or force or worktree is not None,
+    )
     if repo is None:
         from hyperqwen_patches.series.manifest import find_repo_root
 
@@ -167,6 +164,60 @@ def port(
         return
     if action != "start":
         to, source, from_source = _resume_options(fork_path, action, to, source, from_source)
+    versions = _versions(to, source, rebase=rebase)
+    request = None
+    if rebase:
+        request = RebaseRequest(
+            fork=fork_path,
+            branch=branch,
+            force=force,
+            action=action,
+            worktree=worktree,
+            repo=repo.resolve(),
+        )
+    run = _run(repo.resolve(), versions, source, from_source, request)
+    if markdown is not None:
+        markdown.write_text(run.markdown(), encoding="utf-8")
+    if as_json:
+        from hyperqwen_patches.console import emit_json
+
+        emit_json(run.to_json())
+    else:
+        render_run(run, details=diffs)
+    if markdown is not None:
+        err.print(f"wrote {markdown}")
+    failure = run.failure()
+    if failure is not None:
+        raise failure
+
+
+def _action(
+    rebase: bool, *, resume: bool, skip: bool, abort: bool, rebase_only: bool, new_branch: bool
+) -> RebaseAction:
+    """What --rebase is asked to do: start, or one of --continue/--skip/--abort (at most one).
+    ``rebase_only``: an option given that only --rebase reads; ``new_branch``: one that only a
+    starting rebase reads (--branch, --force, --worktree)."""
+    flags: tuple[tuple[RebaseAction, bool], ...] = (
+        ("continue", resume),
+        ("skip", skip),
+        ("abort", abort),
+    )
+    chosen = [name for name, on in flags if on]
+    if len(chosen) > 1:
+        raise UsageError(f"--{chosen[0]} and --{chosen[1]} cannot go together")
+    if not rebase and (rebase_only or chosen):
+        raise UsageError(
+            "--fork, --branch, --force, --worktree, --continue, --skip and --abort only make "
+            "sense with --rebase"
+        )
+    action: RebaseAction = chosen[0] if chosen else "start"
+    if action != "start" and new_branch:
+        raise UsageError(f"--{action} goes on with the paused rebase's own branch and worktree")
+    return action
+
+
+def _versions(to: list[str] | None, source: str | None, *, rebase: bool) -> list[str]:
+    """The releases to port to (--to), checked against --rebase and --source."""
     if not to:
         raise UsageError("give the release to port to with --to, such as --to 0.30.0")
     if len(to) != len(set(to)):
@@ -178,75 +229,45 @@ def port(
             "--source names one release's tree: give one --to with it",
             hint="or put {version} in it, such as --source 'git:../vllm@v{version}'",
         )
-    request = None
-    if rebase:
-        request = RebaseRequest(
-            fork=fork_path,
-            branch=branch,
-            force=force,
-            action=action,  # type: ignore[arg-type]
-            worktree=worktree,
-            repo=repo.resolve(),
-        )
-    results = [
-        run_port(
-            repo.resolve(),
-            version,
-            to_source=None if source is None else source.replace("{version}", version),
-            from_source=from_source,
-            progress=_progress(),
-            rebase=request,
-        )
-        for version in to
-    ]
-    reports = [r for r, _ in results]
-    rebased = results[0][1]
-    if markdown is not None:
-        if len(reports) == 1:
-            text = render_markdown(reports[0], rebased=rebased)
-        else:
-            text = render_matrix(reports)
-        markdown.write_text(text, encoding="utf-8")
-    if as_json:
+    return to
+
+
+@record(frozen=True)
+class PortRun:
+    """What one ``port`` run found: a report per --to (in order), and the rebase of the one --to
+    when --rebase was asked."""
+
+    reports: tuple[PortReport, ...]
+    rebases: tuple[RebaseResult | None, ...]  # one per report; only the first can be a rebase
+
+    @property
+    def rebased(self) -> RebaseResult | None:
+        return self.rebases[0]
+
+    def markdown(self) -> str:
+        from hyperqwen_patches.port.report import render_markdown, render_matrix
+
+        if len(self.reports) == 1:
+            return render_markdown(self.reports[0], rebased=self.rebased)
+        return render_matrix(list(self.reports))
+
+    def to_json(self) -> dict[str, Any]:
         payloads = []
-        for report, rebase_result in results:
+        for report, rebase_result in zip(self.reports, self.rebases, strict=True):
             payload = report.to_json()
             payload["rebase"] = rebase_result.to_json() if rebase_result is not None else None
             payloads.append(payload)
         # One shape whatever the number of --to: a script reads reports[i] for the i-th --to.
-        emit_json({"ok": all(p.get("ok", True) for p in payloads), "reports": payloads})
-    else:
-        for i, report in enumerate(reports):
-            if i:
-                out.print()
-            if report.triaged:  # a --continue/--skip prints the row's outcome, not the triage again
-                render_terminal(report, details=diffs)
+        return {"ok": all(p.get("ok", True) for p in payloads), "reports": payloads}
+
+    def failure(self) -> FindingError | None:
+        """The run's outcome as the error the CLI exits with (exit 1), or None when it holds."""
+        rebased = self.rebased
         if rebased is not None:
-            render_rebase(rebased)
-    if markdown is not None:
-        err.print(f"wrote {markdown}")
-    if rebased is not None:
-        # With --rebase the branch is the outcome: the triage's conflicts are what it met on the way.
-        report = reports[0]
-        if rebased.paused is not None:
-            todo = (
-                f"fix the {len(rebased.paused.findings)} static error(s) it adds"
-                if rebased.paused.findings
-                else "resolve the conflict markers"
-            )
-            raise FindingError(
-                f"row {rebased.paused.row} needs you: {todo} in {rebased.paused.worktree}",
-                hint=f"then `{rebased.paused.resume}` (or --skip to leave the row out, --abort)",
-            )
-        # The triage's static findings are of the old patch text on the new release; every row the
-        # branch holds was checked as written (port/verify.py) and would have paused on an error,
-        # so they do not decide the branch's outcome.
-        if not rebased.ok:
-            what = [f"left out: {', '.join(rebased.skipped)}"] if rebased.skipped else []
-            raise FindingError(f"{rebased.branch} is written; " + " and ".join(what))
-        return
-    conflicting = [r for r in reports if not r.ok]
-    if conflicting:
+            return _rebase_failure(rebased)
+        conflicting = [r for r in self.reports if not r.ok]
+        if not conflicting:
+            return None
         parts = []
         for r in conflicting:
             what = []
@@ -255,11 +276,68 @@ def port(
             if r.static_errors:
                 what.append(f"{r.static_errors} static error(s)")
             parts.append(f"{r.to_version}: {' and '.join(what)}")
-        raise FindingError(
+        return FindingError(
             "; ".join(parts),
             hint="the table and --markdown show each conflicting hunk and its cause, and each "
             "static finding with its row, file and line",
         )
+
+
+def _rebase_failure(rebased: RebaseResult) -> FindingError | None:
+    """With --rebase the branch is the outcome: the triage's conflicts are what it met on the way."""
+    if rebased.paused is not None:
+        todo = (
+            f"fix the {len(rebased.paused.findings)} static error(s) it adds"
+            if rebased.paused.findings
+            else "resolve the conflict markers"
+        )
+        return FindingError(
+            f"row {rebased.paused.row} needs you: {todo} in {rebased.paused.worktree}",
+            hint=f"then `{rebased.paused.resume}` (or --skip to leave the row out, --abort)",
+        )
+    # The triage's static findings are of the old patch text on the new release; every row the
+    # branch holds was checked as written (port/verify.py) and would have paused on an error,
+    # so they do not decide the branch's outcome.
+    if not rebased.ok:
+        what = [f"left out: {', '.join(rebased.skipped)}"] if rebased.skipped else []
+        return FindingError(f"{rebased.branch} is written; " + " and ".join(what))
+    return None
+
+
+def _run(
+    repo: Path,
+    versions: list[str],
+    source: str | None,
+    from_source: str | None,
+    request: RebaseRequest | None,
+) -> PortRun:
+    from hyperqwen_patches.port.run import port as run_port
+
+    results = [
+        run_port(
+            repo,
+            version,
+            to_source=None if source is None else source.replace("{version}", version),
+            from_source=from_source,
+            progress=_progress(),
+            rebase=request,
+        )
+        for version in versions
+    ]
+    return PortRun(tuple(r for r, _ in results), tuple(b for _, b in results))
+
+
+def render_run(run: PortRun, *, details: bool) -> None:
+    """The terminal's view of a run: each report's table, then what the rebase did."""
+    from hyperqwen_patches.console import out
+
+    for i, report in enumerate(run.reports):
+        if i:
+            out.print()
+        if report.triaged:  # a --continue/--skip prints the row's outcome, not the triage again
+            render_terminal(report, details=details)
+    if run.rebased is not None:
+        render_rebase(run.rebased)
 
 
 def _resume_options(

@@ -10,19 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hyperqwen_patches import gitrun
+from hyperqwen_patches.checks.context import Slot
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork.bundlewriter import BUNDLE_RELPATH
-from hyperqwen_patches.fork.replay import (
-    BaseEntries,
-    ForkView,
-    Problem,
-    ReplayReport,
-    check_replay,
-    fetch_branch,
-    other_rows,
-    tree_entries,
-)
+from hyperqwen_patches.fork.matching import other_rows
+from hyperqwen_patches.fork.replay import Problem, ReplayReport, ReplayRow, check_replay
+from hyperqwen_patches.fork.treestate import BaseEntries, tree_entries
 from hyperqwen_patches.records import record
 from hyperqwen_patches.sources import basecommit
 
@@ -71,22 +65,23 @@ def _points(ctx: CheckContext) -> list[ExportPoint]:
     return list(manifest.export_points)
 
 
-# Checks share work through the context (checks/context.py's rule); the fork session and the replay reports are
-# computed once per run and kept in the context's instance dict under these keys.
-_SESSION_KEY = "_hqp_fork_session"
-_REPORTS_KEY = "_hqp_replay_reports"
+def _open_fork(ctx: CheckContext) -> ForkSession | None:
+    source = fork_source(ctx)
+    if source is None:
+        return None
+    session = _open_session(ctx, source)
+    ctx.closes(session)
+    return session
+
+
+# Checks share work through the context (checks/context.py's rule): the fork is opened and replayed
+# once per run, whichever of the three fork checks asks first.
+FORK_SESSION: Slot[ForkSession | None] = Slot("fork session", _open_fork)
 
 
 def fork_session(ctx: CheckContext) -> ForkSession | None:
     """Open (once per check run) the fork named by ``--fork`` or the shipped bundle."""
-    cache = vars(ctx)
-    if _SESSION_KEY not in cache:
-        source = fork_source(ctx)
-        session = _open_session(ctx, source) if source is not None else None
-        if session is not None:
-            ctx._opened.append(session)  # type: ignore[arg-type]  # closed with the context
-        cache[_SESSION_KEY] = session
-    return cache[_SESSION_KEY]  # type: ignore[no-any-return]
+    return ctx.shared(FORK_SESSION)
 
 
 def _open_session(ctx: CheckContext, source: str) -> ForkSession:
@@ -147,8 +142,7 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
                     tips[point.name] = tip
                 continue
             try:
-                view = fetch_branch(ForkView(scratch, "", source), source, point.branch)
-                tips[point.name] = view.tip
+                tips[point.name] = forkgit.fetch_branch(scratch, source, point.branch)
             except GitError as exc:
                 missing[point.name] = exc.message
     except BaseException:
@@ -172,47 +166,52 @@ def _finding(problem: Problem) -> Finding:
     return Finding(problem.check, severity, problem.subject, problem.message, problem.detail)
 
 
-def _reports(ctx: CheckContext) -> list[ReplayReport] | None:
-    cache = vars(ctx)
-    if _REPORTS_KEY in cache:
-        return cache[_REPORTS_KEY]  # type: ignore[no-any-return]
+def _replay_reports(ctx: CheckContext) -> list[ReplayReport] | None:
     session = fork_session(ctx)
-    reports: list[ReplayReport] | None = None
-    if session is not None:
-        manifest = ctx.manifest
-        first = manifest.export_points[0].name if manifest.export_points else None
-        patches = {s.row.name: s.patch for s in ctx.series}
-        reports = []
-        # The session's base commit was built from ctx.pristine, so its entries come from the pristine
-        # tree (BaseEntries); the listing is there for a fork that is not a linear chain.
-        git_dir, base = session.git_dir, session.base
-        base_entries = BaseEntries(ctx.pristine.read, lambda: tree_entries(git_dir, base))
-        for point in _points(ctx):
-            if point.name not in session.tips:
-                report = ReplayReport(point.name, session.base, "")
-                reason = session.missing.get(point.name, "no tip")
-                report.problems.append(Problem("fork-commits", "error", point.name, reason))
-                reports.append(report)
-                continue
-            rows = [
-                (r.name, r.commit, patches.get(r.name))
-                for r in manifest.active_rows
-                if (r.export_point or first) == point.name
-            ]
-            reports.append(
-                check_replay(
-                    session.git_dir,
-                    export_point=point.name,
-                    base=session.base,
-                    tip=session.tips[point.name],
-                    rows=rows,
-                    read_base=ctx.pristine.read,
-                    others=other_rows(manifest, point.name),
-                    base_entries=base_entries,
-                )
+    if session is None:
+        return None
+    manifest = ctx.manifest
+    first = manifest.export_points[0].name if manifest.export_points else None
+    patches = {s.row.name: s.patch for s in ctx.series}
+    reports: list[ReplayReport] = []
+    # The session's base commit was built from ctx.pristine, so its entries come from the pristine
+    # tree (BaseEntries); the listing is there for a fork that is not a linear chain.
+    git_dir, base = session.git_dir, session.base
+    base_entries = BaseEntries(ctx.pristine.read, lambda: tree_entries(git_dir, base))
+    for point in _points(ctx):
+        if point.name not in session.tips:
+            report = ReplayReport(point.name, session.base, "")
+            reason = session.missing.get(point.name, "no tip")
+            report.problems.append(Problem("fork-commits", "error", point.name, reason))
+            reports.append(report)
+            continue
+        rows = [
+            ReplayRow(r.name, r.commit, patches.get(r.name))
+            for r in manifest.active_rows
+            if (r.export_point or first) == point.name
+        ]
+        reports.append(
+            check_replay(
+                session.git_dir,
+                export_point=point.name,
+                base=session.base,
+                tip=session.tips[point.name],
+                rows=rows,
+                read_base=ctx.pristine.read,
+                others=other_rows(manifest, point.name),
+                base_entries=base_entries,
             )
-    cache[_REPORTS_KEY] = reports
+        )
     return reports
+
+
+# Replay's reports, per export point (None: no fork to compare with); replay identity and fork
+# commits both read them.
+REPLAY_REPORTS: Slot[list[ReplayReport] | None] = Slot("replay reports", _replay_reports)
+
+
+def _reports(ctx: CheckContext) -> list[ReplayReport] | None:
+    return ctx.shared(REPLAY_REPORTS)
 
 
 def _no_fork_warning(ctx: CheckContext, check: str) -> list[Finding]:

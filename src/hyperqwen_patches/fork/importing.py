@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
-from hyperqwen_patches.fork import replay
+from hyperqwen_patches.fork import treestate
 from hyperqwen_patches.fork.commitstream import CommitStream
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifestmodel import ExportPoint, Manifest, Row
@@ -204,7 +204,7 @@ def commit_for_row(view: Path, manifest: Manifest, row: Row) -> tuple[bytes, dic
 
 def write_state_commit(
     git_dir: Path,
-    state: replay.TreeState,
+    state: treestate.TreeState,
     parent: str,
     message: bytes,
     env: dict[str, str],
@@ -228,12 +228,12 @@ def build_branch(
     base: str,
 ) -> list[ImportedRow]:
     """Write one commit per row of ``point`` on ``base`` into ``git_dir``; return them in order."""
-    state = replay.TreeState(replay.tree_entries(git_dir, base), tree.read)
+    state = treestate.TreeState(treestate.tree_entries(git_dir, base), tree.read)
     parent = base
     out: list[ImportedRow] = []
     with forkgit.scratch_repo() as view, CommitStream(git_dir) as stream:
         for row in rows_of(manifest, point):
-            replay.apply_row(state, patches[row.name], row=row.name)
+            treestate.apply_row(state, patches[row.name], row=row.name)
             message, env = commit_for_row(view, manifest, row)
             parent = write_state_commit(git_dir, state, parent, message, env, stream=stream)
             out.append(ImportedRow(row.name, parent))

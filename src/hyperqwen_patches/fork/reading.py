@@ -120,6 +120,28 @@ def require(git_dir: Path, rev: str, *, what: str) -> str:
     return sha
 
 
+def fetch_branch(git_dir: Path, fork: str, branch: str) -> str:
+    """Fetch ``branch`` of a URL or bundle into the scratch repository ``git_dir``; return its tip."""
+    ref = f"refs/hqp/fork/{branch}"
+    result = gitrun.run(
+        [
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            fork,
+            f"+refs/heads/{branch}:{ref}",
+        ],
+        git_dir=git_dir,
+    )
+    if not result.ok:
+        raise GitError(
+            f"fetching {branch!r} from {fork} failed: {show(result.stderr).strip()}",
+            hint="a bundle needs the pin's base commit as its prerequisite (docs/fork.md)",
+        )
+    return require(git_dir, ref, what="fork")
+
+
 def is_ancestor(git_dir: Path, ancestor: str, descendant: str) -> bool:
     result = gitrun.run(["merge-base", "--is-ancestor", ancestor, descendant], git_dir=git_dir)
     if result.code not in (0, 1):

@@ -28,7 +28,7 @@ from pathlib import Path
 from hyperqwen_patches import gitrun, records
 from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
-from hyperqwen_patches.fork import replay, rowjournal
+from hyperqwen_patches.fork import rowjournal, treestate
 from hyperqwen_patches.fork.worktrees import checkout_bytes, run_in, snapshot_tree
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifestmodel import ExportPoint, Manifest
@@ -318,14 +318,14 @@ def _refresh(manifest: Manifest, fork_path: Path, git_dir: Path) -> RefreshResul
     later = forkgit.list_commits(git_dir, parents[0], tip)[1:] if parents else []
     parent = new
     if later:
-        tree_state = replay.state_of_commit(git_dir, new)
+        tree_state = treestate.state_of_commit(git_dir, new)
         raws = forkgit.read_objects(git_dir, [c.sha for c in later], kind="commit")  # one git call
         for commit in later:
             row = commit.row or commit.sha[:12]
             patch = _row_patch(git_dir, commit.parents[0], commit.sha, row)
             try:
-                replay.apply_row(tree_state, patch, row=row)
-            except replay.RowDoesNotApply as exc:
+                treestate.apply_row(tree_state, patch, row=row)
+            except treestate.RowDoesNotApply as exc:
                 raise FindingError(
                     f"refresh stopped: {exc.message}; nothing was changed (branch {state.branch}, "
                     f"the series, and {worktree} with its index are as they were)",

@@ -18,7 +18,8 @@ from pathlib import Path
 from hyperqwen_patches import gitrun
 from hyperqwen_patches.errors import FindingError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
-from hyperqwen_patches.fork import replay, rowjournal
+from hyperqwen_patches.fork import rowjournal, treestate
+from hyperqwen_patches.fork.matching import match_rows, other_rows
 from hyperqwen_patches.fork.rowwrite import resolve_row, write_rewrite
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.series.manifestmodel import ExportPoint, Manifest, Row
@@ -59,8 +60,8 @@ def _chain(
     commits = forkgit.list_commits(git_dir, base, tip)
     first = manifest.export_points[0].name
     rows = [r for r in manifest.rows if (r.export_point or first) == point.name and r.skip is None]
-    matching = replay.match_rows(
-        [(r.name, r.commit) for r in rows], commits, replay.other_rows(manifest, point.name)
+    matching = match_rows(
+        [(r.name, r.commit) for r in rows], commits, other_rows(manifest, point.name)
     )
     if matching.extra_commits or matching.missing_rows or matching.vanished_rows:
         raise FindingError(
@@ -88,14 +89,14 @@ def rebuild(
     out: list[tuple[str, str]] = []
     if not commits:
         return parent, out
-    state = replay.state_of_commit(git_dir, parent)
+    state = treestate.state_of_commit(git_dir, parent)
     raws = forkgit.read_objects(git_dir, [c.sha for c in commits], kind="commit")
     for commit in commits:
         row = names.get(commit.sha) or commit.row or commit.sha[:12]
         patch = _row_patch(git_dir, commit.parents[0], commit.sha, row)
         try:
-            replay.apply_row(state, patch, row=row)
-        except replay.RowDoesNotApply as exc:
+            treestate.apply_row(state, patch, row=row)
+        except treestate.RowDoesNotApply as exc:
             raise FindingError(
                 f"{what} stopped: {exc.message}; nothing was changed",
                 hint=f"change row {row} so that it applies in its new place (edit {row}), then try "

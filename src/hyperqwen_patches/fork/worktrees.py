@@ -4,6 +4,7 @@ touched. ``edit``/``refresh`` and a paused ``port --rebase`` both work this way.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -53,7 +54,41 @@ def filters_off(git_dir: Path) -> tuple[tuple[str, str], ...]:
     A fork's own ``filter.NAME.clean``/``smudge``/``process`` would otherwise run in a work tree
     the tool checks out or stages (edit, refresh, the rebase's pause), and a clean filter's output
     would become the row. Hooks are off already (``gitrun.PINNED_CONFIG``). An empty command is
-    git's "no filter"; ``required=false`` keeps a required driver from failing the command."""
+    git's "no filter"; ``required=false`` keeps a required driver from failing the command.
+
+    Asked of git once per process and repository while its config files stay as they were (a
+    rebase's continue runs six commands in the worktree: six ``git config`` processes otherwise).
+    """
+    seen = _config_stamp(git_dir)
+    kept = _FILTER_PINS.get(git_dir)
+    if kept is not None and kept[0] == seen:
+        return kept[1]
+    pins = _filter_pins(git_dir)
+    _FILTER_PINS[git_dir] = (seen, pins)
+    return pins
+
+
+_FILTER_PINS: dict[Path, tuple[tuple[object, ...], tuple[tuple[str, str], ...]]] = {}
+
+
+def _config_stamp(git_dir: Path) -> tuple[object, ...]:
+    """What would show a change of the repository's own config: each config file's stat (the
+    linked worktree's, the common one); the user's and system config are read by git as always,
+    but a process does not outlive an edit of them that matters here."""
+    common = git_dir
+    with contextlib.suppress(OSError):  # not a linked worktree: its own config is the common one
+        common = (git_dir / (git_dir / "commondir").read_text().strip()).resolve()
+    stamp: list[object] = []
+    for path in (git_dir / "config", git_dir / "config.worktree", common / "config"):
+        try:
+            st = path.stat()
+            stamp.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamp.append(None)
+    return tuple(stamp)
+
+
+def _filter_pins(git_dir: Path) -> tuple[tuple[str, str], ...]:
     listed = gitrun.run(["config", "--get-regexp", r"^filter\."], git_dir=git_dir)
     names = set()
     for line in listed.stdout.decode("utf-8", "surrogateescape").splitlines():

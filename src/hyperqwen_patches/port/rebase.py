@@ -301,6 +301,7 @@ def _rebase(
     from hyperqwen_patches.fork.importing import write_state_commit
     from hyperqwen_patches.port import pausing
     from hyperqwen_patches.port.rowstep import RowPorter
+    from hyperqwen_patches.port.stalecopy import may_add_functions
 
     saved = pausing.load(git_dir)
     if request.action != "start" and saved is not None and saved.messages:
@@ -344,6 +345,11 @@ def _rebase(
                 paused = _pause(
                     git_dir, report, request, sources, progress, row, outcome, done_with, messages
                 )
+                # The index a later row's copy search needs is built by the run that pauses, not by
+                # the --continue a person waits on after resolving (~0.7 s at vLLM's size).
+                later = rows[rows.index(row) + 1 :]
+                if any(r.patch is not None and may_add_functions(r.patch) for r in later):
+                    porter.checks.copies.keep_ready()
                 break
             else:
                 message, env, built = _message(view, manifest, messages, row.name)

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from hyperqwen_patches.console import show
 from hyperqwen_patches.engine.applying import (
@@ -14,14 +14,17 @@ from hyperqwen_patches.engine.patchset import Patch
 from hyperqwen_patches.port.model import FORWARD
 from hyperqwen_patches.records import replace
 
+if TYPE_CHECKING:
+    from hyperqwen_patches.checks.context import CheckContext, Finding
+
 # --- check: a retirement is verified against the pin that carries it (invariant 8) ----------------
 
 
-def check_retirements(ctx: Any) -> list[Any]:
+def check_retirements(ctx: CheckContext) -> list[Finding]:
     """Invariant 8: every manifest retirement reverse-applies on its pin's pristine tree.
 
     The retired row must still be in the manifest (with a skip reason) so its patch can be read; a
-    hunk retirement names ``PATH#N``. Pipeline function of ``check`` (``checks.pipeline.PIPELINE``).
+    hunk retirement names ``PATH#N``. Pipeline function of ``check`` (``checklist.PIPELINE``).
     """
     from hyperqwen_patches.checks.context import Finding
     from hyperqwen_patches.engine.applying import verify_applied

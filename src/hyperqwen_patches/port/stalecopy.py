@@ -27,6 +27,7 @@ distinctive lines. Pure: readers in, records out.
 from __future__ import annotations
 
 import ast
+import re
 import zlib
 from array import array
 from bisect import bisect_left
@@ -36,7 +37,7 @@ from difflib import SequenceMatcher
 from typing import Any, Literal, Protocol
 
 from hyperqwen_patches.console import show
-from hyperqwen_patches.engine.patchset import split_lines
+from hyperqwen_patches.engine.patchset import ADDED, Patch, split_lines
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import no_gc, quiet
 
@@ -217,54 +218,43 @@ def line_key(line: bytes) -> int:
 
 
 class LineIndex:
-    """Which files (by number) hold each distinctive line (by :func:`line_key`), packed in three
-    arrays: the sorted keys, where each key's files start, the file numbers. Packed, it is written
-    to the cache and read back in milliseconds (building it reads the whole release: ~1 s for
-    vLLM's 2,512 modules, once per process that looks for a copy)."""
+    """Which files (by number) hold each distinctive line (by :func:`line_key`), packed in one
+    sorted array of ``key << 32 | file``: the files of a key are one contiguous run, found by two
+    bisections. Packed, it is written to the cache and read back in milliseconds; building it reads
+    the whole release (~0.5 s for vLLM's 2,512 modules, once per release: see
+    port/copyindexcache.py)."""
 
-    FORMAT = b"hqp-copy-index 1\n"
+    FORMAT = b"hqp-copy-index 2\n"
 
-    def __init__(self, keys: array[int], starts: array[int], files: array[int]) -> None:
-        self.keys, self.starts, self.files = keys, starts, files
+    def __init__(self, pairs: array[int]) -> None:
+        self.pairs = pairs
 
     @classmethod
     def build(cls, read: Reader, paths: Sequence[bytes]) -> LineIndex:
-        grouped: dict[int, list[int]] = {}
-        # 400,000 small lists, none garbage: collecting while they are made costs 60% of the build.
+        pairs: list[int] = []
+        # Every step per line is a C call (map over bytes methods, set building): a Python loop
+        # over vLLM's ~800,000 lines costs twice as much. Hundreds of thousands of ints, none
+        # garbage: collecting while they are made costs more than making them.
         with no_gc():
             for i, path in enumerate(paths):
                 data = read(path)
                 if data is None:
                     continue
-                stripped = (line.strip() for line in data.splitlines())
-                for h in {line_key(s) for s in stripped if len(s) >= DISTINCT_CHARS}:
-                    grouped.setdefault(h, []).append(i)
-        keys, starts, files = array("I"), array("I", [0]), array("I")
-        for h in sorted(grouped):
-            keys.append(h)
-            files.extend(grouped[h])
-            starts.append(len(files))
-        return cls(keys, starts, files)
+                stripped = set(map(bytes.strip, data.splitlines()))
+                keys = set(map(line_key, [s for s in stripped if len(s) >= DISTINCT_CHARS]))
+                pairs.extend([k << 32 | i for k in keys])
+            pairs.sort()
+        return cls(array("Q", pairs))
 
     def files_with(self, key: int) -> Sequence[int]:
-        at = bisect_left(self.keys, key)
-        if at == len(self.keys) or self.keys[at] != key:
-            return ()
-        return self.files[self.starts[at] : self.starts[at + 1]]
+        low = bisect_left(self.pairs, key << 32)
+        high = bisect_left(self.pairs, (key + 1) << 32, low)
+        return [pair & 0xFFFFFFFF for pair in self.pairs[low:high]]
 
     def to_bytes(self, paths: Sequence[bytes]) -> bytes:
         listing = b"\0".join(paths)
-        sizes = b"%d %d %d\n" % (len(listing), len(self.keys), len(self.files))
-        return b"".join(
-            [
-                self.FORMAT,
-                sizes,
-                listing,
-                self.keys.tobytes(),
-                self.starts.tobytes(),
-                self.files.tobytes(),
-            ]
-        )
+        sizes = b"%d %d\n" % (len(listing), len(self.pairs))
+        return b"".join([self.FORMAT, sizes, listing, self.pairs.tobytes()])
 
     @classmethod
     def from_bytes(cls, data: bytes, paths: Sequence[bytes]) -> LineIndex | None:
@@ -273,20 +263,17 @@ class LineIndex:
             return None
         try:
             head, _, rest = data[len(cls.FORMAT) :].partition(b"\n")
-            listed, nkeys, nfiles = (int(x) for x in head.split())
+            listed, npairs = (int(x) for x in head.split())
             if rest[:listed] != b"\0".join(paths):
                 return None
             body = memoryview(rest)[listed:]
-            width = array("I").itemsize
-            if len(body) != width * (2 * nkeys + 1 + nfiles):
+            pairs = array("Q")
+            if len(body) != pairs.itemsize * npairs:
                 return None
-            keys, starts, files = array("I"), array("I"), array("I")
-            keys.frombytes(body[: width * nkeys])
-            starts.frombytes(body[width * nkeys : width * (2 * nkeys + 1)])
-            files.frombytes(body[width * (2 * nkeys + 1) :])
+            pairs.frombytes(body)
         except ValueError:
             return None
-        return cls(keys, starts, files)
+        return cls(pairs)
 
 
 class IndexStore(Protocol):
@@ -335,6 +322,20 @@ class CopyIndex:
                     self._store.save(found, self.paths)
             self._lines = found
         return self._lines
+
+    def keep_ready(self) -> bool:
+        """Build and keep the index now if it can be kept (a store) and is not kept yet: a rebase
+        that pauses does this before it exits when a later row may add functions, so the
+        ``--continue`` that checks that row reads the index instead of the whole release. True when
+        it was built here."""
+        if self._lines is not None or self._store is None:
+            return False
+        found = self._store.load(self.paths)
+        if found is not None:
+            self._lines = found
+            return False
+        self._index()
+        return True
 
     def candidate_files(self, texts: Iterable[bytes]) -> list[bytes]:
         """The files holding most of these lines' distinctive ones, most first."""
@@ -397,11 +398,28 @@ def added_functions(
     return chosen
 
 
+def may_add_functions(patch: Patch) -> bool:
+    """Whether ``patch`` may add a function a copy is looked for (a ``def`` line among its added
+    lines, or a whole Python module): a cheap over-estimate, read before the files are written."""
+    for fp in patch.files:
+        path = fp.new_path or b""
+        if not path.endswith(b".py"):
+            continue
+        if fp.content is not None and _DEF.search(fp.content):
+            return True
+        for hunk in fp.hunks:
+            if any(k == ADDED and t.lstrip().startswith(_DEF_STARTS) for k, t in hunk.lines):
+                return True
+    return False
+
+
+_DEF_STARTS = (b"def ", b"async def ")
+_DEF = re.compile(rb"^[ \t]*(?:async[ \t]+)?def ", re.MULTILINE)
+
+
 def _adds_a_def(data: bytes, added: Collection[int]) -> bool:
     lines = split_lines(data)
-    return any(
-        lines[n - 1].lstrip().startswith((b"def ", b"async def ")) for n in added if n <= len(lines)
-    )
+    return any(lines[n - 1].lstrip().startswith(_DEF_STARTS) for n in added if n <= len(lines))
 
 
 def find_copy(copy: Function, index: CopyIndex) -> _Match | None:

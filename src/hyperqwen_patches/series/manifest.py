@@ -21,16 +21,9 @@ from hyperqwen_patches.series.manifestmodel import (
 )
 from hyperqwen_patches.series.reporoot import find_repo_root, inside_repo, resolve_repo
 
-# Imported from here by modules another branch is reshaping (commands/apply.py, commands/port.py,
-# fork/replay.py, port/run.py); once it has landed they name manifestmodel and reporoot, and these go.
-__all__ = [
-    "VERSION_RE",
-    "Manifest",
-    "find_repo_root",
-    "load_manifest",
-    "parse_manifest",
-    "resolve_repo",
-]
+# Imported from here by modules another branch was reshaping (commands/apply.py, commands/port.py,
+# port/run.py); once they name manifestmodel and reporoot, these go.
+__all__ = ["VERSION_RE", "find_repo_root", "load_manifest", "parse_manifest", "resolve_repo"]
 
 
 def load_manifest(root: Path) -> Manifest:

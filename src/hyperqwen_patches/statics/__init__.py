@@ -2,7 +2,7 @@
 
 Applying at fuzz 0 proves the hunks land; these prove more of the result still works. One module per
 check (``compiles``, ``knobs``, ``names``, ``signatures``, ``whitespace``, ``gitapply``), each with a
-``check_*`` function for ``checks.pipeline.PIPELINE``; ``provenance`` says which row introduced which line,
+``check_*`` function for ``checklist.PIPELINE``; ``provenance`` says which row introduced which line,
 ``analysis`` holds what the checks share (the traced series, parsed modules), ``symbols`` the symbol
 tables the name and signature checks read. docs/static-checks.md describes every rule.
 

@@ -14,14 +14,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from hyperqwen_patches.checks.context import Slot
 from hyperqwen_patches.console import show
 from hyperqwen_patches.records import record
 
 if TYPE_CHECKING:
     from hyperqwen_patches.checks.context import CheckContext, Finding, Severity
     from hyperqwen_patches.statics.provenance import Provenance
-
-_KEY = "_statics_analysis"
 
 
 @record(frozen=True)
@@ -109,17 +108,20 @@ class Analysis:
         return self._trees[path]
 
 
+def _build_analysis(ctx: CheckContext) -> Analysis:
+    from hyperqwen_patches.statics.provenance import trace
+
+    patches = [s.patch for s in ctx.series if s.patch is not None and s.row.skip is None]
+    return Analysis(trace(patches, ctx.applied, ctx.pristine.read), ctx.pristine.read)
+
+
+# The static checks' one analysis per check run (checks/context.py's slots).
+ANALYSIS: Slot[Analysis] = Slot("static analysis", _build_analysis)
+
+
 def analysis_of(ctx: CheckContext) -> Analysis:
     """The context's analysis, built on first use from the apply check's result (never re-applied)."""
-    found = ctx.__dict__.get(_KEY)
-    if found is None:
-        from hyperqwen_patches.statics.provenance import trace
-
-        patches = [s.patch for s in ctx.series if s.patch is not None and s.row.skip is None]
-        found = Analysis(trace(patches, ctx.applied, ctx.pristine.read), ctx.pristine.read)
-        ctx.__dict__[_KEY] = found
-    assert isinstance(found, Analysis)
-    return found
+    return ctx.shared(ANALYSIS)
 
 
 def python_files(prov: Provenance) -> list[bytes]:

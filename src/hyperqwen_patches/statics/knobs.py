@@ -34,6 +34,7 @@ from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, analysis
 
 if TYPE_CHECKING:
     from hyperqwen_patches.checks.context import CheckContext, Finding
+    from hyperqwen_patches.statics.provenance import Provenance
 
 CHECK = "knobs"
 DEFAULT_PREFIXES = ("VLLM_", "KVARN_")
@@ -372,12 +373,27 @@ def knob_report(
 ) -> KnobReport:
     """``runtime``: the manifest's declared runtime knobs (name -> manifest line), which a row may keep
     on compile_factors' ignore list; a declared knob no row keeps off the key is a stale waiver."""
-    runtime = runtime or {}
-    waived: dict[str, str] = {}
-    commented: dict[str, tuple[str, str]] = {}
+    uses = _knob_uses(analysis, tuple(dict.fromkeys((*DEFAULT_PREFIXES, *prefixes))))
+    registry, envs = _registry(analysis, uses)
+    checked = _RegistryCheck()
+    if registry is not None:
+        checked = _check_registry(analysis.prov, registry, envs, runtime or {})
+    found = [*checked.found, *_use_findings(uses, registry), *_indirect_findings(uses)]
+    return KnobReport(
+        found,
+        checked.before,
+        checked.after,
+        checked.by_rows,
+        uses,
+        checked.waived,
+        checked.commented,
+    )
+
+
+def _knob_uses(analysis: Analysis, prefixes: tuple[str, ...]) -> list[KnobUse]:
+    """Every knob read on the lines the rows add, outside vllm/envs.py (a file is parsed only when
+    an added line could read one)."""
     prov = analysis.prov
-    all_prefixes = tuple(dict.fromkeys((*DEFAULT_PREFIXES, *prefixes)))
-    found: list[StaticFinding] = []
     uses: list[KnobUse] = []
     for path in prov.files():
         if not path.endswith(b".py") or path == ENVS:
@@ -387,110 +403,161 @@ def knob_report(
         added = [lines[n - 1] for n, _ in prov.added_lines(path) if n <= len(lines)]
         if not any(h in text for text in added for h in _HINTS):
             continue
-        sites = _sites_of(analysis, path, data, all_prefixes)
+        sites = _sites_of(analysis, path, data, prefixes)
         if sites is not None:
             uses += uses_at(sites, path, analysis)
+    return uses
 
-    registry: Registry | None = None
-    if ENVS in prov.content or any(u.how == "envs" for u in uses):
-        envs: bytes | None = None
-        if ENVS in prov.content:
-            envs = prov.content[ENVS]
-        elif analysis.read is not None:
-            envs = analysis.read(ENVS)
-        if envs is not None:
-            registry = registry_of(envs)
 
-    by_rows: dict[str, str] = {}
-    before = after = None
-    if registry is not None:
-        after = len(registry.entries)
-        for name, line in registry.entries.items():
-            row = prov.owner(ENVS, line)
-            if row is not None:
-                by_rows[name] = row
-        before = after - len(by_rows)
-        count = f"environment_variables: {before} entries before the series, {after} after"
-        for name, row in by_rows.items():
-            if name not in registry.annotations:
-                found.append(
-                    StaticFinding(
-                        CHECK,
-                        "error",
-                        row,
-                        ENVS,
-                        registry.entries[name],
-                        f"{name} is registered without its annotation in the `if TYPE_CHECKING:` "
-                        "block (type checkers and `envs.X` readers see no type)",
-                        count,
-                    )
+def _registry(analysis: Analysis, uses: list[KnobUse]) -> tuple[Registry | None, bytes | None]:
+    """vllm/envs.py after the series (the release's, when no row touches it) and its registry, when
+    a row touches it or reads a knob through it."""
+    prov = analysis.prov
+    if ENVS not in prov.content and not any(u.how == "envs" for u in uses):
+        return None, None
+    envs: bytes | None = None
+    if ENVS in prov.content:
+        envs = prov.content[ENVS]
+    elif analysis.read is not None:
+        envs = analysis.read(ENVS)
+    return (registry_of(envs) if envs is not None else None), envs
+
+
+@record
+class _RegistryCheck:
+    """What the registry's checks found, and what they tell the report."""
+
+    found: list[StaticFinding] = field(default_factory=list)
+    before: int | None = None  # None: no vllm/envs.py in the tree
+    after: int | None = None
+    by_rows: dict[str, str] = field(default_factory=dict)  # knob -> the row registering it
+    waived: dict[str, str] = field(default_factory=dict)  # declared runtime knob -> its row
+    commented: dict[str, tuple[str, str]] = field(default_factory=dict)  # knob -> (row, reason)
+
+
+def _check_registry(
+    prov: Provenance, registry: Registry, envs: bytes | None, runtime: Mapping[str, int]
+) -> _RegistryCheck:
+    """vllm/envs.py's registry after the series: the rows' knobs have both halves and stay on the
+    compile cache key, and every declared runtime knob is kept off it by some row."""
+    out = _RegistryCheck(after=len(registry.entries))
+    for name, line in registry.entries.items():
+        row = prov.owner(ENVS, line)
+        if row is not None:
+            out.by_rows[name] = row
+    out.before = len(registry.entries) - len(out.by_rows)
+    count = f"environment_variables: {out.before} entries before the series, {out.after} after"
+    for name, row in out.by_rows.items():
+        if name not in registry.annotations:
+            out.found.append(
+                StaticFinding(
+                    CHECK,
+                    "error",
+                    row,
+                    ENVS,
+                    registry.entries[name],
+                    f"{name} is registered without its annotation in the `if TYPE_CHECKING:` "
+                    "block (type checkers and `envs.X` readers see no type)",
+                    count,
                 )
-            if name in registry.ignored:
-                where = prov.owner(ENVS, registry.ignored[name])
-                if name in runtime and where is not None:
-                    waived[name] = where
-                    continue
-                reason = _comment_reason(prov, envs, registry.ignored[name], where)
-                if reason is not None and where is not None:
-                    commented[name] = (where, reason)
-                    continue
-                by = f"row {where}" if where else "the pristine list"
-                found.append(
-                    StaticFinding(
-                        CHECK,
-                        "error",
-                        row,
-                        ENVS,
-                        registry.ignored[name],
-                        f"{name} is on compile_factors' ignore list ({by}): a knob that changes "
-                        "generated code must be part of the compile cache key (one read at run "
-                        "time only may be declared in the manifest's runtime_knobs, with its reason)",
-                        count,
-                    )
+            )
+        if name in registry.ignored:
+            _check_ignored(prov, registry, envs, runtime, name, row, count, out)
+    for name, line in registry.annotations.items():
+        row = prov.owner(ENVS, line)
+        if row is not None and name not in registry.entries:
+            out.found.append(
+                StaticFinding(
+                    CHECK,
+                    "error",
+                    row,
+                    ENVS,
+                    line,
+                    f"{name} is annotated but has no environment_variables entry: "
+                    "vllm.envs raises AttributeError when it is read",
+                    count,
                 )
-        for name, line in registry.annotations.items():
-            row = prov.owner(ENVS, line)
-            if row is not None and name not in registry.entries:
-                found.append(
-                    StaticFinding(
-                        CHECK,
-                        "error",
-                        row,
-                        ENVS,
-                        line,
-                        f"{name} is annotated but has no environment_variables entry: "
-                        "vllm.envs raises AttributeError when it is read",
-                        count,
-                    )
-                )
-        for name, line in runtime.items():
-            if name in waived:
-                continue
-            where = prov.owner(ENVS, registry.ignored[name]) if name in registry.ignored else None
-            if where is None:
-                found.append(
-                    StaticFinding(
-                        CHECK,
-                        "error",
-                        None,
-                        b"patches/manifest.yaml",
-                        line,
-                        f"runtime_knobs declares {name}, but no row keeps it off compile_factors' "
-                        "key: a stale waiver; remove it from runtime_knobs",
-                    )
-                )
-        if by_rows and not registry.ignore_found:
+            )
+    out.found += _stale_waivers(prov, registry, runtime, out.waived)
+    if out.by_rows and not registry.ignore_found:
+        out.found.append(
+            StaticFinding(
+                CHECK,
+                "warning",
+                None,
+                ENVS,
+                None,
+                "no ignore list found in compile_factors(): cannot tell whether the rows' knobs "
+                "are in the compile cache key",
+            )
+        )
+    return out
+
+
+def _check_ignored(
+    prov: Provenance,
+    registry: Registry,
+    envs: bytes | None,
+    runtime: Mapping[str, int],
+    name: str,
+    row: str,
+    count: str,
+    out: _RegistryCheck,
+) -> None:
+    """A row's knob on compile_factors' ignore list: waived when the manifest declares it a runtime
+    knob, explained when the row's comment says why (series/knobcomments.py), else an error."""
+    where = prov.owner(ENVS, registry.ignored[name])
+    if name in runtime and where is not None:
+        out.waived[name] = where
+        return
+    reason = _comment_reason(prov, envs, registry.ignored[name], where)
+    if reason is not None and where is not None:
+        out.commented[name] = (where, reason)
+        return
+    by = f"row {where}" if where else "the pristine list"
+    out.found.append(
+        StaticFinding(
+            CHECK,
+            "error",
+            row,
+            ENVS,
+            registry.ignored[name],
+            f"{name} is on compile_factors' ignore list ({by}): a knob that changes "
+            "generated code must be part of the compile cache key (one read at run "
+            "time only may be declared in the manifest's runtime_knobs, with its reason)",
+            count,
+        )
+    )
+
+
+def _stale_waivers(
+    prov: Provenance, registry: Registry, runtime: Mapping[str, int], waived: Mapping[str, str]
+) -> list[StaticFinding]:
+    """Declared runtime knobs that no row keeps off compile_factors' key."""
+    found: list[StaticFinding] = []
+    for name, line in runtime.items():
+        if name in waived:
+            continue
+        where = prov.owner(ENVS, registry.ignored[name]) if name in registry.ignored else None
+        if where is None:
             found.append(
                 StaticFinding(
                     CHECK,
-                    "warning",
+                    "error",
                     None,
-                    ENVS,
-                    None,
-                    "no ignore list found in compile_factors(): cannot tell whether the rows' knobs "
-                    "are in the compile cache key",
+                    b"patches/manifest.yaml",
+                    line,
+                    f"runtime_knobs declares {name}, but no row keeps it off compile_factors' "
+                    "key: a stale waiver; remove it from runtime_knobs",
                 )
             )
+    return found
+
+
+def _use_findings(uses: list[KnobUse], registry: Registry | None) -> list[StaticFinding]:
+    """A knob read through vllm.envs must be registered; one read from os.environ directly is an
+    error (indirect reads are summed up per site by :func:`_indirect_findings`)."""
+    found: list[StaticFinding] = []
     for use in uses:
         registered = registry is not None and use.knob in registry.entries
         if use.how == "envs":
@@ -508,7 +575,7 @@ def knob_report(
                 )
             continue
         unregistered = "" if registered else "; and no row registers it in vllm/envs.py"
-        if use.how == "bare":  # (indirect uses are summed up per site below)
+        if use.how == "bare":
             found.append(
                 StaticFinding(
                     CHECK,
@@ -520,25 +587,29 @@ def knob_report(
                     f"outside the compile cache key: read it as envs.{use.knob}{unregistered}",
                 )
             )
+    return found
+
+
+def _indirect_findings(uses: list[KnobUse]) -> list[StaticFinding]:
+    """One warning per site where os.environ is handed on as a value, naming the knobs read there."""
     indirect: dict[tuple[str, bytes, int], list[str]] = {}
     for use in uses:
         if use.how == "indirect":
             indirect.setdefault((use.row, use.path, use.line), []).append(use.knob)
-    for (row, path, line), names in indirect.items():
-        found.append(
-            StaticFinding(
-                CHECK,
-                "warning",
-                row,
-                path,
-                line,
-                f"os.environ is handed on as a value where {', '.join(names)} "
-                f"{'is' if len(names) == 1 else 'are'} read: not through vllm.envs",
-                "the static check cannot follow the variable; pass values read through vllm.envs "
-                "in instead (a bare read sits outside the compile cache key)",
-            )
+    return [
+        StaticFinding(
+            CHECK,
+            "warning",
+            row,
+            path,
+            line,
+            f"os.environ is handed on as a value where {', '.join(names)} "
+            f"{'is' if len(names) == 1 else 'are'} read: not through vllm.envs",
+            "the static check cannot follow the variable; pass values read through vllm.envs "
+            "in instead (a bare read sits outside the compile cache key)",
         )
-    return KnobReport(found, before, after, by_rows, uses, waived, commented)
+        for (row, path, line), names in indirect.items()
+    ]
 
 
 def _comment_reason(prov: Any, data: bytes | None, line: int, row: str | None) -> str | None:
