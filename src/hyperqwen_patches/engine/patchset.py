@@ -100,15 +100,23 @@ class Hunk:
     def reversed(self) -> Hunk:
         """The hunk that undoes this one: sides swapped, removed and added lines exchanged."""
         swap = {REMOVED: ADDED, ADDED: REMOVED, CONTEXT: CONTEXT}
-        return Hunk(
-            number=self.number,
-            old_start=self.new_start,
-            old_len=self.new_len,
-            new_start=self.old_start,
-            new_len=self.old_len,
-            lines=_reorder_reversed(tuple((swap[k], t) for k, t in self.lines)),
-            patch_line=self.patch_line,
-        )
+        hunk = object.__new__(Hunk)
+        set_ = object.__setattr__
+        set_(hunk, "number", self.number)
+        set_(hunk, "old_start", self.new_start)
+        set_(hunk, "old_len", self.new_len)
+        set_(hunk, "new_start", self.old_start)
+        set_(hunk, "new_len", self.old_len)
+        set_(hunk, "lines", _reorder_reversed(tuple([(swap[k], t) for k, t in self.lines])))
+        set_(hunk, "patch_line", self.patch_line)
+        # The derived fields without __post_init__'s pass: the sides swap, and the context runs
+        # at either end stay where they are (apply's presence check reverses every hunk).
+        set_(hunk, "old_lines", self.new_lines)
+        set_(hunk, "new_lines", self.old_lines)
+        set_(hunk, "prefix_context", self.prefix_context)
+        set_(hunk, "suffix_context", self.suffix_context)
+        set_(hunk, "anchor", _anchor(self.new_lines))
+        return hunk
 
 
 def _reorder_reversed(lines: tuple[tuple[int, bytes], ...]) -> tuple[tuple[int, bytes], ...]:

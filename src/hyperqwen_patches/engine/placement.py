@@ -124,8 +124,13 @@ class FileLines:
     def positions(self, line: bytes) -> list[int]:
         if self._index is None:
             index: dict[bytes, list[int]] = {}
+            get = index.get  # get + append: no list built per line only to be dropped (setdefault)
             for number, text in enumerate(self.lines, start=1):
-                index.setdefault(text, []).append(number)
+                places = get(text)
+                if places is None:
+                    index[text] = [number]
+                else:
+                    places.append(number)
             self._index = index
         return self._index.get(line, [])
 
