@@ -87,13 +87,19 @@ report = {"ok": result.ok, "messages": [m for m in messages if m], "parse": t1 -
 json.dump(report, sys.stdout)
 """
 
+# Children read the package's bytecode as an installed copy does (pip compiles it at install): a
+# PYTHONDONTWRITEBYTECODE in the environment would make every start compile the sources again.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
 ONE_HUNK = b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n"
 
 
 def measured(argv: list[str], cwd: Path) -> tuple[float, int, bytes, int]:
     """(wall seconds, peak RSS in MB, stdout, exit code) of one child process."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=CHILD_ENV
+    )
     out = proc.stdout.read() if proc.stdout else b""
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
@@ -200,6 +206,12 @@ def main() -> None:
     hqp = Path(sys.executable).parent / "hqp"
     if not hqp.exists():
         raise SystemExit(f"{hqp} not found: run with the virtual environment's python")
+    import hyperqwen_patches
+
+    package = Path(hyperqwen_patches.__file__).parent
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(package)], check=True, env=CHILD_ENV
+    )
     print(HEADER)
     print("| " + " | ".join(["---:"] * 13 + ["---"] * 2) + " |")
     with tempfile.TemporaryDirectory(prefix="hqp-placement-") as tmp:
