@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_differential_gnu import run_gnu
 
 from hyperqwen_patches.engine import (
@@ -318,6 +320,39 @@ def test_other_matches_show_the_three_nearest_and_count_them_all() -> None:
     assert hunk.other_count == len(everywhere) == 97
     assert hunk.other_matches == (49, 51, 52)  # nearest first, the later one on a tie, ascending
     assert hunk.others_text() == "49, 51, 52 and 94 more"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([b"a\n", b"b\n", b"c\n"]), min_size=3, max_size=40),
+    st.integers(0, 39),
+    st.sampled_from([0, 1]),
+    st.integers(-3, 3),
+)
+def test_other_matches_equal_a_brute_force_scan(
+    lines: list[bytes], at: int, context: int, shift: int
+) -> None:
+    """One hunk replacing a line of the file, with as much context on both sides (the general
+    case), stated a little off: the listed others are the SHOWN_OTHERS nearest of every other start
+    (the later one on a tie, ascending) and the count is all of them, fewer than SHOWN_OTHERS or
+    more."""
+    from hyperqwen_patches.engine.placement import SHOWN_OTHERS
+
+    size = 2 * context + 1
+    at = at % (len(lines) - size + 1)
+    pre = lines[at : at + size]
+    stated = max(1, at + 1 + shift)
+    body = b"".join(b" " + x for x in pre[:context]) + b"-" + pre[context] + b"+new\n"
+    body += b"".join(b" " + x for x in pre[context + 1 :])
+    data = b"--- a/f\n+++ b/f\n@@ -%d,%d +%d,%d @@\n" % (stated, size, stated, size) + body
+    content = b"".join(lines)
+    result = apply_series([parse_patch(data, name="p")], Reader({b"f": content}))
+    (hunk,) = result.patches[0].files[0].hunks
+    assert hunk.applied_line is not None
+    everywhere = _all_other_matches(content, pre, hunk.applied_line)
+    nearest = sorted(everywhere, key=lambda w: (abs(w - hunk.applied_line), w < hunk.applied_line))
+    assert hunk.other_count == len(everywhere)
+    assert hunk.other_matches == tuple(sorted(nearest[:SHOWN_OTHERS]))
 
 
 def test_other_matches_through_the_index_equal_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:

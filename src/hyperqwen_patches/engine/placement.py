@@ -306,9 +306,13 @@ def locate(
     at = bisect_left(matches, best, lo, hi)
     if at < hi and matches[at] == best:
         count -= 1
-        shown = around(matches, lo, hi, at, best, skip=at)
+        skip = at
     else:
-        shown = around(matches, lo, hi, at, best, skip=-1)
+        skip = -1
+    if count <= SHOWN_OTHERS:  # all of them: no choosing (most hunks of most patches)
+        shown = tuple(matches[lo:skip] + matches[skip + 1 : hi]) if skip >= 0 else tuple(matches[lo:hi])
+    else:
+        shown = around(matches, lo, hi, at, best, skip=skip)
     return Placement(best, best - first_guess, first_guess, shown, count)
 
 
