@@ -310,7 +310,9 @@ def locate(
     else:
         skip = -1
     if count <= SHOWN_OTHERS:  # all of them: no choosing (most hunks of most patches)
-        shown = tuple(matches[lo:skip] + matches[skip + 1 : hi]) if skip >= 0 else tuple(matches[lo:hi])
+        shown = (
+            tuple(matches[lo:skip] + matches[skip + 1 : hi]) if skip >= 0 else tuple(matches[lo:hi])
+        )
     else:
         shown = around(matches, lo, hi, at, best, skip=skip)
     return Placement(best, best - first_guess, first_guess, shown, count)
