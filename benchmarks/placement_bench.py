@@ -203,7 +203,7 @@ def main() -> None:
     gnu = shutil.which("patch")
     if gnu is None:
         raise SystemExit("GNU patch is not on PATH")
-    hqp = Path(sys.executable).parent / "hqp"
+    hqp = Path(sys.executable).parent / "hqp"  # the install beside this interpreter, not PATH's
     if not hqp.exists():
         raise SystemExit(f"{hqp} not found: run with the virtual environment's python")
     import hyperqwen_patches
