@@ -6,8 +6,8 @@ preimage matches at many places: ambiguity reporting used to list every other ma
 few lines off (offsets, GNU's tie-break between equally near matches) and a few do not match
 anywhere ("FAILED at"), so the comparison covers placement, not only the happy path.
 
-Four processes per size, each timed from outside (wall seconds, peak RSS from ``os.wait4``), best
-of ``--repeat`` runs (the machine is shared):
+Four processes per size, each timed from outside (wall seconds, peak RSS from ``os.wait4``), the
+best of ``--repeat`` rounds that run each once (the machine is shared):
 
 - GNU: ``patch -p1 --fuzz 0 --forward`` in a scratch tree;
 - hqp: ``hqp apply DIR --patch P``, as a user runs it (its report to a pipe; it refuses the patch,
@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,11 +106,12 @@ def measured(argv: list[str], cwd: Path) -> tuple[float, int, bytes, int]:
     return elapsed, usage.ru_maxrss // 1024, out, proc.returncode
 
 
-def best_of(
-    repeat: int, run: Callable[[], tuple[float, int, bytes, int]]
-) -> tuple[float, int, bytes, int]:
-    """The fastest of ``repeat`` runs (another process on the machine only ever adds time)."""
-    return min((run() for _ in range(repeat)), key=lambda r: r[0])
+Run = tuple[float, int, bytes, int]
+
+
+def best(runs: list[Run]) -> Run:
+    """The fastest run (another process on the machine only ever adds time)."""
+    return min(runs, key=lambda r: r[0])
 
 
 def fresh_tree(where: Path, content: bytes) -> Path:
@@ -130,20 +130,28 @@ def one(n: int, seed: int, gnu: str, hqp: str, work: Path, repeat: int) -> dict[
     (run / "one.patch").write_bytes(ONE_HUNK)
 
     ours = [sys.executable, "-c", ENGINE, str(run / "f"), str(run / "p.patch"), str(run / "out")]
-    e_wall, e_rss, e_out, e_rc = best_of(repeat, lambda: measured(ours, run))
+    argv = [gnu, "-p1", "--fuzz", "0", "--forward", "--no-backup-if-mismatch", "-r", "-"]
+    apply = [hqp, "apply", str(run / "hqp"), "--patch", str(run / "p.patch")]
+    small = [hqp, "apply", str(run / "small"), "--patch", str(run / "one.patch")]
+    # Round by round, each side once per round: a burst of load on the shared machine then costs
+    # every column the same round, not one column all its runs.
+    runs: dict[str, list[Run]] = {"engine": [], "gnu": [], "hqp": [], "small": []}
+    for _ in range(repeat):
+        runs["engine"].append(measured(ours, run))
+        tree = fresh_tree(run / "tree", content)
+        runs["gnu"].append(measured([*argv, "-i", str(run / "p.patch")], tree))
+        runs["hqp"].append(measured(apply, fresh_tree(run / "hqp", content)))
+        runs["small"].append(measured(small, fresh_tree(run / "small", b"a\n")))
+
+    e_wall, e_rss, e_out, e_rc = best(runs["engine"])
     if e_rc != 0:
         raise SystemExit(e_out.decode(errors="replace"))
     report = json.loads(e_out)
-    # the in-process phases of the fastest of as many more runs (a report per run)
-    phases = [json.loads(measured(ours, run)[2]) for _ in range(repeat)]
+    phases = [json.loads(r[2]) for r in runs["engine"]]  # each run times its own phases
     parse = min(p["parse"] for p in phases)
     place = min(p["place"] for p in phases)
 
-    argv = [gnu, "-p1", "--fuzz", "0", "--forward", "--no-backup-if-mismatch", "-r", "-"]
-    g_wall, g_rss, g_out, g_rc = best_of(
-        repeat,
-        lambda: measured([*argv, "-i", str(run / "p.patch")], fresh_tree(run / "tree", content)),
-    )
+    g_wall, g_rss, g_out, g_rc = best(runs["gnu"])
     gnu_messages = re.findall(r"^Hunk #\d+ .*\.$", g_out.decode("latin-1"), re.M)
     # GNU writes the hunks that applied; we write nothing unless all did: compare trees on success.
     if report["ok"]:
@@ -151,16 +159,10 @@ def one(n: int, seed: int, gnu: str, hqp: str, work: Path, repeat: int) -> dict[
     else:
         same_tree = g_rc == 1
 
-    apply = [hqp, "apply", str(run / "hqp"), "--patch", str(run / "p.patch")]
-    h_wall, h_rss, h_out, h_rc = best_of(
-        repeat, lambda: measured(apply, fresh_tree(run / "hqp", content))
-    )
+    h_wall, h_rss, h_out, h_rc = best(runs["hqp"])
     if h_rc != (0 if report["ok"] else 1):
         raise SystemExit(h_out.decode(errors="replace"))
-    small = [hqp, "apply", str(run / "small"), "--patch", str(run / "one.patch")]
-    s_wall, _, s_out, s_rc = best_of(
-        repeat, lambda: measured(small, fresh_tree(run / "small", b"a\n"))
-    )
+    s_wall, _, s_out, s_rc = best(runs["small"])
     if s_rc != 0:
         raise SystemExit(s_out.decode(errors="replace"))
     return {
@@ -197,7 +199,10 @@ def main() -> None:
     parser.add_argument("n", nargs="*", type=int, default=[1000, 2000, 5000, 10000, 20000])
     parser.add_argument("--seed", type=int, default=43)
     parser.add_argument(
-        "--repeat", type=int, default=3, help="runs per measurement; the best is kept"
+        "--repeat",
+        type=int,
+        default=3,
+        help="rounds (each side once per round); each side's best is kept",
     )
     args = parser.parse_args()
     gnu = shutil.which("patch")
