@@ -230,6 +230,11 @@ RULES: dict[tuple[str, str], Rule] = {
         "docs/engine.md",
         "HQP_DIFF_EXAMPLES=2000 .venv/bin/python -m pytest tests/test_differential_gnu.py -q",
     ): Rule("75 s of examples; the suite runs the same file at its default count", skip=True),
+    ("docs/engine.md", ".venv/bin/python benchmarks/placement_bench.py"): Rule(
+        "1,000 to 20,000 hunks beside GNU patch, best of 3 runs each: a minute; its figures are "
+        "not shown output",
+        slow=True,
+    ),
     ("docs/performance.md", ".venv/bin/python benchmarks/bench_check.py"): Rule(
         BENCHMARK, skip=True
     ),

@@ -17,6 +17,7 @@ from hyperqwen_patches.engine.patchmodel import (
     CONTEXT,
     REMOVED,
     PatchParseError,
+    _reorder_reversed,
     split_lines,
 )
 from hyperqwen_patches.engine.patchscan import parse_patch, patch_from_files
@@ -361,3 +362,37 @@ def test_every_spelling_of_a_rename_or_copy_keeps_both_paths_whole(
         capture_output=True, check=True,
     )  # fmt: skip
     assert b"vllm/{x.py => y.py}" in done.stdout
+
+
+def test_reversed_derived_fields_equal_the_constructor_ones() -> None:
+    """``Hunk.reversed`` takes its derived fields from the forward hunk (sides swapped, context runs
+    kept) instead of deriving them again (speed): a Hunk built from the reversed lines agrees."""
+    from hyperqwen_patches.engine.patchmodel import Hunk
+
+    data = FORMAT_PATCH + (
+        b"--- a/g\n+++ b/g\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n-d\n\\ No newline at end of file\n"
+        b"+D\n\\ No newline at end of file\n--- a/h\n+++ b/h\n@@ -2,2 +2,3 @@\n x\n+y\n z\n"
+        b"--- a/k\n+++ b/k\n@@ -1,2 +1,1 @@\n-gone\n-also gone\n+long replacement line\n"
+        b"--- a/m\n+++ b/m\n@@ -1,2 +1,3 @@\n a\n b\n+c\n"
+        b"--- a/n\n+++ b/n\n@@ -1,6 +1,6 @@\n a\n-b\n+B\n+B2\n c\n-d\n-d2\n+D\n e\n"
+    )
+    forward = [h for f in parse_patch(data, name="p").files for h in f.hunks]
+    hunks = [h.reversed() for h in forward]
+    assert len(hunks) == 8
+    swap = {REMOVED: ADDED, ADDED: REMOVED, CONTEXT: CONTEXT}
+    for hunk, before in zip(hunks, forward, strict=True):
+        # the lines as the general rule orders them: kinds swapped, removed first in each run
+        assert hunk.lines == _reorder_reversed(tuple((swap[k], t) for k, t in before.lines))
+        assert hunk.reversed() == before
+        built = Hunk(
+            hunk.number,
+            hunk.old_start,
+            hunk.old_len,
+            hunk.new_start,
+            hunk.new_len,
+            hunk.lines,
+            hunk.patch_line,
+        )
+        assert built == hunk
+        for attr in ("old_lines", "new_lines", "prefix_context", "suffix_context", "anchor"):
+            assert getattr(built, attr) == getattr(hunk, attr), attr

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_differential_gnu import run_gnu
 
 from hyperqwen_patches.engine import (
@@ -214,6 +216,52 @@ def test_verify_applied_reports_patch_by_patch() -> None:
     ]
 
 
+def test_presence_without_details_answers_the_same_statuses_without_near_misses() -> None:
+    """``details=False`` (what apply asks before it writes) gives every row the status the full
+    check gives it, and stops a file at its first failed hunk without looking for a near miss."""
+    p1 = parse_patch(b"--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n 1\n-2\n+two\n 3\n", name="p1")
+    p2 = parse_patch(
+        b"--- a/f\n+++ b/f\n@@ -8,3 +8,3 @@\n 8\n-9\n+nine\n 10\n"
+        b"@@ -14,3 +14,3 @@\n 14\n-15\n+fifteen\n 16\n",
+        name="p2",
+    )
+    pristine = {b"f": numbered(20)}
+    full = apply_series([p1, p2], Reader(pristine)).changes
+    only_second = apply_series([p2], Reader(pristine)).changes
+    half = {b"f": full[b"f"].replace(b"fifteen\n", b"15\n")}  # p2 partly there: its file fails
+    for tree in (pristine, full, only_second, half):
+        detailed = verify_applied([p1, p2], Reader(tree))
+        bare = verify_applied([p1, p2], Reader(tree), details=False)
+        assert [r.status for r in bare] == [r.status for r in detailed]
+        assert [[f.status for f in r.files] for r in bare] == [
+            [f.status for f in r.files] for r in detailed
+        ]
+    bare = verify_applied([p1, p2], Reader(pristine), details=False)
+    detailed = verify_applied([p1, p2], Reader(pristine))
+    assert [len(h.hunks) for h in bare[1].files] == [1]  # stopped at the first failed hunk
+    assert all(h.near_miss is None for r in bare for f in r.files for h in f.hunks)
+    assert all(h.near_miss is not None for r in detailed for f in r.files for h in f.hunks)
+
+
+def test_a_refused_tree_still_shows_the_near_misses_of_its_rows() -> None:
+    """apply decides from statuses alone, but a refusal shows each missing row's hunks with the
+    place its lines nearly are, as the full check finds them."""
+    from hyperqwen_patches.engine.carried import apply_carried, unapply_carried
+
+    p1 = parse_patch(b"--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n 1\n-2\n+two\n 3\n", name="p1")
+    p2 = parse_patch(b"--- a/f\n+++ b/f\n@@ -8,3 +8,3 @@\n 8\n-9\n+nine\n 10\n", name="p2")
+    only_second = apply_series([p2], Reader({b"f": numbered(20)})).changes
+    for outcome in (
+        apply_carried([p1, p2], Reader(only_second), Policy()),
+        unapply_carried([p1, p2], Reader(only_second), Policy()),
+    ):
+        assert outcome.refused == "the tree carries p2 but not p1 before it"
+        (hunk,) = outcome.series.patches[0].files[0].hunks
+        assert hunk.status == "failed" and hunk.near_miss is not None
+        assert hunk.near_miss.line == 1 and hunk.near_miss.matched == 2
+        assert hunk.reason == "the preimage does not match exactly anywhere in the search range"
+
+
 def test_unequal_context_anchors_like_gnu_patch() -> None:
     """Fewer leading than trailing context: made at the start of the file, matches only there."""
     data = b"--- a/f\n+++ b/f\n@@ -1,4 +1,4 @@\n-1\n+one\n 2\n 3\n 4\n"
@@ -272,6 +320,39 @@ def test_other_matches_show_the_three_nearest_and_count_them_all() -> None:
     assert hunk.other_count == len(everywhere) == 97
     assert hunk.other_matches == (49, 51, 52)  # nearest first, the later one on a tie, ascending
     assert hunk.others_text() == "49, 51, 52 and 94 more"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([b"a\n", b"b\n", b"c\n"]), min_size=3, max_size=40),
+    st.integers(0, 39),
+    st.sampled_from([0, 1]),
+    st.integers(-3, 3),
+)
+def test_other_matches_equal_a_brute_force_scan(
+    lines: list[bytes], at: int, context: int, shift: int
+) -> None:
+    """One hunk replacing a line of the file, with as much context on both sides (the general
+    case), stated a little off: the listed others are the SHOWN_OTHERS nearest of every other start
+    (the later one on a tie, ascending) and the count is all of them, fewer than SHOWN_OTHERS or
+    more."""
+    from hyperqwen_patches.engine.placement import SHOWN_OTHERS
+
+    size = 2 * context + 1
+    at = at % (len(lines) - size + 1)
+    pre = lines[at : at + size]
+    stated = max(1, at + 1 + shift)
+    body = b"".join(b" " + x for x in pre[:context]) + b"-" + pre[context] + b"+new\n"
+    body += b"".join(b" " + x for x in pre[context + 1 :])
+    data = b"--- a/f\n+++ b/f\n@@ -%d,%d +%d,%d @@\n" % (stated, size, stated, size) + body
+    content = b"".join(lines)
+    result = apply_series([parse_patch(data, name="p")], Reader({b"f": content}))
+    (hunk,) = result.patches[0].files[0].hunks
+    assert hunk.applied_line is not None
+    everywhere = _all_other_matches(content, pre, hunk.applied_line)
+    nearest = sorted(everywhere, key=lambda w: (abs(w - hunk.applied_line), w < hunk.applied_line))
+    assert hunk.other_count == len(everywhere)
+    assert hunk.other_matches == tuple(sorted(nearest[:SHOWN_OTHERS]))
 
 
 def test_other_matches_through_the_index_equal_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:

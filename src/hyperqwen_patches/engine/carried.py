@@ -58,7 +58,8 @@ def apply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> Car
     forward = apply_series(patches, read, policy)
     if forward.ok and all(p.status == "applied" for p in forward.patches):
         return CarriedResult(forward, carried=0)
-    presence = verify_applied(patches, read, policy)
+    # Statuses first: near misses only matter in a refusal, which runs the check again for them.
+    presence = verify_applied(patches, read, policy, details=False)
     carried = carried_prefix(presence)
     if carried is not None:
         if carried == 0:
@@ -74,7 +75,7 @@ def apply_carried(patches: Sequence[Patch], read: Reader, policy: Policy) -> Car
             ),
             carried=carried,
         )
-    return _refuse(presence)
+    return _refuse(verify_applied(patches, read, policy))
 
 
 def carried_prefix(presence: Sequence[PresenceResult]) -> int | None:
@@ -99,10 +100,10 @@ def unapply_carried(
 
     Refused, as ``apply_carried`` refuses, when the tree is not in a state a run of the series
     leaves. ``carried`` is k; the result's patches are the reversed rows, in the order undone."""
-    presence = verify_applied(patches, read, policy)
+    presence = verify_applied(patches, read, policy, details=False)
     carried = carried_prefix(presence)
     if carried is None:
-        return _refuse(presence)
+        return _refuse(verify_applied(patches, read, policy))
     undo = [p.reversed() for p in reversed(patches[keep:carried])]
     # Each reverse was just shown to apply in this order (verify_applied unapplies the same way).
     result = apply_series(undo, read, replace(policy, forward=False))

@@ -82,16 +82,43 @@ class Hunk:
 
     def reversed(self) -> Hunk:
         """The hunk that undoes this one: sides swapped, removed and added lines exchanged."""
-        swap = {REMOVED: ADDED, ADDED: REMOVED, CONTEXT: CONTEXT}
-        return Hunk(
-            number=self.number,
-            old_start=self.new_start,
-            old_len=self.new_len,
-            new_start=self.old_start,
-            new_len=self.old_len,
-            lines=_reorder_reversed(tuple((swap[k], t) for k, t in self.lines)),
-            patch_line=self.patch_line,
+        hunk = object.__new__(Hunk)
+        set_ = object.__setattr__
+        set_(hunk, "number", self.number)
+        set_(hunk, "old_start", self.new_start)
+        set_(hunk, "old_len", self.new_len)
+        set_(hunk, "new_start", self.old_start)
+        set_(hunk, "new_len", self.old_len)
+        set_(hunk, "lines", _reversed_lines(self))
+        set_(hunk, "patch_line", self.patch_line)
+        # The derived fields without __post_init__'s pass: the sides swap, and the context runs
+        # at either end stay where they are (apply's presence check reverses every hunk).
+        set_(hunk, "old_lines", self.new_lines)
+        set_(hunk, "new_lines", self.old_lines)
+        set_(hunk, "prefix_context", self.prefix_context)
+        set_(hunk, "suffix_context", self.suffix_context)
+        set_(hunk, "anchor", _anchor(self.new_lines))
+        return hunk
+
+
+def _reversed_lines(hunk: Hunk) -> tuple[tuple[int, bytes], ...]:
+    """The lines of ``hunk.reversed()``: kinds swapped, removed before added in each run."""
+    lines = hunk.lines
+    lead, trail = hunk.prefix_context, hunk.suffix_context
+    context = len(hunk.old_lines) + len(hunk.new_lines) - len(lines)
+    if context == lead + trail:  # (a hunk of context only counts its lines twice: not here)
+        # One run of changes between the leading and trailing context (most hunks): its added
+        # lines become the removed ones, then its removed lines the added ones.
+        end = len(lines) - trail
+        run = lines[lead:end]
+        return (
+            *lines[:lead],
+            *[(REMOVED, text) for kind, text in run if kind == ADDED],
+            *[(ADDED, text) for kind, text in run if kind == REMOVED],
+            *lines[end:],
         )
+    swap = {REMOVED: ADDED, ADDED: REMOVED, CONTEXT: CONTEXT}
+    return _reorder_reversed(tuple([(swap[k], t) for k, t in lines]))
 
 
 def _reorder_reversed(lines: tuple[tuple[int, bytes], ...]) -> tuple[tuple[int, bytes], ...]:

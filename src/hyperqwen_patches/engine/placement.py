@@ -38,10 +38,12 @@ SHOWN_OTHERS = 3  # other matches listed per hunk; the rest are only counted
 # place of a line repeated all over the file made each failed hunk cost a pass over the file.
 NEAR_MISS_COMMON = 256
 # Past this many candidate places (of the preimage's rarest line), the starts of a preimage come
-# from a table of every window of its length, keyed by the window's hash: distinct preimages made of
+# from a table of every window of its length, keyed by the window itself: distinct preimages made of
 # repeated lines otherwise cost one pass over the file each (10,000 hunks: 6 s).
 WINDOW_FROM = 64
-WINDOW_TABLES = 8  # at most this many lengths tabled at once (each is ~40 bytes per file line)
+# At most this many lengths tabled at once. A table costs ~250 bytes per distinct window (25 MB for
+# 100,000 lines all different; a file of repeated lines has few distinct windows).
+WINDOW_TABLES = 8
 
 
 @record(frozen=True, slots=True)
@@ -80,7 +82,7 @@ class FileLines:
         self.lines = tuple(lines)
         self._index: dict[bytes, list[int]] | None = None
         self._starts: dict[tuple[bytes, ...], list[int]] = {}
-        self._windows: dict[int, dict[int, list[int]]] = {}
+        self._windows: dict[int, dict[tuple[bytes, ...], list[int]]] = {}
         self.indexed = indexed
 
     def starts(self, pattern: tuple[bytes, ...]) -> list[int]:
@@ -92,30 +94,28 @@ class FileLines:
             if min(len(self.positions(text)) for text in pattern) <= WINDOW_FROM:
                 found = self._indexed_starts(pattern, 1, len(self.lines) - size + 1)
             else:
-                lines = self.lines
-                found = [
-                    start
-                    for start in self._window_table(size).get(hash(pattern), ())
-                    if lines[start - 1 : start - 1 + size]
-                    == pattern  # a hash collision is no match
-                ]
+                # The table is keyed by the window itself: the dict's own equality check is the
+                # comparison, so a hash collision is no match and no start is compared again.
+                found = self._window_table(size).get(pattern, [])
             self._starts[pattern] = found
         return found
 
-    def _window_table(self, size: int) -> dict[int, list[int]]:
-        """hash(window) -> its 1-based starts, for every window of ``size`` lines: one pass over the
-        file per length, then each distinct preimage of that length costs only its own matches."""
+    def _window_table(self, size: int) -> dict[tuple[bytes, ...], list[int]]:
+        """window -> its 1-based starts, for every window of ``size`` lines: one pass over the
+        file per length, then each distinct preimage of that length is one lookup. Only distinct
+        windows are kept (a file of repeated lines has few)."""
         table = self._windows.get(size)
         if table is None:
             if len(self._windows) >= WINDOW_TABLES:
                 del self._windows[next(iter(self._windows))]  # the oldest length
             lines = self.lines
             table = {}
+            get = table.get
             windows = zip(*(lines[k:] for k in range(size)), strict=False)
-            for start, key in enumerate(map(hash, windows), start=1):
-                places = table.get(key)
+            for start, window in enumerate(windows, start=1):
+                places = get(window)
                 if places is None:
-                    table[key] = [start]
+                    table[window] = [start]
                 else:
                     places.append(start)
             self._windows[size] = table
@@ -124,8 +124,13 @@ class FileLines:
     def positions(self, line: bytes) -> list[int]:
         if self._index is None:
             index: dict[bytes, list[int]] = {}
+            get = index.get  # get + append: no list built per line only to be dropped (setdefault)
             for number, text in enumerate(self.lines, start=1):
-                index.setdefault(text, []).append(number)
+                places = get(text)
+                if places is None:
+                    index[text] = [number]
+                else:
+                    places.append(number)
             self._index = index
         return self._index.get(line, [])
 
@@ -301,9 +306,15 @@ def locate(
     at = bisect_left(matches, best, lo, hi)
     if at < hi and matches[at] == best:
         count -= 1
-        shown = around(matches, lo, hi, at, best, skip=at)
+        skip = at
     else:
-        shown = around(matches, lo, hi, at, best, skip=-1)
+        skip = -1
+    if count <= SHOWN_OTHERS:  # all of them: no choosing (most hunks of most patches)
+        shown = (
+            tuple(matches[lo:skip] + matches[skip + 1 : hi]) if skip >= 0 else tuple(matches[lo:hi])
+        )
+    else:
+        shown = around(matches, lo, hi, at, best, skip=skip)
     return Placement(best, best - first_guess, first_guess, shown, count)
 
 
