@@ -23,7 +23,7 @@ if TYPE_CHECKING:
         SeriesResult,
     )
     from hyperqwen_patches.engine.expected import Divergence
-    from hyperqwen_patches.engine.patchset import Patch
+    from hyperqwen_patches.engine.patchmodel import Patch
     from hyperqwen_patches.engine.placement import NearMiss
     from hyperqwen_patches.series.expected import Reference
     from hyperqwen_patches.sources.tree import TreeApplyResult, TreeCheckResult
@@ -89,7 +89,7 @@ def default_series(start: Path, *, repo: Path | None = None) -> list[Patch]:
     out).
     """
     from hyperqwen_patches.series import rows as series
-    from hyperqwen_patches.series.manifest import find_repo_root, resolve_repo
+    from hyperqwen_patches.series.reporoot import find_repo_root, resolve_repo
 
     if repo is not None:
         return series.default_series(resolve_repo(repo))
@@ -106,7 +106,7 @@ def release_reference(repo: Path | None, patches: Sequence[Patch], policy: Polic
     """What DIR is compared with file by file: the manifest's release plus the series
     (``series/expected.py``, cached); none, with the reason, when there is no manifest."""
     from hyperqwen_patches.series.expected import Reference, reference_for
-    from hyperqwen_patches.series.manifest import find_repo_root, resolve_repo
+    from hyperqwen_patches.series.reporoot import find_repo_root, resolve_repo
 
     root = resolve_repo(repo) if repo is not None else find_repo_root(Path.cwd())
     if root is None:
@@ -116,7 +116,8 @@ def release_reference(repo: Path | None, patches: Sequence[Patch], policy: Polic
 
 def row_files(repo: Path | None) -> dict[str, str]:
     """Row name -> its patch file (repository-relative), from the manifest; {} without one."""
-    from hyperqwen_patches.series.manifest import find_repo_root, load_manifest, resolve_repo
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.reporoot import find_repo_root, resolve_repo
 
     root = resolve_repo(repo) if repo is not None else find_repo_root(Path.cwd())
     if root is None:
@@ -181,10 +182,10 @@ def refuse_misplaced(directory: Path, patches: list[Patch]) -> None:
 
 
 def crlf_notes(patches: Sequence[Patch]) -> None:
-    """One note on stderr per file whose hunks were read with their CRs stripped (engine/patchset.py's
+    """One note on stderr per file whose hunks were read with their CRs stripped (engine/patchscan.py's
     ``strips_cr``): what GNU patch says as "Stripping trailing CRs", said where it is."""
     from hyperqwen_patches.console import err, show
-    from hyperqwen_patches.engine.patchset import CRLF_NOTE
+    from hyperqwen_patches.engine.patchscan import CRLF_NOTE
 
     for patch in patches:
         for fp in patch.files:
@@ -194,7 +195,7 @@ def crlf_notes(patches: Sequence[Patch]) -> None:
 
 def load_patch(path: Path, *, strip: int = 1) -> Patch:
     """Read and parse one patch file; an unreadable file is a usage error naming it."""
-    from hyperqwen_patches.engine.patchset import parse_patch
+    from hyperqwen_patches.engine.patchscan import parse_patch
     from hyperqwen_patches.inputfile import read_input
 
     try:

@@ -155,7 +155,7 @@ def port(
         new_branch=branch is not None or force or worktree is not None,
     )
     if repo is None:
-        from hyperqwen_patches.series.manifest import find_repo_root
+        from hyperqwen_patches.series.reporoot import find_repo_root
 
         repo = find_repo_root(Path.cwd()) or Path.cwd()
     fork_path = (fork or repo).resolve()

@@ -169,7 +169,7 @@ def plan_export_at(
     bundle or URL fork from a scratch repository this way). ``manifest_text``: the manifest's new text
     when a row command (``drop``, ``move``, ``rename``) changed it; ``manifest`` is then its parse, and
     the plan writes it over the file on disk."""
-    from hyperqwen_patches.fork import replay
+    from hyperqwen_patches.fork.matching import match_rows, other_rows
 
     root = manifest.root
     plan = ExportPlan(root)
@@ -188,8 +188,8 @@ def plan_export_at(
         rows = [
             r for r in manifest.rows if (r.export_point or first) == point.name and r.skip is None
         ]
-        matching = replay.match_rows(
-            [(r.name, r.commit) for r in rows], commits, replay.other_rows(manifest, point.name)
+        matching = match_rows(
+            [(r.name, r.commit) for r in rows], commits, other_rows(manifest, point.name)
         )
         if matching.misplaced:
             name, commit, why = matching.misplaced[0]

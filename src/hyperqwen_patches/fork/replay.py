@@ -39,15 +39,10 @@ from hyperqwen_patches.fork.treestate import (
 from hyperqwen_patches.records import field, record
 
 if TYPE_CHECKING:
-    from hyperqwen_patches.engine.patchset import Patch
+    from hyperqwen_patches.engine.patchmodel import Patch
 
-# port/rebase.py, port/rowstep.py and fork/exporting.py still import these from here; their home is
-# treestate.py and matching.py (those three modules are being reshaped on other branches).
-from hyperqwen_patches.fork.matching import other_rows as other_rows
-from hyperqwen_patches.fork.treestate import row_result as row_result
-from hyperqwen_patches.fork.treestate import state_of_commit as state_of_commit
+from hyperqwen_patches.checks.context import Severity
 
-Severity = Literal["error", "warning", "info", "unverified"]
 CheckName = Literal["replay-identity", "fork-commits"]
 
 SHORT_DIFF_LINES = 20

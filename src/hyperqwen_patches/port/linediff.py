@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from difflib import SequenceMatcher
 
-from hyperqwen_patches.engine.patchset import split_lines
+from hyperqwen_patches.engine.patchmodel import split_lines
 from hyperqwen_patches.records import record
 
 

@@ -12,7 +12,7 @@ from hyperqwen_patches.console import show
 from hyperqwen_patches.engine.applying import (
     Policy,
 )
-from hyperqwen_patches.engine.patchset import Patch
+from hyperqwen_patches.engine.patchmodel import Patch
 from hyperqwen_patches.records import field, record
 
 RowStatus = Literal["exact", "offset", "upstream", "partly-upstream", "conflicts", "skipped"]

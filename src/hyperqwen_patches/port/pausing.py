@@ -61,20 +61,16 @@ def exclusive(git_dir: Path) -> Iterator[None]:
     """One ``port --rebase`` at a time on a fork: a second one started while this one runs (two
     terminals, a retried CI job) would read the same state and write over it. Released on exit,
     also when the process is killed (an advisory lock dies with its process)."""
-    import fcntl
+    from hyperqwen_patches import flocks
 
-    with open(git_dir / LOCK_FILE, "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise GitError(
-                f"another port --rebase is running on {git_dir}",
-                hint="wait for it to end; a paused one is not running (--continue, --skip, --abort)",
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    def busy() -> GitError:
+        return GitError(
+            f"another port --rebase is running on {git_dir}",
+            hint="wait for it to end; a paused one is not running (--continue, --skip, --abort)",
+        )
+
+    with flocks.exclusive(git_dir / LOCK_FILE, wait=0, busy=busy):
+        yield
 
 
 def state_path(git_dir: Path) -> Path:

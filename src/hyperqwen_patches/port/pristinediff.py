@@ -7,10 +7,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
-from hyperqwen_patches.engine.patchset import split_lines
+from hyperqwen_patches.engine.patchmodel import split_lines
 from hyperqwen_patches.engine.placement import eol_marked
 from hyperqwen_patches.port.model import DIFF_CONTEXT, REGION_MARGIN, FileDrift
-from hyperqwen_patches.sources.pristine import PristineTree
+from hyperqwen_patches.sources.pristinetree import PristineTree
 
 # --- the pristine diff ----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from hyperqwen_patches.port.model import (
     RebaseResult,
 )
 from hyperqwen_patches.records import field, record
-from hyperqwen_patches.sources.pristine import PristineTree
+from hyperqwen_patches.sources.pristinetree import PristineTree
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -382,7 +382,7 @@ def _begin(
 ) -> tuple[_Progress, Any, int]:
     """A new rebase: the new release's base commit, the branch it will be; nothing paused before."""
     from hyperqwen_patches.errors import GitError
-    from hyperqwen_patches.fork import replay
+    from hyperqwen_patches.fork import treestate
     from hyperqwen_patches.sources import basecommit
 
     if saved is not None:
@@ -395,7 +395,7 @@ def _begin(
     base = basecommit.base_commit_in(
         git_dir, new, label=new.label, package=manifest.package, version=report.to_version
     )
-    state = replay.TreeState(replay.tree_entries(git_dir, base), new.read)
+    state = treestate.TreeState(treestate.tree_entries(git_dir, base), new.read)
     return _Progress(branch, previous, base, base, from_patch_files=not messages), state, 0
 
 
@@ -412,7 +412,7 @@ def _resume(
 ) -> tuple[_Progress, Any, int]:
     """--continue (the person's resolution becomes the paused row's commit) or --skip (the row is
     left out); the rebase goes on after the paused row."""
-    from hyperqwen_patches.fork import replay
+    from hyperqwen_patches.fork import treestate
     from hyperqwen_patches.port import pausing
 
     names = [r.name for r in rows]
@@ -434,7 +434,9 @@ def _resume(
     if request.action == "continue" and not saved.ready:
         # The last run stopped while writing the worktree: nothing in it is a resolution. The row
         # is tried again (the same outcome) and its worktree set up again.
-        state = replay.state_of_commit(git_dir, progress.parent, known=new.read, base=progress.base)
+        state = treestate.state_of_commit(
+            git_dir, progress.parent, known=new.read, base=progress.base
+        )
         return progress, state, names.index(saved.row)
     if request.action == "skip":
         progress.skipped.append(saved.row)
@@ -453,7 +455,7 @@ def _resume(
         )
         progress.parent = commit
         progress.commits.append((saved.row, commit, "resolved"))
-    state = replay.state_of_commit(git_dir, progress.parent, known=new.read, base=progress.base)
+    state = treestate.state_of_commit(git_dir, progress.parent, known=new.read, base=progress.base)
     return progress, state, names.index(saved.row) + 1
 
 

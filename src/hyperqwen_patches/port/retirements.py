@@ -10,7 +10,7 @@ from hyperqwen_patches.console import show
 from hyperqwen_patches.engine.applying import (
     apply_patch,
 )
-from hyperqwen_patches.engine.patchset import Patch
+from hyperqwen_patches.engine.patchmodel import Patch
 from hyperqwen_patches.port.model import FORWARD
 from hyperqwen_patches.records import replace
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from hyperqwen_patches.console import show
-from hyperqwen_patches.fork.replay import TreeState, apply_row, row_result
+from hyperqwen_patches.fork.treestate import TreeState, apply_row, row_result
 from hyperqwen_patches.port.copyindexcache import store_for
 from hyperqwen_patches.port.model import Attempt, CommitHow, PortRow
 from hyperqwen_patches.port.pristinediff import PristinePair
@@ -29,7 +29,7 @@ from hyperqwen_patches.port.threeway import FileMerge, merge_row
 from hyperqwen_patches.port.triage import attempt_row, touched_paths
 from hyperqwen_patches.port.verify import RebaseChecks
 from hyperqwen_patches.records import record
-from hyperqwen_patches.sources.pristine import PristineTree
+from hyperqwen_patches.sources.pristinetree import PristineTree
 
 Reader = Callable[[bytes], bytes | None]
 

@@ -11,7 +11,7 @@ from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.port.model import PortReport, RebaseRequest, RebaseResult
 from hyperqwen_patches.port.rebase import rebase_fork
 from hyperqwen_patches.port.triage import classify_rows, rows_from_manifest
-from hyperqwen_patches.sources.pristine import PristineTree
+from hyperqwen_patches.sources.pristinetree import PristineTree
 
 
 def port(
@@ -26,7 +26,8 @@ def port(
 ) -> tuple[PortReport, RebaseResult | None]:
     """Triage the series of the repository at ``root`` against release ``to_version``; with
     ``rebase``, also build the new fork branch from the rows that go through."""
-    from hyperqwen_patches.series.manifest import VERSION_RE, load_manifest
+    from hyperqwen_patches.series.manifest import load_manifest
+    from hyperqwen_patches.series.manifestmodel import VERSION_RE
     from hyperqwen_patches.sources.pristine import open_pristine
 
     manifest = load_manifest(root)

@@ -37,7 +37,7 @@ from difflib import SequenceMatcher
 from typing import Any, Literal, Protocol
 
 from hyperqwen_patches.console import show
-from hyperqwen_patches.engine.patchset import ADDED, Patch, split_lines
+from hyperqwen_patches.engine.patchmodel import ADDED, Patch, split_lines
 from hyperqwen_patches.records import field, record
 from hyperqwen_patches.statics.analysis import no_gc, quiet
 

@@ -31,7 +31,7 @@ from hyperqwen_patches.engine.applying import (
     HunkResult,
     apply_patch,
 )
-from hyperqwen_patches.engine.patchset import ADDED, FilePatch, Hunk, Patch, split_lines
+from hyperqwen_patches.engine.patchmodel import ADDED, FilePatch, Hunk, Patch, split_lines
 from hyperqwen_patches.engine.placement import (
     FileLines,
     LineDiff,
@@ -55,7 +55,7 @@ from hyperqwen_patches.port.model import (
 )
 from hyperqwen_patches.port.pristinediff import PristinePair
 from hyperqwen_patches.records import replace
-from hyperqwen_patches.sources.pristine import PristineTree
+from hyperqwen_patches.sources.pristinetree import PristineTree
 
 # --- classification -------------------------------------------------------------------------------
 

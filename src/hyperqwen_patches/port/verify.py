@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 from hyperqwen_patches.console import show
-from hyperqwen_patches.engine.patchset import split_lines
+from hyperqwen_patches.engine.patchmodel import split_lines
 from hyperqwen_patches.port.linediff import changed_lines
 from hyperqwen_patches.port.stalecopy import CopyIndex, IndexStore, StaleCopy, stale_copies
 from hyperqwen_patches.records import field, record

@@ -14,16 +14,11 @@ from pathlib import Path
 from hyperqwen_patches.series import manifestcache
 from hyperqwen_patches.series.manifestmodel import (
     MANIFEST_RELPATH,
-    VERSION_RE,
     Manifest,
     ManifestError,
     Problem,
 )
-from hyperqwen_patches.series.reporoot import find_repo_root, inside_repo, resolve_repo
-
-# Imported from here by modules another branch was reshaping (commands/apply.py, commands/port.py,
-# port/run.py); once they name manifestmodel and reporoot, these go.
-__all__ = ["VERSION_RE", "find_repo_root", "load_manifest", "parse_manifest", "resolve_repo"]
+from hyperqwen_patches.series.reporoot import inside_repo
 
 
 def load_manifest(root: Path) -> Manifest:

@@ -33,10 +33,6 @@ from hyperqwen_patches.sources.pristinetree import PristineTree, Progress, Quiet
 from hyperqwen_patches.sources.pypicache import PypiCache
 from hyperqwen_patches.sources.spec import parse_source
 
-# PristineTree is imported from here by modules another branch is reshaping (port/*.py); once it has
-# landed they name pristinetree and this line goes.
-__all__ = ["PristineTree", "open_pristine"]
-
 
 def open_pristine(
     source: str,
