@@ -24,6 +24,9 @@ TurboQuant's presets, packed sizes and Lloyd-Max centroids come from vLLM 0.29.0
 time from the installed vllm or from the wheel (`load_turboquant`); its store and dequantization
 kernels are restated in torch here (`tq_roundtrip`) and checked byte for byte against vLLM's Triton
 kernels in `tests_vllm/kvarn/test_quality.py`.
+
+fp8 e4m3 (`fp8_codecs`) is vLLM 0.29.0's ``fp8`` cache dtype: every token stored as x / scale cast to
+e4m3 with saturation, read back as code * scale. Its scale rules are restated below, next to the code.
 """
 
 from __future__ import annotations
@@ -46,12 +49,22 @@ Roundtrip = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Ten
 @dataclass(frozen=True)
 class Codec:
     name: str
-    family: str  # fp16 | kvarn | rtn | rotation | turboquant
+    family: str  # fp16 | kvarn | rtn | rotation | turboquant | fp8
     tiers: str  # none | kvarn | all
     group: int  # G for the kvarn tiers, 1 otherwise
     bytes_per_token: float  # per layer and KV head, the steady state (sink and tail not counted)
     roundtrip: Roundtrip | None
     skip_layers: frozenset[int] = frozenset()  # layers kept fp16 (vLLM's TurboQuant boundary skip)
+    # A codec whose parameters differ per layer (fp8 scales calibrated per layer) gives its roundtrip
+    # for a layer here; ``roundtrip`` is then unused.
+    by_layer: Callable[[int], Roundtrip] | None = None
+
+    def roundtrip_at(self, layer: int | None) -> Roundtrip | None:
+        if self.by_layer is None:
+            return self.roundtrip
+        if layer is None:
+            raise ValueError(f"codec {self.name}: its scales are per layer; pass the layer index")
+        return self.by_layer(layer)
 
     def bytes_per_token_mean(self, n_layers: int, head_dim: int) -> float:
         """Bytes per token, layer and KV head, averaged over the layers (skipped ones are fp16)."""
@@ -75,9 +88,10 @@ def attention(
     """Causal attention of q [B, Hq, T, D] over k, v [B, Hkv, T, D] as read through ``codec``."""
     q, k, v = q.half(), k.half(), v.half()
     gqa = k.shape[1] != q.shape[1]
-    if codec.roundtrip is None or layer in codec.skip_layers:
+    roundtrip = codec.roundtrip_at(layer)
+    if roundtrip is None or layer in codec.skip_layers:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    kh, vh = codec.roundtrip(k, v)
+    kh, vh = roundtrip(k, v)
     if codec.tiers == "all":
         return F.scaled_dot_product_attention(q, kh, vh, is_causal=True, enable_gqa=gqa)
     t = q.shape[2]
@@ -277,3 +291,115 @@ def turboquant_codecs(tq: TurboQuant, head_dim: int, n_layers: int) -> list[Code
                 Codec(f"{name}+skip", "turboquant", "all", 1, cfg.slot_size_aligned, rt, skip)
             )
     return out
+
+
+# -- fp8 e4m3, as vLLM 0.29.0 stores it --------------------------------------------------------------
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
+
+
+def fp8_store(x: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
+    """x / scale as e4m3 codes. vLLM's stores (the CUDA ``reshape_and_cache_flash`` and its Triton twin)
+    convert with saturation (cvt ... satfinite); the clamp says so here rather than leaving it to
+    torch's cast beyond the range (torch 2.13 on the CPU saturates too; not relied on). Round to
+    nearest even, as both do."""
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+
+
+def fp8_load(codes: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
+    """What attention reads: code * scale (vLLM's kernels fold the scale into q·k and p·v in fp32)."""
+    return (codes.float() * scale).half()
+
+
+@dataclass(frozen=True)
+class Fp8Calibration:
+    """Per layer, the largest |K| and |V| of each KV head over calibration text: k_amax[layer] and
+    v_amax[layer] are [Hkv] fp32 tensors (CPU)."""
+
+    k_amax: tuple[torch.Tensor, ...]
+    v_amax: tuple[torch.Tensor, ...]
+    windows: int  # how many windows of text it was taken over
+
+    def scales(self, layer: int, per_head: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """amax / 448 (llm-compressor's static fp8 KV scale), per tensor or per KV head; the
+        returned tensors broadcast over [B, Hkv, T, D]."""
+        if not 0 <= layer < len(self.k_amax):
+            raise ValueError(f"fp8 calibration has {len(self.k_amax)} layers; layer {layer} asked")
+        k, v = self.k_amax[layer], self.v_amax[layer]
+        if not per_head:
+            k, v = k.amax(), v.amax()
+            return k / FP8_MAX, v / FP8_MAX
+        return (k / FP8_MAX).view(1, -1, 1, 1), (v / FP8_MAX).view(1, -1, 1, 1)
+
+
+def fp8_calibrate(qkv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> Fp8Calibration:
+    """The amax of K and V per layer and KV head from captured (q, k, v) [B, H, T, D] per layer. A
+    head whose values are all 0 would get scale 0 (0/0 on load): refused, naming layer and head."""
+    ks, vs = [], []
+    for layer, (_, k, v) in enumerate(qkv):
+        for name, x, out in (("K", k, ks), ("V", v, vs)):
+            amax = x.float().abs().amax(dim=(0, 2, 3)).cpu()
+            if not bool(torch.isfinite(amax).all()) or bool((amax <= 0).any()):
+                raise ValueError(
+                    f"fp8 calibration: layer {layer} {name} amax per head {amax.tolist()} "
+                    "(needs finite and > 0 on every head)"
+                )
+            out.append(amax)
+    n = qkv[0][1].shape[0] if qkv else 0
+    return Fp8Calibration(tuple(ks), tuple(vs), n)
+
+
+def fp8_roundtrip(k_scale: torch.Tensor | float, v_scale: torch.Tensor | float) -> Roundtrip:
+    def roundtrip(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ks = k_scale.to(k.device) if isinstance(k_scale, torch.Tensor) else k_scale
+        vs = v_scale.to(v.device) if isinstance(v_scale, torch.Tensor) else v_scale
+        return fp8_load(fp8_store(k, ks), ks), fp8_load(fp8_store(v, vs), vs)
+
+    return roundtrip
+
+
+def fp8_per_token_head_roundtrip(
+    k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM 0.29.0's ``fp8_per_token_head`` cache dtype (``_reshape_cache_per_token_head``): one fp32
+    scale per token and KV head, max(amax / 448, 1e-6), the codes x * (1 / scale) clamped to +-448."""
+
+    def one(x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        scale = (xf.abs().amax(-1, keepdim=True) / FP8_MAX).clamp_min(1e-6)
+        return fp8_load(fp8_store(xf * (1.0 / scale), 1.0), scale)
+
+    return one(k), one(v)
+
+
+def fp8_codecs(head_dim: int, calib: Fp8Calibration | None) -> list[Codec]:
+    """fp8 e4m3 KV on every token (vLLM writes each token before its decode attention reads it):
+
+    - ``fp8_e4m3``: scale 1.0 for K and V, which is what vLLM 0.29.0 uses for ``--kv-cache-dtype
+      fp8`` when the checkpoint carries no k_scale/v_scale (``BaseKVCacheMethod.
+      process_weights_after_loading``: both at their -1.0 sentinel -> 1.0); 0.29.0 has no
+      runtime-calculated scales (the calculate_kv_scales path is gone; its K/V_SCALE_CONSTANT
+      variables are read by nothing);
+    - ``fp8_e4m3_amax``: one scale for K and one for V per layer, amax / 448 over calibration text
+      (what an fp8 checkpoint made by llm-compressor carries: per-tensor);
+    - ``fp8_e4m3_head``: one per layer and KV head (compressed-tensors' ``attn_head`` strategy);
+    - ``fp8_per_token_head``: vLLM's dynamic per-token, per-head cache dtype (+8 B of fp32 scales).
+
+    Bytes per token per layer and KV head: 2 * D codes (the per-tensor and per-head scales are per
+    layer, not per token)."""
+    codes = 2.0 * head_dim
+    out = [Codec("fp8_e4m3", "fp8", "all", 1, codes, fp8_roundtrip(1.0, 1.0))]
+    if calib is not None:
+        for name, per_head in (("fp8_e4m3_amax", False), ("fp8_e4m3_head", True)):
+            out.append(
+                Codec(name, "fp8", "all", 1, codes, None, by_layer=_calibrated(calib, per_head))
+            )
+    out.append(
+        Codec("fp8_per_token_head", "fp8", "all", 1, codes + 8, fp8_per_token_head_roundtrip)
+    )
+    return out
+
+
+def _calibrated(calib: Fp8Calibration, per_head: bool) -> Callable[[int], Roundtrip]:
+    return lambda layer: fp8_roundtrip(*calib.scales(layer, per_head))

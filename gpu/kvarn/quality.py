@@ -8,7 +8,9 @@ Codecs: fp16; each KVarN preset (k4v2/k4v4, G 128/64) through the package's refe
 plain RTN and rotation only at the same bits and tiles; vLLM 0.29.0's TurboQuant presets, on every
 layer and as vLLM runs them (first and last two layers fp16), with their config and centroids read
 from the vllm wheel at run time (``--tq-from``: a wheel or a directory holding ``vllm/``; default:
-the installed vllm). Besides perplexity, the attention output of every layer is compared with fp16's
+the installed vllm); fp8 e4m3 as vLLM 0.29.0 stores it (scale 1.0, its default; per-tensor and
+per-head scales calibrated as amax / 448 on ``--calib-windows`` windows of the training text; and
+vLLM's dynamic ``fp8_per_token_head``). Besides perplexity, the attention output of every layer is compared with fp16's
 on K/V captured from the trained model (cosine, mean over tokens at t >= T/4 and heads).
 
 Writes ``quality.json`` (everything) and ``quality.md`` (the table kvarn/README.md quotes) to --out.
@@ -38,7 +40,11 @@ KVARN_PRESETS = ("kvarn_k4v2_g128", "kvarn_k4v4_g128", "kvarn_k4v2_g64", "kvarn_
 
 
 def build_codecs(
-    head_dim: int, n_layers: int, tq_from: str | None, iters_variants: list[int]
+    head_dim: int,
+    n_layers: int,
+    tq_from: str | None,
+    iters_variants: list[int],
+    fp8_calib: kv.Fp8Calibration | None = None,
 ) -> tuple[list, str]:
     codecs = [kv.fp16_codec(head_dim)]
     for name in KVARN_PRESETS:
@@ -62,6 +68,7 @@ def build_codecs(
         tq_note = f"TurboQuant config and centroids read from {tq.origin}"
     except (KeyError, OSError) as e:  # no vllm installed, no such wheel member
         tq_note = f"TurboQuant not measured: {e}"
+    codecs += kv.fp8_codecs(head_dim, fp8_calib)
     return codecs, tq_note
 
 
@@ -177,6 +184,16 @@ def verdict(rows: list[dict]) -> list[str]:
             f"{r['ppl']:.4f} against {k['ppl']:.4f}: {'KVarN better' if better else 'KVarN NOT better'} "
             f"(paired over windows: {100 * mean:+.3f}% +- {100 * se:.3f}% nll, {sig})"
         )
+    for r in rows:  # fp8 stores 2.4x KVarN's bytes: where it lands, not a target
+        if r["family"] != "fp8":
+            continue
+        dr = 100 * (r["ppl"] / fp["ppl"] - 1)
+        mean, se = paired(k["window_nll"], r["window_nll"])
+        out.append(
+            f"{r['name']} ({r['bytes_per_token']:.1f} B, {r['bytes_per_token'] / k['bytes_per_token']:.2f}x "
+            f"KVarN's): {dr:+.2f}% vs fp16, KVarN {d:+.2f}% (paired over windows, KVarN - fp8: "
+            f"{100 * mean:+.3f}% +- {100 * se:.3f}% nll)"
+        )
     return out
 
 
@@ -218,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         "--iters-variants",
         default="",
         help="extra kvarn_k4v2_g128 runs at these iteration counts, e.g. 0,16",
+    )
+    ap.add_argument(
+        "--calib-windows",
+        type=int,
+        default=4,
+        help="windows of the training text the fp8 amax scales are calibrated on",
     )
     ap.add_argument("--only", default="", help="comma-separated codec names (default: all)")
     ap.add_argument("--seed", type=int, default=0)
@@ -271,7 +294,16 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     iters = [int(x) for x in a.iters_variants.split(",") if x.strip()]
-    codecs, tq_note = build_codecs(cfg.head_dim, cfg.n_layers, a.tq_from, iters)
+    # Calibrated on training text, never on the held-out windows the table is measured on.
+    calib = kv.fp8_calibrate(
+        capture_qkv(model, windows(corpus.train, cfg.context, a.calib_windows))
+    )
+    log(
+        f"fp8 calibration on {calib.windows} training windows: K amax per layer "
+        f"{[round(float(x.amax()), 2) for x in calib.k_amax]}, V amax per layer "
+        f"{[round(float(x.amax()), 2) for x in calib.v_amax]}"
+    )
+    codecs, tq_note = build_codecs(cfg.head_dim, cfg.n_layers, a.tq_from, iters, calib)
     if a.only:
         keep = set(a.only.split(","))
         codecs = [c for c in codecs if c.name in keep or c.name == "fp16"]
@@ -313,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
         "eval_windows": a.eval_windows,
         "eval_tokens": a.eval_windows * cfg.context,
         "turboquant": tq_note,
+        "fp8_calibration": {
+            "windows": calib.windows,
+            "source": "training text",
+            "k_amax": [x.tolist() for x in calib.k_amax],
+            "v_amax": [x.tolist() for x in calib.v_amax],
+        },
         "rows": rows,
         "verdict": verdicts,
         "argv": sys.argv[1:] if argv is None else argv,

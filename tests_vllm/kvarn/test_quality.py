@@ -287,5 +287,15 @@ def test_the_cpu_variant_trains_and_tabulates(tmp_path: Path) -> None:
     assert rows["kvarn_k4v2_g128_iters0"]["ppl"] == pytest.approx(
         rows["rotation_k4v2_g128"]["ppl"], rel=1e-3
     )
+    # fp8 e4m3 as vLLM stores it, calibrated on training text: one byte an element, near fp16
+    fp8 = ["fp8_e4m3", "fp8_e4m3_amax", "fp8_e4m3_head", "fp8_per_token_head"]
+    assert set(fp8) <= set(rows)
+    assert rows["fp8_e4m3"]["bytes_per_token"] == 256
+    assert rows["fp8_per_token_head"]["bytes_per_token"] == 264
+    for name in fp8:
+        assert rows[name]["ppl"] == pytest.approx(fp16["ppl"], rel=0.01), name
+        assert name in " ".join(res["verdict"])
+    assert res["fp8_calibration"]["source"] == "training text"
+    assert len(res["fp8_calibration"]["k_amax"]) == 2  # cpu-tiny's layers
     table = (out / "quality.md").read_text()
     assert table.count("\n") == len(rows) + 2 and "`kvarn_k4v2_g128`" in table
