@@ -154,7 +154,9 @@ def test_adopt_takes_the_folder_as_it_is(as_kept: Project, tmp_path: Path) -> No
     )
     assert m["export_points"] == [{"name": "qwen38-0.29", "branch": BRANCH}]
     rows = m["rows"]
-    assert [r.get("git_apply", False) for r in rows] == [True] * 18 + [False]  # the module row
+    # The series' script runs `git apply --check --ignore-whitespace`: each row states that flag.
+    flags = ["--ignore-whitespace"]
+    assert [r.get("git_apply", False) for r in rows] == [flags] * 18 + [False]  # the module row
     assert m["runtime_knobs"] == [{"name": k, "reason": KNOB_REASON} for k in RUNTIME_KNOBS]
     prose = rows[project.quirks.prose_kind - 1]
     assert prose["kind"] != "fix. retires when upstream takes it."
@@ -200,19 +202,72 @@ def test_adopt_then_check_reads_the_crlf_file_as_gnu_patch_does(
     as_kept: Project, tmp_path: Path
 ) -> None:
     """The CRLF file applies as GNU patch 2.7.6 applies it (CRs stripped, a note naming CRLF, no
-    whitespace finding); the one check that fails is the git apply contract, and truly: `git apply
-    --check --whitespace=error` refuses a CRLF patch on LF files. The series' own script passes it
-    with `--ignore-whitespace`, a flag the manifest's `git_apply` cannot state yet (issue #38's
-    note)."""
+    whitespace finding), and the git apply contract holds as the series' own script holds it:
+    `git apply --check --ignore-whitespace`, the flag adopt read from check_series.sh (plain
+    `git apply --check --whitespace=error` refuses a CRLF patch on LF files)."""
     project = copy(as_kept, tmp_path)
-    assert adopt(project).returncode == 0
+    result = adopt(project)
+    assert result.returncode == 0, result.stderr
+    assert "check_series.sh:11 runs git apply --check --ignore-whitespace)" in result.stderr
     result = hqp("check", cwd=project.root)
     out = result.stdout + result.stderr
-    assert result.returncode == 1, out
-    assert "failed        git-apply" in out
+    assert result.returncode == 0, out
     assert "CRLF" in out
+    assert "12 of 15 checks hold" in out
     held = next(line for line in out.splitlines() if line.strip().startswith("held"))
-    assert " apply," in held and "whitespace" in held  # GNU's reading holds, no CR finding
+    assert " apply," in held and "whitespace" in held and "git-apply" in held
+    # Without the flag the same rows fail the contract, for real: the flag is what makes it pass.
+    path = project.root / "patches/manifest.yaml"
+    text = path.read_text("utf-8")
+    path.write_text(text.replace('git_apply: ["--ignore-whitespace"]', "git_apply: true"))
+    plain = hqp("check", cwd=project.root)
+    assert plain.returncode == 1
+    assert "failed        git-apply" in plain.stdout + plain.stderr
+
+
+def test_the_whole_chain_on_the_series_as_kept(as_kept: Project, tmp_path: Path) -> None:
+    """#38's proof on the fixture as its maintainers keep it (CRLF file, package paths): adopt ->
+    check -> import -> export -> check --fork (all hold) -> edit one row -> refresh -> export
+    --check clean -> port --to a synthetic next release with no static error."""
+    import json
+
+    project = copy(as_kept, tmp_path)
+    assert adopt(project).returncode == 0
+    checked = hqp("check", cwd=project.root)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    fork = tmp_path / "fork"
+    imported = hqp("import", "--into", fork, "--create", cwd=project.root)
+    assert imported.returncode == 0, imported.stderr
+    exported = hqp("export", "--fork", fork, cwd=project.root)
+    assert exported.returncode == 0, exported.stderr
+    full = hqp("check", "--fork", fork, cwd=project.root)
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert "all 15 checks hold" in full.stdout + full.stderr
+    opened = hqp("edit", "--fork", fork, "cache-token-2", cwd=project.root)
+    assert opened.returncode == 0, opened.stderr
+    work = Path(opened.stdout.strip().splitlines()[-1])
+    changed = [p for p in work.rglob("*.py") if b"# row 2: tweak" in p.read_bytes()]
+    assert changed
+    changed[0].write_bytes(changed[0].read_bytes().replace(b"# row 2: tweak", b"# row 2: edited"))
+    refreshed = hqp("refresh", "--fork", fork, cwd=project.root)
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert b"# row 2: edited" in (project.root / project.series_files[1]).read_bytes()
+    clean = hqp("export", "--check", "--fork", fork, cwd=project.root)
+    assert clean.returncode == 0 and "every export is up to date" in clean.stderr, clean.stderr
+    again = hqp("check", "--fork", fork, cwd=project.root)
+    assert again.returncode == 0, again.stdout + again.stderr
+    nxt = tmp_path / "next"
+    shutil.copytree(project.pristine, nxt)
+    for path in sorted((nxt / "vllm").rglob("*.py")):
+        path.write_text("# vllm 0.30.0\n# (upstream moved this module)\n\n" + path.read_text())
+    proc = hqp("port", "--to", "0.30.0", "--source", f"dir:{nxt}", "--json", cwd=project.root)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    report = json.loads(proc.stdout)["reports"][0]
+    assert {r["status"] for r in report["rows"]} <= {"exact", "offset"}
+    errors = [
+        f for f in (report["statics"] or {}).get("findings", []) if f.get("severity") == "error"
+    ]
+    assert errors == [], errors
 
 
 def test_check_names_the_file_whose_sum_differs(lf_only: Project, tmp_path: Path) -> None:

@@ -464,3 +464,29 @@ def test_schema_patterns_are_the_validators() -> None:
     }
     for where, (published, validator) in pairs.items():
         assert published == validator.pattern.replace("\\Z", "$"), where
+
+
+def test_git_apply_states_the_series_flags_or_is_refused_by_line_and_field() -> None:
+    """#38: `git_apply: true` or the flags the series' own `git apply --check` passes."""
+    flagged = VALID.replace(
+        "    commit: " + SHA_A + "\n  - name: kvarn-modules",
+        "    commit: "
+        + SHA_A
+        + "\n    git_apply: [--ignore-whitespace, -C2]\n  - name: kvarn-modules",
+    )
+    row = parse(flagged).rows[0]
+    assert (row.git_apply, row.git_apply_flags) == (True, ("--ignore-whitespace", "-C2"))
+    assert (
+        parse(flagged.replace("[--ignore-whitespace, -C2]", "true")).rows[0].git_apply_flags == ()
+    )
+    bad = flagged.replace("[--ignore-whitespace, -C2]", "[--ignore-whitespace, --index, 3]")
+    assert problems(bad) == [
+        "patches/manifest.yaml:21: rows[0].git_apply[2]: must be a string, got an integer (quote it)",
+        "patches/manifest.yaml:21: rows[0].git_apply[1]: '--index' is not a flag a row may state; "
+        "allowed: --ignore-whitespace, --ignore-space-change, --recount, --inaccurate-eof, "
+        "--unidiff-zero, --allow-empty, --whitespace=<nowarn|warn|error|error-all>, -C<n>",
+    ]
+    assert problems(flagged.replace("[--ignore-whitespace, -C2]", "[]")) == [
+        "patches/manifest.yaml:21: rows[0].git_apply: an empty list: write true (no flags) or name "
+        "the flags"
+    ]

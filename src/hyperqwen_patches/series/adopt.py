@@ -42,6 +42,7 @@ from hyperqwen_patches.engine.patchset import Patch, PatchParseError, parse_patc
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.inputfile import read_input
 from hyperqwen_patches.records import field, record, replace
+from hyperqwen_patches.series import gitapplyflags
 from hyperqwen_patches.series.knobcomments import declared_in_patch
 from hyperqwen_patches.series.manifest import (
     CUT_RE,
@@ -138,6 +139,9 @@ class AdoptPlan:
     requirements: str | None = "docker/requirements.txt"  # None: it pins another build's release
     checksums: str | None = None
     git_apply_from: str | None = None  # "script:line" that runs git apply --check
+    # The flags that line passes which a row may state (gitapplyflags), and those it may not.
+    git_apply_flags: tuple[str, ...] = ()
+    git_apply_unstated: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -159,6 +163,8 @@ class AdoptPlan:
             "requirements": self.requirements,
             "checksums": self.checksums,
             "git_apply_from": self.git_apply_from,
+            "git_apply_flags": list(self.git_apply_flags),
+            "git_apply_unstated": list(self.git_apply_unstated),
             "writes": sorted(self.files),
             "replaces": sorted(self.replaced),
         }
@@ -230,7 +236,8 @@ def plan_adopt(
             knobs.setdefault(knob, reason)
     pin, pin_from, requirements = _pin(root, package, pin, series_rel, parsed_rows)
     checksums = _checksums(root, series_file)
-    git_apply_from = _git_apply_script(root, series_file)
+    git_apply_from, git_apply_line = _git_apply_script(root, series_file)
+    git_apply_flags, git_apply_unstated = gitapplyflags.flags_in_command(git_apply_line)
     points, point_of = _export_points(markers, package, pin)
     for i, (entry, rel, headers, subject) in enumerate(parsed_rows):
         row = _row(rel, entry.origin, headers, subject, pin, _name(entry.path, taken))
@@ -260,6 +267,8 @@ def plan_adopt(
         requirements=requirements,
         checksums=checksums,
         git_apply_from=git_apply_from,
+        git_apply_flags=git_apply_flags,
+        git_apply_unstated=git_apply_unstated,
     )
     text = manifest_text(plan).encode("utf-8")
     # Validated as check will read it: adopt never writes a manifest the tool then refuses.
@@ -327,7 +336,7 @@ def manifest_text(plan: AdoptPlan) -> str:
             shown = "null" if value is None else _yaml_value(key, value)
             lines.append(f"{dash}{key}: {shown}")
         if row.git_apply:
-            lines.append(f"    git_apply: true  # {plan.git_apply_from} runs git apply --check")
+            lines.append(f"    git_apply: {_git_apply_value(plan)}")
         if row.series_comment is not None:
             lines.append(f"    series_comment: {yaml_scalar(row.series_comment)}")
         if row.series_options is not None:
@@ -497,9 +506,19 @@ def _checksums(root: Path, series_file: Path) -> str | None:
     return None
 
 
-def _git_apply_script(root: Path, series_file: Path) -> str | None:
+def _git_apply_value(plan: AdoptPlan) -> str:
+    """A row's ``git_apply`` as adopt writes it: ``true``, or the flags the series' own check
+    passes (``[--ignore-whitespace]``), with the script line it comes from."""
+    if not plan.git_apply_flags:
+        return f"true  # {plan.git_apply_from} runs git apply --check"
+    flags = ", ".join(yaml_scalar(f) for f in plan.git_apply_flags)
+    return f"[{flags}]  # {plan.git_apply_from} runs git apply --check with them"
+
+
+def _git_apply_script(root: Path, series_file: Path) -> tuple[str | None, str]:
     """``file:line`` of a script in the series' folder that runs ``git apply --check`` (the series'
-    own check): its rows then keep that guarantee as ``git_apply: true``."""
+    own check), and that line: its rows then keep that guarantee as ``git_apply: true`` (or the
+    flags the line passes, series/gitapplyflags.py)."""
     folder = series_file.resolve().parent
     for file in sorted(folder.iterdir()):
         if not file.is_file() or file.suffix in PATCH_SUFFIXES or file == series_file.resolve():
@@ -512,8 +531,8 @@ def _git_apply_script(root: Path, series_file: Path) -> str | None:
             continue
         for number, line in enumerate(text.splitlines(), 1):
             if not line.lstrip().startswith("#") and _GIT_APPLY_CHECK_RE.search(line):
-                return f"{_rel(root, file)}:{number}"
-    return None
+                return f"{_rel(root, file)}:{number}", line
+    return None, ""
 
 
 def _export_points(

@@ -198,8 +198,10 @@ class Row:
     export_point: str | None = None
     commit: str | None = None
     skip: str | None = None  # the reason the row is kept for history but not applied
-    # Must also pass `git apply --check --whitespace=error` in series order (statics/gitapply.py).
+    # Must also pass `git apply --check --whitespace=error` in series order (statics/gitapply.py),
+    # with the flags the series' own check passes (``git_apply: [--ignore-whitespace]``).
     git_apply: bool = False
+    git_apply_flags: tuple[str, ...] = ()
     line: int = 0
     cut_note: str | None = None  # the note after cut_against's version ("adapted to #54809")
     unset: tuple[str, ...] = ()  # fields adopt filled with a default (no header line for them)
@@ -324,6 +326,7 @@ class Manifest:
                         "commit",
                         "skip",
                         "git_apply",
+                        "git_apply_flags",
                         "cut_note",
                         "unset",
                         "series_comment",
@@ -938,7 +941,7 @@ class _Validator:
             self.fail(
                 item, f"{where}.export_point", "a row with a commit must name its export point"
             )
-        git_apply = self.boolean(keys.get("git_apply"), f"{where}.git_apply")
+        git_apply, git_apply_flags = self.git_apply(keys.get("git_apply"), f"{where}.git_apply")
         if git_apply and "files" in keys:
             self.fail(
                 keys["git_apply"],
@@ -974,6 +977,7 @@ class _Validator:
             commit=commit,
             skip=skip,
             git_apply=bool(git_apply),
+            git_apply_flags=git_apply_flags,
             line=line,
             cut_note=cut_note,
             unset=unset,
@@ -1044,6 +1048,24 @@ class _Validator:
             self.fail(node, where, f"must be true or false, got {_what(node)}")
             return None
         return node.value.lower() in ("true", "yes", "on")
+
+    def git_apply(self, node: yaml.Node | None, where: str) -> tuple[bool | None, tuple[str, ...]]:
+        """``true``/``false``, or the flags the series' own ``git apply --check`` passes (a list:
+        the row is checked, with them); series/gitapplyflags.py says which flags may be stated."""
+        import yaml
+
+        from hyperqwen_patches.series import gitapplyflags
+
+        if not isinstance(node, yaml.SequenceNode):
+            return self.boolean(node, where), ()
+        flags = [self.string(item, f"{where}[{i}]") for i, item in enumerate(node.value)]
+        if not flags:
+            self.fail(node, where, "an empty list: write true (no flags) or name the flags")
+        given = [f or "" for f in flags]
+        for i, message in gitapplyflags.problems(given):
+            if flags[i] is not None:
+                self.fail(node.value[i], f"{where}[{i}]", message)
+        return True, tuple(given)
 
     def unset(self, node: yaml.Node | None, where: str) -> tuple[str, ...]:
         out: list[str] = []
