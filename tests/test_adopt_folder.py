@@ -25,9 +25,11 @@ from seriesfolder import (
     BRANCH,
     FOLDER,
     KNOB_REASON,
+    LINE_COMMENT,
     PIN,
     PROSE_KIND,
     RUNTIME_KNOBS,
+    SERIES_TAIL,
     Project,
     write_project,
 )
@@ -173,6 +175,27 @@ def test_adopt_takes_the_folder_as_it_is(as_kept: Project, tmp_path: Path) -> No
     old = before[f"{FOLDER}/series"].decode().splitlines()
     new = after[f"{FOLDER}/series"].decode().splitlines()
     assert [line for line in new if not line.startswith("# files:")][-len(old) :] == old
+
+
+def test_the_rendered_series_is_the_adopted_file_byte_for_byte(
+    as_kept: Project, tmp_path: Path
+) -> None:
+    """Every comment of the adopted series file comes back where it was: above an entry, after an
+    entry on its line (quilt's `name -p1  # why`) and after the last entry; render adds only its
+    own head and the module row's `# files:` line."""
+    project = copy(as_kept, tmp_path)
+    series = project.root / FOLDER / "series"
+    before = series.read_bytes()
+    assert f"-p1  # {LINE_COMMENT}\n".encode() in before
+    assert before.endswith(f"\n# {SERIES_TAIL}\n".encode())
+    assert adopt(project).returncode == 0
+    after = series.read_bytes().splitlines(keepends=True)
+    assert after[0].startswith(b"# The apply order of the series, rendered")
+    kept = [line for line in after[5:] if not line.startswith(b"# files: modules/ (row ")]
+    assert b"".join(kept) == before
+    rows = manifest_of(project)["rows"]
+    assert rows[2]["series_line_comment"] == f"  # {LINE_COMMENT}"
+    assert manifest_of(project)["series_tail"] == f"\n# {SERIES_TAIL}\n"
 
 
 def test_pin_given_beside_another_builds_pin(as_kept: Project, tmp_path: Path) -> None:

@@ -78,6 +78,8 @@ _BRANCH_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?!/)[A-Za-z0-9][A-Za-z0-9._/-]*(?<
 # What makes a file a patch rather than a list of patch files: a git diff header, or a ---/+++ pair.
 _PATCH_HEAD_RE = re.compile(rb"^diff --git |^--- \S.*\r?\n\+\+\+ \S", re.M)
 # The comment render writes in a series file for a module or skipped row (series/render.py).
+# A comment after an entry on its line, with the white space before it (kept as written).
+_LINE_COMMENT = re.compile(r"[ \t]+#.*$")
 _RENDERED_ROW = re.compile(r"^# (files|skipped): \S+ \(row [a-z0-9][a-z0-9._-]*: ")
 _CHECKSUM_NAMES = ("SHA256SUMS", "sha256sums", "SHA256SUMS.txt")
 _GIT_APPLY_CHECK_RE = re.compile(r"\bgit\s+apply\b[^\n]*--check\b")
@@ -107,6 +109,7 @@ class AdoptedRow:
     git_apply: bool = False
     series_comment: str | None = None
     series_options: str | None = None
+    series_line_comment: str | None = None
 
     def fields(self) -> list[tuple[str, str | None]]:
         """The manifest keys in docs/manifest.md's order (``None``: written as ``null``)."""
@@ -142,6 +145,7 @@ class AdoptPlan:
     # The flags that line passes which a row may state (gitapplyflags), and those it may not.
     git_apply_flags: tuple[str, ...] = ()
     git_apply_unstated: tuple[str, ...] = ()
+    series_tail: str | None = None  # the series file's comments after its last entry
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -201,8 +205,10 @@ def plan_adopt(
         )
     entries: list[_Entry] = []
     seen: dict[Path, str] = {}
+    found, series_tail = _list_entries(root, series_file)
     for i, list_file in enumerate((series_file, *appends)):
-        found = _list_entries(root, list_file) if i == 0 else _append_entries(root, list_file)
+        if i > 0:
+            found = _append_entries(root, list_file)
         for entry in found:
             if entry.path in seen:
                 raise AdoptError(
@@ -210,7 +216,7 @@ def plan_adopt(
                     f"(first at {seen[entry.path]})"
                 )
             seen[entry.path] = entry.origin
-            entries.append(_Entry(entry.path, entry.origin, entry.comment, entry.option, i == 0))
+            entries.append(replace(entry, in_series=i == 0))
     if not entries and not modules:
         raise AdoptError(f"{series_rel}: names no patch file")
 
@@ -248,6 +254,7 @@ def plan_adopt(
                 git_apply=git_apply_from is not None and entry.in_series,
                 series_comment=entry.comment,
                 series_options=entry.option,
+                series_line_comment=entry.line_comment,
             )
         )
     paths = _convention(conventions)
@@ -269,6 +276,7 @@ def plan_adopt(
         git_apply_from=git_apply_from,
         git_apply_flags=git_apply_flags,
         git_apply_unstated=git_apply_unstated,
+        series_tail=series_tail,
     )
     text = manifest_text(plan).encode("utf-8")
     # Validated as check will read it: adopt never writes a manifest the tool then refuses.
@@ -322,6 +330,8 @@ def manifest_text(plan: AdoptPlan) -> str:
         ]
     if plan.checksums is not None:
         lines.append(f"checksums: {yaml_scalar(plan.checksums)}")
+    if plan.series_tail is not None:
+        lines.append(f"series_tail: {yaml_scalar(plan.series_tail)}")
     lines.append("export_points:")
     for name, branch, origin in plan.export_points:
         lines += [
@@ -341,6 +351,8 @@ def manifest_text(plan: AdoptPlan) -> str:
             lines.append(f"    series_comment: {yaml_scalar(row.series_comment)}")
         if row.series_options is not None:
             lines.append(f"    series_options: {yaml_scalar(row.series_options)}")
+        if row.series_line_comment is not None:
+            lines.append(f"    series_line_comment: {yaml_scalar(row.series_line_comment)}")
         if row.unset:
             lines.append(f"    unset: [{', '.join(row.unset)}]")
     lines.append("retirements: []")
@@ -371,6 +383,7 @@ class _Entry:
     origin: str  # "list-file:line" or "--append FILE"
     comment: str | None = None  # the comment and blank lines above it in the series file
     option: str | None = None  # "-p1" when the line said so
+    line_comment: str | None = None  # "  # why" after the name (and option) on its line
     in_series: bool = True  # named by SERIES_FILE (not by an --append)
 
 
@@ -579,10 +592,11 @@ def _marker_branch(what: str) -> str | None:
     return first if _BRANCH_RE.match(first) else None
 
 
-def _list_entries(root: Path, list_file: Path) -> list[_Entry]:
+def _list_entries(root: Path, list_file: Path) -> tuple[list[_Entry], str | None]:
     """quilt's series format: one patch per line, ``#`` comments, blank lines, an optional ``-p1``.
-    Whole-line comments and blank lines are kept with the entry below them (the rendered series
-    writes them back); a comment after a name on its line is dropped."""
+    Whole-line comments and blank lines are kept with the entry below them, a comment after a name
+    on its line with that entry, and those after the last entry as the file's tail (returned with
+    the entries): the rendered series writes them all back where they were."""
     shown = _rel(root, list_file)
     try:
         # pipes=False: a FIFO in a repository has no writer; opening it would wait forever
@@ -632,9 +646,11 @@ def _list_entries(root: Path, list_file: Path) -> list[_Entry]:
             what = "is not a file" if path.exists() else "does not exist"
             raise AdoptError(f"{origin}: {_rel(root, path)} {what}")
         comment = "".join(f"{c}\n" for c in pending) or None
-        out.append(_Entry(path, origin, comment, "-p1" if options else None))
+        trailing = _LINE_COMMENT.search(raw)
+        line_comment = trailing[0] if trailing else None
+        out.append(_Entry(path, origin, comment, "-p1" if options else None, line_comment))
         pending = []
-    return out
+    return out, "".join(f"{c}\n" for c in pending) or None
 
 
 def _append_entries(root: Path, given: Path) -> list[_Entry]:
@@ -656,7 +672,7 @@ def _append_entries(root: Path, given: Path) -> list[_Entry]:
                 hint="adopt a series whose files are inside the repository (--into names it)",
             ) from None
         return [_Entry(path, f"--append {rel}", in_series=False)]
-    return [_Entry(e.path, e.origin, in_series=False) for e in _list_entries(root, given)]
+    return [_Entry(e.path, e.origin, in_series=False) for e in _list_entries(root, given)[0]]
 
 
 def _headers(

@@ -44,6 +44,7 @@ TOP_OPTIONAL = (
     "series",
     "requirements",
     "checksums",
+    "series_tail",
 )
 EXPORT_POINT_REQUIRED = ("name", "branch")
 EXPORT_POINT_OPTIONAL = ("commit", "base")
@@ -59,6 +60,7 @@ ROW_OPTIONAL = (
     "unset",
     "series_comment",
     "series_options",
+    "series_line_comment",
 )
 # Where the apply order is written unless the manifest's ``series`` names another file; the series
 # directory (the file's parent) is what entries are relative to (quilt's convention).
@@ -117,6 +119,9 @@ DOTTED_RE = LazyPattern(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 PATCH_SUFFIXES = (".patch", ".diff")
 # What the series file may carry besides entries: whole-line comments and blank lines (quilt's format).
 SERIES_COMMENT_RE = LazyPattern(r"^((#[^\n]*)?\n)+\Z")
+SERIES_COMMENT_SHAPE = "holds only '#' comment lines and blank lines, each ending in a newline"
+# A comment after an entry on its line, with the white space before it (quilt: `name -p1  # why`).
+SERIES_LINE_COMMENT_RE = LazyPattern(r"^[ \t]+#[^\n]*\Z")
 
 _STR = "tag:yaml.org,2002:str"
 # Control characters other than tab and newline (which block scalars carry).
@@ -209,6 +214,7 @@ class Row:
     # above the entry (each ending in a newline) and the entry's option (quilt's "-p1").
     series_comment: str | None = None
     series_options: str | None = None
+    series_line_comment: str | None = None  # "  # why", after the entry (and its option)
 
     @property
     def is_module(self) -> bool:
@@ -273,6 +279,8 @@ class Manifest:
     # build's requirements pin another release, or there is no such file).
     requirements: str | None = DEFAULT_REQUIREMENTS
     checksums: str | None = None  # a SHA256SUMS of the patch files, rendered and verified
+    # An adopted series file's comment and blank lines after its last entry, written back there.
+    series_tail: str | None = None
 
     @property
     def series_dir(self) -> str:
@@ -331,6 +339,7 @@ class Manifest:
                         "unset",
                         "series_comment",
                         "series_options",
+                        "series_line_comment",
                     )
                 }
                 for r in self.rows
@@ -345,6 +354,7 @@ class Manifest:
             "series": self.series,
             "requirements": self.requirements,
             "checksums": self.checksums,
+            "series_tail": self.series_tail,
         }
 
 
@@ -725,6 +735,9 @@ class _Validator:
                 None if node.tag == "tag:yaml.org,2002:null" else self.relpath(node, "requirements")
             )
         checksums = self.relpath(top.get("checksums"), "checksums")
+        series_tail = self.series_text(
+            top.get("series_tail"), "series_tail", SERIES_COMMENT_RE, SERIES_COMMENT_SHAPE
+        )
         named = [p for p in (series, requirements, checksums) if p is not None]
         if len(set(named)) != len(named):
             self.fail(
@@ -751,6 +764,7 @@ class _Validator:
             series=series,
             requirements=requirements,
             checksums=checksums,
+            series_tail=series_tail,
         )
 
     def format(self, node: yaml.Node | None) -> int | None:
@@ -948,13 +962,18 @@ class _Validator:
                 f"{where}.git_apply",
                 "git_apply is for patch rows; a module row is copied, not applied",
             )
-        series_comment = self.comment(keys.get("series_comment"), f"{where}.series_comment")
-        if series_comment is not None and not SERIES_COMMENT_RE.match(series_comment):
-            self.fail(
-                keys["series_comment"],
-                f"{where}.series_comment",
-                "holds only '#' comment lines and blank lines, each ending in a newline",
-            )
+        series_comment = self.series_text(
+            keys.get("series_comment"),
+            f"{where}.series_comment",
+            SERIES_COMMENT_RE,
+            SERIES_COMMENT_SHAPE,
+        )
+        series_line_comment = self.series_text(
+            keys.get("series_line_comment"),
+            f"{where}.series_line_comment",
+            SERIES_LINE_COMMENT_RE,
+            "is white space then a '#' comment, on one line (written after the entry)",
+        )
         series_options = self.string(keys.get("series_options"), f"{where}.series_options")
         if series_options is not None and series_options not in SERIES_OPTIONS:
             self.fail(
@@ -983,7 +1002,18 @@ class _Validator:
             unset=unset,
             series_comment=series_comment,
             series_options=series_options,
+            series_line_comment=series_line_comment,
         )
+
+    def series_text(
+        self, node: yaml.Node | None, where: str, pattern: LazyPattern, shape: str
+    ) -> str | None:
+        """Text kept from an adopted series file for render to write back, in its ``shape``."""
+        text = self.comment(node, where)
+        if text is not None and not pattern.match(text):
+            self.fail(node, where, shape)
+            return None
+        return text
 
     def comment(self, node: yaml.Node | None, where: str) -> str | None:
         """A block of comment lines, kept as written (``string`` strips; a blank line is content here)."""
