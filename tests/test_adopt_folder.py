@@ -359,6 +359,38 @@ def test_import_works_right_after_adopt(lf_only: Project, tmp_path: Path) -> Non
     assert "FAIL [replay-identity]" not in held and "FAIL [fork-commits]" not in held
 
 
+def test_a_bare_diffs_preamble_survives_import_and_export_byte_for_byte(
+    lf_only: Project, tmp_path: Path
+) -> None:
+    """#38: `import` took a bare diff's message from the row's name and `what` only, dropping the
+    preamble's prose. Now the preamble (what `git am` reads as a message: all of it before the
+    diff here) is the commit's body, export writes it back, and a re-import reads the same."""
+    project = copy(lf_only, tmp_path)
+    assert adopt(project).returncode == 0
+    preambles = {}
+    for rel in project.series_files:
+        data = (project.root / rel).read_bytes()
+        preambles[rel] = data[: data.index(b"diff --git ")]
+    assert PROSE_KIND.encode() in preambles[project.series_files[project.quirks.prose_kind - 1]]
+    fork = tmp_path / "fork"
+    assert hqp("import", "--into", fork, "--create", cwd=project.root).returncode == 0
+    log = subprocess.run(
+        ["git", "-C", str(fork), "log", "--format=%B%x00", BRANCH],
+        capture_output=True,
+        check=True,
+    ).stdout
+    for rel, preamble in preambles.items():
+        assert preamble.strip() + b"\n\nHqp-Row: " in log, rel
+    assert hqp("export", "--fork", fork, cwd=project.root).returncode == 0
+    for rel, preamble in preambles.items():
+        exported = (project.root / rel).read_bytes()
+        assert b"\n\n" + preamble.strip() + b"\n\nHqp-Row: " in exported, rel
+    again = hqp("import", "--into", fork, cwd=project.root)
+    assert "(unchanged;" in again.stdout + again.stderr
+    clean = hqp("export", "--check", "--fork", fork, cwd=project.root)
+    assert "every export is up to date" in clean.stderr
+
+
 def test_check_fork_holds_after_import_of_the_package_series(
     lf_only: Project, tmp_path: Path
 ) -> None:
