@@ -21,8 +21,8 @@ edits a line an earlier one added); one file saved with CRLF endings (``crlf=Fal
 a row that keeps two runtime-only knobs off ``compile_factors``' key under a comment saying why
 (``knob_comment=False`` leaves the comment out).
 
-``python tests/seriesfolder.py DEST [--lf] [--root-paths]`` writes it for a person to look at
-(docs/adopting.md walks through it).
+``python tests/seriesfolder.py DEST [--lf] [--root-paths]`` writes it for a person to look at, with
+``DEST/next/``, a synthetic next release to port to (docs/adopting.md walks through it).
 """
 
 from __future__ import annotations
@@ -239,12 +239,29 @@ def write_project(
     return Project(root, pristine, series_files, other_files, q, [_sha(n) for n in patches])
 
 
+NEXT_PIN = "0.30.0"
+
+
+def write_next_release(pristine: Path, dest: Path) -> int:
+    """A synthetic next release at ``dest`` (holding ``vllm/``): ``pristine`` with every module
+    moved down by three lines (a header upstream added), no signature or name changed, so every row
+    applies at an offset and ``port`` has nothing true to report. Returns how many modules moved."""
+    import shutil
+
+    shutil.copytree(pristine, dest)
+    moved = 0
+    for path in sorted((dest / PACKAGE).rglob("*.py")):
+        path.write_text(f"# vllm {NEXT_PIN}\n# (upstream moved this module)\n\n" + path.read_text())
+        moved += 1
+    return moved
+
+
 if __name__ == "__main__":
     # python tests/seriesfolder.py DEST [--lf] [--root-paths]: --lf saves the CRLF file with LF,
-    # --root-paths writes a/vllm/... paths (paths: root) instead of a/v1/... (paths: package).
+    # --root-paths writes a/vllm/... paths (paths: root) instead of a/v1/... (paths: package);
+    # DEST/next holds a synthetic 0.30.0 to port to.
     args = sys.argv[1:]
-    print(
-        write_project(
-            Path(args[0]), crlf="--lf" not in args, root_paths="--root-paths" in args
-        ).root
-    )
+    dest = Path(args[0])
+    project = write_project(dest, crlf="--lf" not in args, root_paths="--root-paths" in args)
+    write_next_release(project.pristine, dest / "next")
+    print(project.root)

@@ -31,6 +31,7 @@ from seriesfolder import (
     RUNTIME_KNOBS,
     SERIES_TAIL,
     Project,
+    write_next_release,
     write_project,
 )
 
@@ -280,9 +281,7 @@ def test_the_whole_chain_on_the_series_as_kept(as_kept: Project, tmp_path: Path)
     again = hqp("check", "--fork", fork, cwd=project.root)
     assert again.returncode == 0, again.stdout + again.stderr
     nxt = tmp_path / "next"
-    shutil.copytree(project.pristine, nxt)
-    for path in sorted((nxt / "vllm").rglob("*.py")):
-        path.write_text("# vllm 0.30.0\n# (upstream moved this module)\n\n" + path.read_text())
+    write_next_release(project.pristine, nxt)
     proc = hqp("port", "--to", "0.30.0", "--source", f"dir:{nxt}", "--json", cwd=project.root)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     report = json.loads(proc.stdout)["reports"][0]
@@ -500,12 +499,7 @@ def test_port_of_the_adopted_folder_to_a_next_release_reports_no_false_static_er
     project = copy(lf_only, tmp_path)
     assert adopt(project).returncode == 0
     nxt = tmp_path / "next"
-    shutil.copytree(project.pristine, nxt)
-    moved = 0
-    for path in sorted((nxt / "vllm").rglob("*.py")):
-        path.write_text("# vllm 0.30.0\n# (upstream moved this module)\n\n" + path.read_text())
-        moved += 1
-    assert moved > 5
+    assert write_next_release(project.pristine, nxt) > 5
     proc = hqp("port", "--to", "0.30.0", "--source", f"dir:{nxt}", "--json", cwd=project.root)
     assert proc.returncode in (0, 1), proc.stderr
     report = json.loads(proc.stdout)["reports"][0]
