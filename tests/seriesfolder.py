@@ -261,7 +261,11 @@ if __name__ == "__main__":
     # --root-paths writes a/vllm/... paths (paths: root) instead of a/v1/... (paths: package);
     # DEST/next holds a synthetic 0.30.0 to port to.
     args = sys.argv[1:]
+    if len(args) < 1 or args[0].startswith("-"):
+        sys.exit("usage: python tests/seriesfolder.py DEST [--lf] [--root-paths]")
     dest = Path(args[0])
+    if dest.exists() and any(dest.iterdir()):
+        sys.exit(f"seriesfolder.py: {dest} is not empty; give a new directory (nothing written)")
     project = write_project(dest, crlf="--lf" not in args, root_paths="--root-paths" in args)
     write_next_release(project.pristine, dest / "next")
     print(project.root)
