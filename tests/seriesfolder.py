@@ -242,7 +242,7 @@ def write_project(
 NEXT_PIN = "0.30.0"
 
 
-def write_next_release(pristine: Path, dest: Path) -> int:
+def write_next_release(pristine: Path, dest: Path, version: str = NEXT_PIN) -> int:
     """A synthetic next release at ``dest`` (holding ``vllm/``): ``pristine`` with every module
     moved down by three lines (a header upstream added), no signature or name changed, so every row
     applies at an offset and ``port`` has nothing true to report. Returns how many modules moved."""
@@ -251,7 +251,7 @@ def write_next_release(pristine: Path, dest: Path) -> int:
     shutil.copytree(pristine, dest)
     moved = 0
     for path in sorted((dest / PACKAGE).rglob("*.py")):
-        path.write_text(f"# vllm {NEXT_PIN}\n# (upstream moved this module)\n\n" + path.read_text())
+        path.write_text(f"# vllm {version}\n# (upstream moved this module)\n\n" + path.read_text())
         moved += 1
     return moved
 
