@@ -512,3 +512,25 @@ def test_the_whole_chain_on_the_52_file_series(project: Project, tmp_path: Path)
     assert {r["status"] for r in report["rows"]} <= {"exact", "offset"}
     statics = report["statics"] or {}
     assert [f for f in statics.get("findings", []) if f.get("severity") == "error"] == []
+
+
+def test_re_adopting_with_the_same_append_says_the_rendered_series_has_them(
+    project: Project,
+) -> None:
+    """A newcomer re-running the adopt command (with --force) gets the duplicate refused, and told
+    why: the rendered patches/series lists the appended files already."""
+    assert adopt(project, *KNOB_ARGS).returncode == 0
+    again = adopt(project, *KNOB_ARGS, "--force")
+    assert again.returncode == 2
+    assert "is listed twice (first at patches/series:" in again.stderr
+    assert "lists the appended files already: re-adopt it without --append" in again.stderr
+    plain = hqp(
+        "adopt",
+        "patches/series",
+        "--modules",
+        "kvarn/modules",
+        *KNOB_ARGS,
+        "--force",
+        cwd=project.root,
+    )
+    assert plain.returncode == 0, plain.stderr

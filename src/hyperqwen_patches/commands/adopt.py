@@ -31,8 +31,10 @@ own folder may sit beside another build's pin: that file is recorded as not this
 (`requirements: null`) and never taken as its pin.
 
 Kept guarantees: a SHA256SUMS beside the series (verified now; render rewrites it, check verifies
-it); a script beside it running `git apply --check` (every row gets `git_apply: true`); a comment
-a row writes above the knobs it adds to compile_factors' ignore list (copied into runtime_knobs).
+it); a script beside it running `git apply --check` (every row gets `git_apply: true`, or the
+flags that line passes, such as `git_apply: [--ignore-whitespace]`); a comment a row writes above
+the knobs it adds to compile_factors' ignore list (copied into runtime_knobs). The series file's
+comments (above an entry, after it on its line, after the last) are rendered back where they were.
 Patch files are never written.
 
 Refused, naming file and line, with nothing written: a missing file, a file listed twice, a file that

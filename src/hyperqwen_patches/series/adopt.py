@@ -213,7 +213,8 @@ def plan_adopt(
             if entry.path in seen:
                 raise AdoptError(
                     f"{entry.origin}: {_rel(root, entry.path)} is listed twice "
-                    f"(first at {seen[entry.path]})"
+                    f"(first at {seen[entry.path]})",
+                    hint=_listed_twice_hint(series_file, series_rel, i > 0),
                 )
             seen[entry.path] = entry.origin
             entries.append(replace(entry, in_series=i == 0))
@@ -516,6 +517,21 @@ def _checksums(root: Path, series_file: Path) -> str | None:
                     hint="the series' own sha256sum -c fails too: fix the file or its sum first",
                 )
         return rel
+    return None
+
+
+def _listed_twice_hint(series_file: Path, series_rel: str, appended: bool) -> str | None:
+    """Re-adopting with the same --append: the rendered series file lists those files already."""
+    try:
+        with open(series_file, "rb") as fh:
+            rendered = fh.readline().rstrip(b"\n") == SERIES_HEAD.encode()
+    except OSError:
+        return None
+    if appended and rendered:
+        return (
+            f"{series_rel} was written by render and lists the appended files already: "
+            "re-adopt it without --append"
+        )
     return None
 
 
