@@ -7,10 +7,11 @@ release's, with its own checks (issue #38's 18-row series, in shape; nothing cop
 - ``project/``: a repository that carries two series. The previous release's (``0.28.0``, the one
   ``docker/requirements.txt`` pins for another build) in ``patches/series`` with its files and a
   hand-written ``PATCHES.md``; and the one to adopt in ``patches/vllm-0.29/``: its own quilt
-  ``series`` (comments, ``-p1`` on every entry), 18 patch files with package-relative paths
-  (``a/v1/...``), a ``SHA256SUMS`` of them, a ``check_series.sh`` that runs GNU patch at fuzz 0 and
-  ``git apply --check`` on every one, a ``README.md`` table of the rows with their kinds, and a
-  module directory ``modules/`` copied into the package.
+  ``series`` (comments, ``-p1`` on every entry, a comment after one entry and after the last), 18
+  patch files with package-relative paths (``a/v1/...``), a ``SHA256SUMS`` of them, a
+  ``check_series.sh`` that runs GNU patch at fuzz 0 and ``git apply --check --ignore-whitespace`` on
+  every one, a ``README.md`` table of the rows with their kinds, and a module directory
+  ``modules/`` copied into the package.
 
 Its quirks, each on a known row (``Quirks``): preambles of prose, then a header block (``Kind:``,
 ``What:`` continued on an indented line, ``Upstream:``, ``Cut-against:``, ``Retires-when:``), then
@@ -20,8 +21,8 @@ edits a line an earlier one added); one file saved with CRLF endings (``crlf=Fal
 a row that keeps two runtime-only knobs off ``compile_factors``' key under a comment saying why
 (``knob_comment=False`` leaves the comment out).
 
-``python tests/seriesfolder.py DEST [--lf] [--root-paths]`` writes it for a person to look at
-(docs/adopting.md walks through it).
+``python tests/seriesfolder.py DEST [--lf] [--root-paths]`` writes it for a person to look at, with
+``DEST/next/``, a synthetic next release to port to (docs/adopting.md walks through it).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ N_ROWS = 18
 RUNTIME_KNOBS = ("VLLM_DISPATCH_TRACE", "VLLM_DISPATCH_TRACE_PATH")
 KNOB_REASON = "Runtime-only dispatch evidence; does not alter generated code."
 PROSE_KIND = "kind: fix. Retires when upstream takes it."
+LINE_COMMENT = "flaky on the H100 runners; see README"
+SERIES_TAIL = "end of the 0.29 series: modules/ is copied by the image build."
 
 
 @dataclass
@@ -203,11 +206,14 @@ def write_project(
         fname = f"{n:04d}-{names[n]}.patch"
         if n in (7, 12):
             series += ["\n", f"# --- {'knobs' if n == 7 else 'scheduler'} ---\n"]
-        series.append(f"{fname} -p1\n")
+        # quilt allows a comment after an entry; one row carries one (adopt keeps it on that line)
+        note = f"  # {LINE_COMMENT}" if n == 3 else ""
+        series.append(f"{fname} -p1{note}\n")
         (folder / fname).write_bytes(patches[n])
         sums.append(f"{hashlib.sha256(patches[n]).hexdigest()}  {fname}\n")
         readme.append(f"| {n} | {fname} | {kinds[n] if n not in q.headerless else '?'} |\n")
         series_files.append(f"{FOLDER}/{fname}")
+    series += ["\n", f"# {SERIES_TAIL}\n"]  # comments after the last entry, kept too
     (folder / "series").write_text("".join(series))
     (folder / "SHA256SUMS").write_text("".join(sums))
     (folder / "README.md").write_text("".join(readme))
@@ -233,12 +239,33 @@ def write_project(
     return Project(root, pristine, series_files, other_files, q, [_sha(n) for n in patches])
 
 
+NEXT_PIN = "0.30.0"
+
+
+def write_next_release(pristine: Path, dest: Path, version: str = NEXT_PIN) -> int:
+    """A synthetic next release at ``dest`` (holding ``vllm/``): ``pristine`` with every module
+    moved down by three lines (a header upstream added), no signature or name changed, so every row
+    applies at an offset and ``port`` has nothing true to report. Returns how many modules moved."""
+    import shutil
+
+    shutil.copytree(pristine, dest)
+    moved = 0
+    for path in sorted((dest / PACKAGE).rglob("*.py")):
+        path.write_text(f"# vllm {version}\n# (upstream moved this module)\n\n" + path.read_text())
+        moved += 1
+    return moved
+
+
 if __name__ == "__main__":
     # python tests/seriesfolder.py DEST [--lf] [--root-paths]: --lf saves the CRLF file with LF,
-    # --root-paths writes a/vllm/... paths (paths: root) instead of a/v1/... (paths: package).
+    # --root-paths writes a/vllm/... paths (paths: root) instead of a/v1/... (paths: package);
+    # DEST/next holds a synthetic 0.30.0 to port to.
     args = sys.argv[1:]
-    print(
-        write_project(
-            Path(args[0]), crlf="--lf" not in args, root_paths="--root-paths" in args
-        ).root
-    )
+    if len(args) < 1 or args[0].startswith("-"):
+        sys.exit("usage: python tests/seriesfolder.py DEST [--lf] [--root-paths]")
+    dest = Path(args[0])
+    if dest.exists() and any(dest.iterdir()):
+        sys.exit(f"seriesfolder.py: {dest} is not empty; give a new directory (nothing written)")
+    project = write_project(dest, crlf="--lf" not in args, root_paths="--root-paths" in args)
+    write_next_release(project.pristine, dest / "next")
+    print(project.root)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import require_gnu_patch
 from realseries import PIN, RUNTIME_KNOBS, Project, write_project
+from seriesfolder import write_next_release
 
 from hyperqwen_patches.engine.applying import apply_series
 from hyperqwen_patches.series.manifest import load_manifest
@@ -474,3 +475,62 @@ def test_a_foreign_edit_in_the_realistic_series_is_named_by_file(
         refused.returncode == 1 and f"vllm/{name} carries an earlier or foreign" in refused.stderr
     )
     assert snapshot(site) == before
+
+
+def test_the_whole_chain_on_the_52_file_series(project: Project, tmp_path: Path) -> None:
+    """#38's proof on this series: adopt -> check -> import -> the first export --check is format
+    drift only (row 6 creates a file with a plain `--- /dev/null` diff, which export writes with
+    `new file mode 100644`: not semantic) -> export -> check --fork (all hold) -> edit one row ->
+    refresh -> export --check clean -> port --to a synthetic next release with no static error."""
+    root = project.root
+    assert adopt(project, *KNOB_ARGS).returncode == 0
+    assert hqp("check", cwd=root).returncode == 0
+    fork = tmp_path / "fork"
+    assert hqp("import", "--into", fork, "--create", cwd=root).returncode == 0
+    first = hqp("export", "--check", "--fork", fork, cwd=root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "format drift only (52:" in first.stderr and "no semantic change" in first.stderr
+    assert hqp("export", "--fork", fork, cwd=root).returncode == 0
+    full = hqp("check", "--fork", fork, cwd=root)
+    assert full.returncode == 0 and "all 15 checks hold" in full.stdout + full.stderr
+    opened = hqp("edit", "--fork", fork, "request-draft-2", cwd=root)
+    assert opened.returncode == 0, opened.stderr
+    work = Path(opened.stdout.strip().splitlines()[-1])
+    changed = sorted(p for p in work.rglob("*.py") if b"# row 2: floor" in p.read_bytes())[0]
+    changed.write_bytes(changed.read_bytes().replace(b"# row 2: floor", b"# row 2: edited", 1))
+    refreshed = hqp("refresh", "--fork", fork, cwd=root)
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert b"# row 2: edited" in (root / project.series_files[1]).read_bytes()
+    clean = hqp("export", "--check", "--fork", fork, cwd=root)
+    assert clean.returncode == 0 and "every export is up to date" in clean.stderr
+    assert hqp("check", "--fork", fork, cwd=root).returncode == 0
+    nxt = tmp_path / "next"
+    write_next_release(project.pristine, nxt, "0.32.0")
+    proc = hqp("port", "--to", "0.32.0", "--source", f"dir:{nxt}", "--json", cwd=root)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    report = json.loads(proc.stdout)["reports"][0]
+    assert {r["status"] for r in report["rows"]} <= {"exact", "offset"}
+    statics = report["statics"] or {}
+    assert [f for f in statics.get("findings", []) if f.get("severity") == "error"] == []
+
+
+def test_re_adopting_with_the_same_append_says_the_rendered_series_has_them(
+    project: Project,
+) -> None:
+    """A newcomer re-running the adopt command (with --force) gets the duplicate refused, and told
+    why: the rendered patches/series lists the appended files already."""
+    assert adopt(project, *KNOB_ARGS).returncode == 0
+    again = adopt(project, *KNOB_ARGS, "--force")
+    assert again.returncode == 2
+    assert "is listed twice (first at patches/series:" in again.stderr
+    assert "lists the appended files already: re-adopt it without --append" in again.stderr
+    plain = hqp(
+        "adopt",
+        "patches/series",
+        "--modules",
+        "kvarn/modules",
+        *KNOB_ARGS,
+        "--force",
+        cwd=project.root,
+    )
+    assert plain.returncode == 0, plain.stderr

@@ -25,10 +25,13 @@ from seriesfolder import (
     BRANCH,
     FOLDER,
     KNOB_REASON,
+    LINE_COMMENT,
     PIN,
     PROSE_KIND,
     RUNTIME_KNOBS,
+    SERIES_TAIL,
     Project,
+    write_next_release,
     write_project,
 )
 
@@ -154,7 +157,9 @@ def test_adopt_takes_the_folder_as_it_is(as_kept: Project, tmp_path: Path) -> No
     )
     assert m["export_points"] == [{"name": "qwen38-0.29", "branch": BRANCH}]
     rows = m["rows"]
-    assert [r.get("git_apply", False) for r in rows] == [True] * 18 + [False]  # the module row
+    # The series' script runs `git apply --check --ignore-whitespace`: each row states that flag.
+    flags = ["--ignore-whitespace"]
+    assert [r.get("git_apply", False) for r in rows] == [flags] * 18 + [False]  # the module row
     assert m["runtime_knobs"] == [{"name": k, "reason": KNOB_REASON} for k in RUNTIME_KNOBS]
     prose = rows[project.quirks.prose_kind - 1]
     assert prose["kind"] != "fix. retires when upstream takes it."
@@ -171,6 +176,27 @@ def test_adopt_takes_the_folder_as_it_is(as_kept: Project, tmp_path: Path) -> No
     old = before[f"{FOLDER}/series"].decode().splitlines()
     new = after[f"{FOLDER}/series"].decode().splitlines()
     assert [line for line in new if not line.startswith("# files:")][-len(old) :] == old
+
+
+def test_the_rendered_series_is_the_adopted_file_byte_for_byte(
+    as_kept: Project, tmp_path: Path
+) -> None:
+    """Every comment of the adopted series file comes back where it was: above an entry, after an
+    entry on its line (quilt's `name -p1  # why`) and after the last entry; render adds only its
+    own head and the module row's `# files:` line."""
+    project = copy(as_kept, tmp_path)
+    series = project.root / FOLDER / "series"
+    before = series.read_bytes()
+    assert f"-p1  # {LINE_COMMENT}\n".encode() in before
+    assert before.endswith(f"\n# {SERIES_TAIL}\n".encode())
+    assert adopt(project).returncode == 0
+    after = series.read_bytes().splitlines(keepends=True)
+    assert after[0].startswith(b"# The apply order of the series, rendered")
+    kept = [line for line in after[5:] if not line.startswith(b"# files: modules/ (row ")]
+    assert b"".join(kept) == before
+    rows = manifest_of(project)["rows"]
+    assert rows[2]["series_line_comment"] == f"  # {LINE_COMMENT}"
+    assert manifest_of(project)["series_tail"] == f"\n# {SERIES_TAIL}\n"
 
 
 def test_pin_given_beside_another_builds_pin(as_kept: Project, tmp_path: Path) -> None:
@@ -200,19 +226,70 @@ def test_adopt_then_check_reads_the_crlf_file_as_gnu_patch_does(
     as_kept: Project, tmp_path: Path
 ) -> None:
     """The CRLF file applies as GNU patch 2.7.6 applies it (CRs stripped, a note naming CRLF, no
-    whitespace finding); the one check that fails is the git apply contract, and truly: `git apply
-    --check --whitespace=error` refuses a CRLF patch on LF files. The series' own script passes it
-    with `--ignore-whitespace`, a flag the manifest's `git_apply` cannot state yet (issue #38's
-    note)."""
+    whitespace finding), and the git apply contract holds as the series' own script holds it:
+    `git apply --check --ignore-whitespace`, the flag adopt read from check_series.sh (plain
+    `git apply --check --whitespace=error` refuses a CRLF patch on LF files)."""
     project = copy(as_kept, tmp_path)
-    assert adopt(project).returncode == 0
+    result = adopt(project)
+    assert result.returncode == 0, result.stderr
+    assert "check_series.sh:11 runs git apply --check --ignore-whitespace)" in result.stderr
     result = hqp("check", cwd=project.root)
     out = result.stdout + result.stderr
-    assert result.returncode == 1, out
-    assert "failed        git-apply" in out
+    assert result.returncode == 0, out
     assert "CRLF" in out
+    assert "12 of 15 checks hold" in out
     held = next(line for line in out.splitlines() if line.strip().startswith("held"))
-    assert " apply," in held and "whitespace" in held  # GNU's reading holds, no CR finding
+    assert " apply," in held and "whitespace" in held and "git-apply" in held
+    # Without the flag the same rows fail the contract, for real: the flag is what makes it pass.
+    path = project.root / "patches/manifest.yaml"
+    text = path.read_text("utf-8")
+    path.write_text(text.replace('git_apply: ["--ignore-whitespace"]', "git_apply: true"))
+    plain = hqp("check", cwd=project.root)
+    assert plain.returncode == 1
+    assert "failed        git-apply" in plain.stdout + plain.stderr
+
+
+def test_the_whole_chain_on_the_series_as_kept(as_kept: Project, tmp_path: Path) -> None:
+    """#38's proof on the fixture as its maintainers keep it (CRLF file, package paths): adopt ->
+    check -> import -> export -> check --fork (all hold) -> edit one row -> refresh -> export
+    --check clean -> port --to a synthetic next release with no static error."""
+    import json
+
+    project = copy(as_kept, tmp_path)
+    assert adopt(project).returncode == 0
+    checked = hqp("check", cwd=project.root)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    fork = tmp_path / "fork"
+    imported = hqp("import", "--into", fork, "--create", cwd=project.root)
+    assert imported.returncode == 0, imported.stderr
+    exported = hqp("export", "--fork", fork, cwd=project.root)
+    assert exported.returncode == 0, exported.stderr
+    full = hqp("check", "--fork", fork, cwd=project.root)
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert "all 15 checks hold" in full.stdout + full.stderr
+    opened = hqp("edit", "--fork", fork, "cache-token-2", cwd=project.root)
+    assert opened.returncode == 0, opened.stderr
+    work = Path(opened.stdout.strip().splitlines()[-1])
+    changed = [p for p in work.rglob("*.py") if b"# row 2: tweak" in p.read_bytes()]
+    assert changed
+    changed[0].write_bytes(changed[0].read_bytes().replace(b"# row 2: tweak", b"# row 2: edited"))
+    refreshed = hqp("refresh", "--fork", fork, cwd=project.root)
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert b"# row 2: edited" in (project.root / project.series_files[1]).read_bytes()
+    clean = hqp("export", "--check", "--fork", fork, cwd=project.root)
+    assert clean.returncode == 0 and "every export is up to date" in clean.stderr, clean.stderr
+    again = hqp("check", "--fork", fork, cwd=project.root)
+    assert again.returncode == 0, again.stdout + again.stderr
+    nxt = tmp_path / "next"
+    write_next_release(project.pristine, nxt)
+    proc = hqp("port", "--to", "0.30.0", "--source", f"dir:{nxt}", "--json", cwd=project.root)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    report = json.loads(proc.stdout)["reports"][0]
+    assert {r["status"] for r in report["rows"]} <= {"exact", "offset"}
+    errors = [
+        f for f in (report["statics"] or {}).get("findings", []) if f.get("severity") == "error"
+    ]
+    assert errors == [], errors
 
 
 def test_check_names_the_file_whose_sum_differs(lf_only: Project, tmp_path: Path) -> None:
@@ -279,6 +356,38 @@ def test_import_works_right_after_adopt(lf_only: Project, tmp_path: Path) -> Non
     check = hqp("check", "--fork", fork, cwd=project.root)
     held = check.stdout + check.stderr
     assert "FAIL [replay-identity]" not in held and "FAIL [fork-commits]" not in held
+
+
+def test_a_bare_diffs_preamble_survives_import_and_export_byte_for_byte(
+    lf_only: Project, tmp_path: Path
+) -> None:
+    """#38: `import` took a bare diff's message from the row's name and `what` only, dropping the
+    preamble's prose. Now the preamble (what `git am` reads as a message: all of it before the
+    diff here) is the commit's body, export writes it back, and a re-import reads the same."""
+    project = copy(lf_only, tmp_path)
+    assert adopt(project).returncode == 0
+    preambles = {}
+    for rel in project.series_files:
+        data = (project.root / rel).read_bytes()
+        preambles[rel] = data[: data.index(b"diff --git ")]
+    assert PROSE_KIND.encode() in preambles[project.series_files[project.quirks.prose_kind - 1]]
+    fork = tmp_path / "fork"
+    assert hqp("import", "--into", fork, "--create", cwd=project.root).returncode == 0
+    log = subprocess.run(
+        ["git", "-C", str(fork), "log", "--format=%B%x00", BRANCH],
+        capture_output=True,
+        check=True,
+    ).stdout
+    for rel, preamble in preambles.items():
+        assert preamble.strip() + b"\n\nHqp-Row: " in log, rel
+    assert hqp("export", "--fork", fork, cwd=project.root).returncode == 0
+    for rel, preamble in preambles.items():
+        exported = (project.root / rel).read_bytes()
+        assert b"\n\n" + preamble.strip() + b"\n\nHqp-Row: " in exported, rel
+    again = hqp("import", "--into", fork, cwd=project.root)
+    assert "(unchanged;" in again.stdout + again.stderr
+    clean = hqp("export", "--check", "--fork", fork, cwd=project.root)
+    assert "every export is up to date" in clean.stderr
 
 
 def test_check_fork_holds_after_import_of_the_package_series(
@@ -390,12 +499,7 @@ def test_port_of_the_adopted_folder_to_a_next_release_reports_no_false_static_er
     project = copy(lf_only, tmp_path)
     assert adopt(project).returncode == 0
     nxt = tmp_path / "next"
-    shutil.copytree(project.pristine, nxt)
-    moved = 0
-    for path in sorted((nxt / "vllm").rglob("*.py")):
-        path.write_text("# vllm 0.30.0\n# (upstream moved this module)\n\n" + path.read_text())
-        moved += 1
-    assert moved > 5
+    assert write_next_release(project.pristine, nxt) > 5
     proc = hqp("port", "--to", "0.30.0", "--source", f"dir:{nxt}", "--json", cwd=project.root)
     assert proc.returncode in (0, 1), proc.stderr
     report = json.loads(proc.stdout)["reports"][0]

@@ -205,6 +205,27 @@ def test_format_drift_is_the_same_changes_written_another_way() -> None:
     assert classify(HAND.encode(), elsewhere.encode()) == "semantic"
 
 
+def test_a_plain_diffs_new_or_deleted_file_is_format_drift_against_gits_mode_lines() -> None:
+    """The 52-file series' row 6 creates a file with a plain `--- /dev/null` diff; export writes
+    `new file mode 100644` for it: the same change (GNU patch and the engine create it 0644), not
+    semantic drift. A created file git says is executable is another change."""
+    body = "@@ -0,0 +1,2 @@\n+one\n+two\n"
+    plain = "Prose.\n\n--- /dev/null\n+++ b/vllm/n.py\n" + body
+    git = (
+        "Subject: [PATCH] x\n\ndiff --git a/vllm/n.py b/vllm/n.py\nnew file mode 100644\n"
+        "index 0000000..1111111\n--- /dev/null\n+++ b/vllm/n.py\n" + body
+    )
+    assert classify(plain.encode(), git.encode()) == "format"
+    executable = git.replace("new file mode 100644", "new file mode 100755")
+    assert classify(plain.encode(), executable.encode()) == "semantic"
+    gone = "--- a/vllm/n.py\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-one\n-two\n"
+    git_gone = (
+        "diff --git a/vllm/n.py b/vllm/n.py\ndeleted file mode 100755\nindex 1111111..0000000\n"
+        + gone
+    )
+    assert classify(gone.encode(), git_gone.encode()) == "format"
+
+
 @pytest.fixture(scope="module")
 def realseries(tmp_path_factory: pytest.TempPathFactory) -> Project:
     return write_project(tmp_path_factory.mktemp("realseries"))

@@ -151,7 +151,7 @@ def test_unknown_keys_are_errors_with_a_suggestion() -> None:
     got = problems(VALID.replace("retires_when: never", "retire_when: never"))
     assert got == [
         "patches/manifest.yaml:26: rows[1].retire_when: unknown key; did you mean 'retires_when'? "
-        "(known: name, kind, what, cut_against, retires_when, patch, files, upstream, export_point, commit, skip, git_apply, unset, series_comment, series_options)",
+        "(known: name, kind, what, cut_against, retires_when, patch, files, upstream, export_point, commit, skip, git_apply, unset, series_comment, series_options, series_line_comment)",
         "patches/manifest.yaml:21: rows[1].retires_when: required field is missing",
     ]
     assert problems(VALID.replace("paths: root", "pathz: root"))[0].startswith(
@@ -478,3 +478,49 @@ def test_schema_patterns_are_the_validators() -> None:
     }
     for where, (published, validator) in pairs.items():
         assert published == validator.pattern.replace("\\Z", "$"), where
+
+
+def test_git_apply_states_the_series_flags_or_is_refused_by_line_and_field() -> None:
+    """#38: `git_apply: true` or the flags the series' own `git apply --check` passes."""
+    flagged = VALID.replace(
+        "    commit: " + SHA_A + "\n  - name: kvarn-modules",
+        "    commit: "
+        + SHA_A
+        + "\n    git_apply: [--ignore-whitespace, -C2]\n  - name: kvarn-modules",
+    )
+    row = parse(flagged).rows[0]
+    assert (row.git_apply, row.git_apply_flags) == (True, ("--ignore-whitespace", "-C2"))
+    assert (
+        parse(flagged.replace("[--ignore-whitespace, -C2]", "true")).rows[0].git_apply_flags == ()
+    )
+    bad = flagged.replace("[--ignore-whitespace, -C2]", "[--ignore-whitespace, --index, 3]")
+    assert problems(bad) == [
+        "patches/manifest.yaml:21: rows[0].git_apply[2]: must be a string, got an integer (quote it)",
+        "patches/manifest.yaml:21: rows[0].git_apply[1]: '--index' is not a flag a row may state; "
+        "allowed: --ignore-whitespace, --ignore-space-change, --recount, --inaccurate-eof, "
+        "--unidiff-zero, --allow-empty, --whitespace=<nowarn|warn|error|error-all>, -C<n>",
+    ]
+    assert problems(flagged.replace("[--ignore-whitespace, -C2]", "[]")) == [
+        "patches/manifest.yaml:21: rows[0].git_apply: an empty list: write true (no flags) or name "
+        "the flags"
+    ]
+
+
+def test_series_text_kept_from_an_adopted_file_is_checked_for_its_shape() -> None:
+    """A comment after an entry (`series_line_comment`) and after the last (`series_tail`) are
+    written back by render, so they may hold only what a series file's comments hold."""
+    line = '    series_options: -p1\n    series_line_comment: "  # flaky"\n'
+    kept = VALID.replace(
+        "    commit: " + SHA_A + "\n  - name: kvarn-modules",
+        "    commit: " + SHA_A + "\n" + line + "  - name: kvarn-modules",
+    ).replace("rows:\n", 'series_tail: "\\n# the end\\n"\nrows:\n', 1)
+    man = parse(kept)
+    assert (man.rows[0].series_line_comment, man.series_tail) == ("  # flaky", "\n# the end\n")
+    bad = kept.replace('"  # flaky"', '"not a comment"').replace("# the end", "x")
+    assert [p.split(": ", 2)[1:] for p in problems(bad)] == [
+        [
+            "rows[0].series_line_comment",
+            "is white space then a '#' comment, on one line (written after the entry)",
+        ],
+        ["series_tail", "holds only '#' comment lines and blank lines, each ending in a newline"],
+    ]

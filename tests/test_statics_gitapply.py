@@ -63,3 +63,37 @@ def test_a_marked_row_is_checked_on_what_the_rows_before_it_made(tmp_path: Path)
         row_extra={"two": MARK, "new": MARK},
     )
     assert static_findings(root, GITAPPLY) == []
+
+
+def _crlf_row(tmp_path: Path, mark: str) -> Path:
+    """A row whose patch file was saved with CRLF endings (the files it patches are LF)."""
+    new = OLD.replace(b"line 4\n", b"line 4\nadded\n")
+    root = make_repo(
+        tmp_path, {"vllm/a.py": OLD}, [("crlf", {"vllm/a.py": new})], row_extra={"crlf": mark}
+    )
+    patch = root / "patches/0001-crlf.patch"
+    patch.write_bytes(patch.read_bytes().replace(b"\n", b"\r\n"))
+    return root
+
+
+def test_a_crlf_patch_fails_plain_git_apply_but_passes_with_the_series_flags(
+    tmp_path: Path,
+) -> None:
+    """#38: the series' own script runs `git apply --check --ignore-whitespace`; stated on the row
+    (`git_apply: [--ignore-whitespace]`), the check asks real git the same and holds."""
+    [finding] = static_findings(_crlf_row(tmp_path / "plain", MARK), GITAPPLY)
+    assert "git apply --check --whitespace=error refuses" in finding.message
+    flagged = _crlf_row(tmp_path / "flags", "    git_apply: [--ignore-whitespace]\n")
+    assert static_findings(flagged, GITAPPLY) == []
+
+
+def test_a_rows_whitespace_flag_replaces_the_default(tmp_path: Path) -> None:
+    dirty = OLD.replace(b"line 4\n", b"line 4\nadded \n")
+    row = {"dirty": "    git_apply: [--whitespace=nowarn]\n"}
+    root = make_repo(tmp_path, {"vllm/a.py": OLD}, [("dirty", {"vllm/a.py": dirty})], row_extra=row)
+    assert static_findings(root, GITAPPLY) == []
+    # The flags are part of what a cached verdict is about: back to the default, it fails again.
+    manifest = root / "patches/manifest.yaml"
+    manifest.write_text(manifest.read_text().replace("[--whitespace=nowarn]", "true"))
+    [finding] = static_findings(root, GITAPPLY)
+    assert "--whitespace=error refuses" in finding.message

@@ -31,8 +31,10 @@ own folder may sit beside another build's pin: that file is recorded as not this
 (`requirements: null`) and never taken as its pin.
 
 Kept guarantees: a SHA256SUMS beside the series (verified now; render rewrites it, check verifies
-it); a script beside it running `git apply --check` (every row gets `git_apply: true`); a comment
-a row writes above the knobs it adds to compile_factors' ignore list (copied into runtime_knobs).
+it); a script beside it running `git apply --check` (every row gets `git_apply: true`, or the
+flags that line passes, such as `git_apply: [--ignore-whitespace]`); a comment a row writes above
+the knobs it adds to compile_factors' ignore list (copied into runtime_knobs). The series file's
+comments (above an entry, after it on its line, after the last) are rendered back where they were.
 Patch files are never written.
 
 Refused, naming file and line, with nothing written: a missing file, a file listed twice, a file that
@@ -203,7 +205,8 @@ def _render(plan: AdoptPlan, dry_run: bool, written: list[str]) -> None:
     err.print(f"adopt: export point{'s' if len(plan.export_points) > 1 else ''} {points}")
     kept = [
         f"{plan.checksums} (render rewrites it, check verifies it)" if plan.checksums else "",
-        f"git_apply: true on the series' rows ({plan.git_apply_from} runs git apply --check)"
+        f"git_apply on the series' rows ({plan.git_apply_from} runs git apply --check"
+        f"{' ' + ' '.join(plan.git_apply_flags) if plan.git_apply_flags else ''})"
         if plan.git_apply_from
         else "",
         f"{plan.series} as the apply order (its folder's own: PATCHES.md beside it, other "
@@ -217,6 +220,12 @@ def _render(plan: AdoptPlan, dry_run: bool, written: list[str]) -> None:
     for line in kept:
         if line:
             err.print(f"adopt: kept {line}", soft_wrap=True)
+    if plan.git_apply_unstated:
+        err.print(
+            f"adopt: warning: {plan.git_apply_from} also passes {' '.join(plan.git_apply_unstated)}"
+            " to git apply, which a row may not state (docs/manifest.md): checked without it",
+            soft_wrap=True,
+        )
     if unset:
         err.print(f"adopt: {unset} rows have unset fields (no header line); check lists them")
     if not dry_run:

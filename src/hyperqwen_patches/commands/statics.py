@@ -15,7 +15,8 @@ HELP = """Run the static checks of what the rows add, and show what they counted
 
 On the pin: every touched or added Python file compiles; knobs are read through vllm.envs and
 registered (with the registry's entry count before and after the series); added lines pass
-`git diff --check`; rows marked git_apply pass `git apply --check --whitespace=error`. With --to,
+`git diff --check`; rows marked git_apply pass `git apply --check --whitespace=error` (plus the
+flags a row lists: `git_apply: [--ignore-whitespace]`). With --to,
 also: names the added lines use that the pin has and the release lacks, and calls whose callee
 changed its parameters, with how many were resolved and skipped. `check` runs the same checks as
 part of its pipeline; this command adds the counts. Rules: docs/static-checks.md.

@@ -5,7 +5,8 @@ One commit per active row, in manifest order, on top of the deterministic base c
 - the tree is the engine's result of applying the row at fuzz 0 (the same code as ``apply`` and
   ``check``), so the fork is what the Docker image installs, not what ``git apply`` would guess;
 - the message, author and author date come from the patch file's email header (read by
-  ``git mailinfo``, as ``git am`` reads it); a plain diff without one gets the row's name and ``what``;
+  ``git mailinfo``, as ``git am`` reads it); a plain diff without one gets the row's name and
+  ``what`` as its subject and its preamble (what ``git am`` reads as the message) as its body;
   a module-file row gets ``<name>: add module files``;
 - the committer is fixed (``hyperqwen-patches``), its date is the author date, and every message ends
   with the ``Hqp-Row: <name>`` trailer (added when the patch file lacks it);
@@ -74,6 +75,13 @@ def rows_of(manifest: Manifest, point: ExportPoint) -> list[Row]:
 
 def read_mail(view: Path, data: bytes, *, row: Row) -> MailHeader | None:
     """The commit a patch file describes (``git mailinfo``, as ``git am``); None for a bare diff."""
+    return _mail_of(view, *_mailinfo(view, data, row=row), row=row)
+
+
+def _mailinfo(view: Path, data: bytes, *, row: Row) -> tuple[dict[bytes, bytes], bytes]:
+    """``git mailinfo``'s header fields and message body of a patch file. For a bare diff the body
+    is its preamble up to where ``git am`` would take the diff to start (a ``---`` line, ``diff -``,
+    ``Index:``)."""
     with tempfile.TemporaryDirectory(prefix="hqp-mail-") as tmp:
         msg, patch = Path(tmp) / "msg", Path(tmp) / "patch"
         # -b: strip only "[PATCH...]" brackets from the subject, not "[kvarn]"; --encoding: UTF-8 out.
@@ -89,6 +97,10 @@ def read_mail(view: Path, data: bytes, *, row: Row) -> MailHeader | None:
         key, sep, value = line.partition(b": ")
         if sep:
             fields[key] = value
+    return fields, body
+
+
+def _mail_of(view: Path, fields: dict[bytes, bytes], body: bytes, *, row: Row) -> MailHeader | None:
     subject = fields.get(b"Subject", b"").strip()
     if not subject or not fields.get(b"Email"):
         return None
@@ -190,9 +202,12 @@ def commit_for_row(view: Path, manifest: Manifest, row: Row) -> tuple[bytes, dic
             data = read_repo_file(manifest.root / row.patch, "the patch file", shown=row.patch)
         except (ValueError, FileNotFoundError) as exc:
             raise UsageError(f"row {row.name}: {exc}") from None
-        mail = read_mail(view, data, row=row)
+        fields, body = _mailinfo(view, data, row=row)
+        mail = _mail_of(view, fields, body, row=row)
         if mail is None:
-            message = f"{row.name}: {row.what}\n".encode()
+            # A bare diff's preamble prose is the commit's body (cleaned as git cleans a message),
+            # so export writes it back and a re-import of that file reads the same message.
+            message = stripspace(f"{row.name}: {row.what}\n\n".encode() + body)
             env = basecommit.fixed_identity_env()
         else:
             message = mail.message

@@ -43,6 +43,7 @@ from hyperqwen_patches.engine.patchscan import parse_patch
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.inputfile import read_input
 from hyperqwen_patches.records import field, record, replace
+from hyperqwen_patches.series import gitapplyflags
 from hyperqwen_patches.series.knobcomments import declared_in_patch
 from hyperqwen_patches.series.manifest import parse_manifest
 from hyperqwen_patches.series.manifestmodel import (
@@ -78,6 +79,8 @@ _BRANCH_RE = re.compile(r"^(?!.*\.\.)(?!.*//)(?!/)[A-Za-z0-9][A-Za-z0-9._/-]*(?<
 # What makes a file a patch rather than a list of patch files: a git diff header, or a ---/+++ pair.
 _PATCH_HEAD_RE = re.compile(rb"^diff --git |^--- \S.*\r?\n\+\+\+ \S", re.M)
 # The comment render writes in a series file for a module or skipped row (series/render.py).
+# A comment after an entry on its line, with the white space before it (kept as written).
+_LINE_COMMENT = re.compile(r"[ \t]+#.*$")
 _RENDERED_ROW = re.compile(r"^# (files|skipped): \S+ \(row [a-z0-9][a-z0-9._-]*: ")
 _CHECKSUM_NAMES = ("SHA256SUMS", "sha256sums", "SHA256SUMS.txt")
 _GIT_APPLY_CHECK_RE = re.compile(r"\bgit\s+apply\b[^\n]*--check\b")
@@ -107,6 +110,7 @@ class AdoptedRow:
     git_apply: bool = False
     series_comment: str | None = None
     series_options: str | None = None
+    series_line_comment: str | None = None
 
     def fields(self) -> list[tuple[str, str | None]]:
         """The manifest keys in docs/manifest.md's order (``None``: written as ``null``)."""
@@ -139,6 +143,10 @@ class AdoptPlan:
     requirements: str | None = "docker/requirements.txt"  # None: it pins another build's release
     checksums: str | None = None
     git_apply_from: str | None = None  # "script:line" that runs git apply --check
+    # The flags that line passes which a row may state (gitapplyflags), and those it may not.
+    git_apply_flags: tuple[str, ...] = ()
+    git_apply_unstated: tuple[str, ...] = ()
+    series_tail: str | None = None  # the series file's comments after its last entry
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -160,6 +168,8 @@ class AdoptPlan:
             "requirements": self.requirements,
             "checksums": self.checksums,
             "git_apply_from": self.git_apply_from,
+            "git_apply_flags": list(self.git_apply_flags),
+            "git_apply_unstated": list(self.git_apply_unstated),
             "writes": sorted(self.files),
             "replaces": sorted(self.replaced),
         }
@@ -196,16 +206,19 @@ def plan_adopt(
         )
     entries: list[_Entry] = []
     seen: dict[Path, str] = {}
+    found, series_tail = _list_entries(root, series_file)
     for i, list_file in enumerate((series_file, *appends)):
-        found = _list_entries(root, list_file) if i == 0 else _append_entries(root, list_file)
+        if i > 0:
+            found = _append_entries(root, list_file)
         for entry in found:
             if entry.path in seen:
                 raise AdoptError(
                     f"{entry.origin}: {_rel(root, entry.path)} is listed twice "
-                    f"(first at {seen[entry.path]})"
+                    f"(first at {seen[entry.path]})",
+                    hint=_listed_twice_hint(series_file, series_rel, i > 0),
                 )
             seen[entry.path] = entry.origin
-            entries.append(_Entry(entry.path, entry.origin, entry.comment, entry.option, i == 0))
+            entries.append(replace(entry, in_series=i == 0))
     if not entries and not modules:
         raise AdoptError(f"{series_rel}: names no patch file")
 
@@ -231,7 +244,8 @@ def plan_adopt(
             knobs.setdefault(knob, reason)
     pin, pin_from, requirements = _pin(root, package, pin, series_rel, parsed_rows)
     checksums = _checksums(root, series_file)
-    git_apply_from = _git_apply_script(root, series_file)
+    git_apply_from, git_apply_line = _git_apply_script(root, series_file)
+    git_apply_flags, git_apply_unstated = gitapplyflags.flags_in_command(git_apply_line)
     points, point_of = _export_points(markers, package, pin)
     for i, (entry, rel, headers, subject) in enumerate(parsed_rows):
         row = _row(rel, entry.origin, headers, subject, pin, _name(entry.path, taken))
@@ -242,6 +256,7 @@ def plan_adopt(
                 git_apply=git_apply_from is not None and entry.in_series,
                 series_comment=entry.comment,
                 series_options=entry.option,
+                series_line_comment=entry.line_comment,
             )
         )
     paths = _convention(conventions)
@@ -261,6 +276,9 @@ def plan_adopt(
         requirements=requirements,
         checksums=checksums,
         git_apply_from=git_apply_from,
+        git_apply_flags=git_apply_flags,
+        git_apply_unstated=git_apply_unstated,
+        series_tail=series_tail,
     )
     text = manifest_text(plan).encode("utf-8")
     # Validated as check will read it: adopt never writes a manifest the tool then refuses.
@@ -314,6 +332,8 @@ def manifest_text(plan: AdoptPlan) -> str:
         ]
     if plan.checksums is not None:
         lines.append(f"checksums: {yaml_scalar(plan.checksums)}")
+    if plan.series_tail is not None:
+        lines.append(f"series_tail: {yaml_scalar(plan.series_tail)}")
     lines.append("export_points:")
     for name, branch, origin in plan.export_points:
         lines += [
@@ -328,11 +348,13 @@ def manifest_text(plan: AdoptPlan) -> str:
             shown = "null" if value is None else _yaml_value(key, value)
             lines.append(f"{dash}{key}: {shown}")
         if row.git_apply:
-            lines.append(f"    git_apply: true  # {plan.git_apply_from} runs git apply --check")
+            lines.append(f"    git_apply: {_git_apply_value(plan)}")
         if row.series_comment is not None:
             lines.append(f"    series_comment: {yaml_scalar(row.series_comment)}")
         if row.series_options is not None:
             lines.append(f"    series_options: {yaml_scalar(row.series_options)}")
+        if row.series_line_comment is not None:
+            lines.append(f"    series_line_comment: {yaml_scalar(row.series_line_comment)}")
         if row.unset:
             lines.append(f"    unset: [{', '.join(row.unset)}]")
     lines.append("retirements: []")
@@ -363,6 +385,7 @@ class _Entry:
     origin: str  # "list-file:line" or "--append FILE"
     comment: str | None = None  # the comment and blank lines above it in the series file
     option: str | None = None  # "-p1" when the line said so
+    line_comment: str | None = None  # "  # why" after the name (and option) on its line
     in_series: bool = True  # named by SERIES_FILE (not by an --append)
 
 
@@ -498,9 +521,34 @@ def _checksums(root: Path, series_file: Path) -> str | None:
     return None
 
 
-def _git_apply_script(root: Path, series_file: Path) -> str | None:
+def _listed_twice_hint(series_file: Path, series_rel: str, appended: bool) -> str | None:
+    """Re-adopting with the same --append: the rendered series file lists those files already."""
+    try:
+        with open(series_file, "rb") as fh:
+            rendered = fh.readline().rstrip(b"\n") == SERIES_HEAD.encode()
+    except OSError:
+        return None
+    if appended and rendered:
+        return (
+            f"{series_rel} was written by render and lists the appended files already: "
+            "re-adopt it without --append"
+        )
+    return None
+
+
+def _git_apply_value(plan: AdoptPlan) -> str:
+    """A row's ``git_apply`` as adopt writes it: ``true``, or the flags the series' own check
+    passes (``[--ignore-whitespace]``), with the script line it comes from."""
+    if not plan.git_apply_flags:
+        return f"true  # {plan.git_apply_from} runs git apply --check"
+    flags = ", ".join(yaml_scalar(f) for f in plan.git_apply_flags)
+    return f"[{flags}]  # {plan.git_apply_from} runs git apply --check with them"
+
+
+def _git_apply_script(root: Path, series_file: Path) -> tuple[str | None, str]:
     """``file:line`` of a script in the series' folder that runs ``git apply --check`` (the series'
-    own check): its rows then keep that guarantee as ``git_apply: true``."""
+    own check), and that line: its rows then keep that guarantee as ``git_apply: true`` (or the
+    flags the line passes, series/gitapplyflags.py)."""
     folder = series_file.resolve().parent
     for file in sorted(folder.iterdir()):
         if not file.is_file() or file.suffix in PATCH_SUFFIXES or file == series_file.resolve():
@@ -513,8 +561,8 @@ def _git_apply_script(root: Path, series_file: Path) -> str | None:
             continue
         for number, line in enumerate(text.splitlines(), 1):
             if not line.lstrip().startswith("#") and _GIT_APPLY_CHECK_RE.search(line):
-                return f"{_rel(root, file)}:{number}"
-    return None
+                return f"{_rel(root, file)}:{number}", line
+    return None, ""
 
 
 def _export_points(
@@ -561,10 +609,11 @@ def _marker_branch(what: str) -> str | None:
     return first if _BRANCH_RE.match(first) else None
 
 
-def _list_entries(root: Path, list_file: Path) -> list[_Entry]:
+def _list_entries(root: Path, list_file: Path) -> tuple[list[_Entry], str | None]:
     """quilt's series format: one patch per line, ``#`` comments, blank lines, an optional ``-p1``.
-    Whole-line comments and blank lines are kept with the entry below them (the rendered series
-    writes them back); a comment after a name on its line is dropped."""
+    Whole-line comments and blank lines are kept with the entry below them, a comment after a name
+    on its line with that entry, and those after the last entry as the file's tail (returned with
+    the entries): the rendered series writes them all back where they were."""
     shown = _rel(root, list_file)
     try:
         # pipes=False: a FIFO in a repository has no writer; opening it would wait forever
@@ -614,9 +663,11 @@ def _list_entries(root: Path, list_file: Path) -> list[_Entry]:
             what = "is not a file" if path.exists() else "does not exist"
             raise AdoptError(f"{origin}: {_rel(root, path)} {what}")
         comment = "".join(f"{c}\n" for c in pending) or None
-        out.append(_Entry(path, origin, comment, "-p1" if options else None))
+        trailing = _LINE_COMMENT.search(raw)
+        line_comment = trailing[0] if trailing else None
+        out.append(_Entry(path, origin, comment, "-p1" if options else None, line_comment))
         pending = []
-    return out
+    return out, "".join(f"{c}\n" for c in pending) or None
 
 
 def _append_entries(root: Path, given: Path) -> list[_Entry]:
@@ -638,7 +689,7 @@ def _append_entries(root: Path, given: Path) -> list[_Entry]:
                 hint="adopt a series whose files are inside the repository (--into names it)",
             ) from None
         return [_Entry(path, f"--append {rel}", in_series=False)]
-    return [_Entry(e.path, e.origin, in_series=False) for e in _list_entries(root, given)]
+    return [_Entry(e.path, e.origin, in_series=False) for e in _list_entries(root, given)[0]]
 
 
 def _headers(

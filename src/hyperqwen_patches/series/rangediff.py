@@ -98,6 +98,9 @@ def fold_positional(data: bytes) -> bytes:
     return b"".join(out)
 
 
+REGULAR_MODE = 0o100644  # git's mode of a regular, non-executable file
+
+
 def changes_of(data: bytes) -> tuple[object, ...] | None:
     """What a patch changes, with its format folded away: per file its paths and modes and, in
     order, each run of removed and added lines with the context line right above and right below it
@@ -128,7 +131,15 @@ def changes_of(data: bytes) -> tuple[object, ...] | None:
                 run.append((kind, text))
             if run:  # a change at the hunk's end: nothing below it (the end of the file)
                 runs.append((before, tuple(run), None))
-        out.append((fp.old_path, fp.new_path, fp.old_mode, fp.new_mode, fp.binary, tuple(runs)))
+        old_mode, new_mode = fp.old_mode, fp.new_mode
+        # A plain diff states no mode: the file it creates is a regular one (GNU patch and the
+        # engine write 0644; git writes `new file mode 100644` for it), and the file it deletes is
+        # gone whatever its mode was. Neither is a change of the export's `mode` lines.
+        if fp.old_path is None and new_mode is None:
+            new_mode = REGULAR_MODE
+        if fp.new_path is None:
+            old_mode = None
+        out.append((fp.old_path, fp.new_path, old_mode, new_mode, fp.binary, tuple(runs)))
     return tuple(out)
 
 

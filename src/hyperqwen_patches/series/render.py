@@ -88,7 +88,10 @@ def render_series(manifest: Manifest) -> str:
         elif row.is_module:
             lines.append(f"# files: {entry}/ (row {row.name}: module files, copied into the tree)")
         else:
-            lines.append(f"{entry} {row.series_options}" if row.series_options else entry)
+            line = f"{entry} {row.series_options}" if row.series_options else entry
+            lines.append(line + (row.series_line_comment or ""))
+    if manifest.series_tail is not None:  # an adopted file's comments after its last entry
+        lines += manifest.series_tail.splitlines()
     return "\n".join(lines) + "\n"
 
 

@@ -1,5 +1,6 @@
 """The git apply contract: rows marked ``git_apply: true`` also pass ``git apply --check
---whitespace=error``, in series order, on what the rows before them produced.
+--whitespace=error``, in series order, on what the rows before them produced; a row marked with a
+list of flags (``git_apply: [--ignore-whitespace]``, the series' own check's) passes it with them.
 
 Some downstream users apply the series with git, which is stricter than GNU patch at fuzz 0 about
 whitespace and about a hunk's exact line counts. Real git runs (through ``gitrun``, the one git
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hyperqwen_patches import resultcache
+from hyperqwen_patches.series.gitapplyflags import BASE_ARGS, check_args
 from hyperqwen_patches.statics.analysis import StaticFinding
 
 if TYPE_CHECKING:
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from hyperqwen_patches.series.rows import SeriesRow
 
 CHECK = "git-apply"
-ARGS = ("apply", "--check", "--whitespace=error", "-p1")
+ARGS = BASE_ARGS
 
 
 def _write(work: Path, path: bytes, data: bytes) -> None:
@@ -80,7 +82,8 @@ def gitapply_findings(
                 subdir = manifest.package if manifest.paths == "package" else ""
                 if version is None:
                     version = gitrun.version()
-                parts: list[bytes | str] = [version, " ".join(ARGS), subdir, s.row.patch]
+                args = check_args(s.row.git_apply_flags)
+                parts: list[bytes | str] = [version, " ".join(args), subdir, s.row.patch]
                 parts.append(patch_bytes)
                 for path, data in sorted(files.items()):
                     parts += [path, data]
@@ -91,6 +94,7 @@ def gitapply_findings(
                     patch_file: Path = patch_file,
                     subdir: str = subdir,
                     name: str = s.row.patch,
+                    args: tuple[str, ...] = args,
                 ) -> dict[str, Any]:
                     nonlocal tmp, git_dir
                     if tmp is None:
@@ -103,7 +107,7 @@ def gitapply_findings(
                     cwd = work / subdir if subdir else work
                     cwd.mkdir(exist_ok=True)
                     result = gitrun.run(
-                        [*ARGS, str(patch_file.resolve())], git_dir=git_dir, cwd=cwd
+                        [*args, str(patch_file.resolve())], git_dir=git_dir, cwd=cwd
                     )
                     text = show(result.stderr).strip()
                     text = text.replace(str(patch_file.resolve()), name)
@@ -118,7 +122,7 @@ def gitapply_findings(
                             s.row.name,
                             None,
                             None,
-                            f"git apply --check --whitespace=error refuses {s.row.patch} (exit "
+                            f"git {' '.join(args[:-1])} refuses {s.row.patch} (exit "
                             f"{outcome['code']}) on the tree the rows before it produce",
                             outcome["stderr"],
                         )
