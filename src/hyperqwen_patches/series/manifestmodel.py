@@ -37,6 +37,7 @@ TOP_OPTIONAL = (
     "series",
     "requirements",
     "checksums",
+    "series_tail",
 )
 EXPORT_POINT_REQUIRED = ("name", "branch")
 EXPORT_POINT_OPTIONAL = ("commit", "base")
@@ -52,6 +53,7 @@ ROW_OPTIONAL = (
     "unset",
     "series_comment",
     "series_options",
+    "series_line_comment",
 )
 # Where the apply order is written unless the manifest's ``series`` names another file; the series
 # directory (the file's parent) is what entries are relative to (quilt's convention).
@@ -92,6 +94,9 @@ DOTTED_RE = LazyPattern(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 PATCH_SUFFIXES = (".patch", ".diff")
 # What the series file may carry besides entries: whole-line comments and blank lines (quilt's format).
 SERIES_COMMENT_RE = LazyPattern(r"^((#[^\n]*)?\n)+\Z")
+SERIES_COMMENT_SHAPE = "holds only '#' comment lines and blank lines, each ending in a newline"
+# A comment after an entry on its line, with the white space before it (quilt: `name -p1  # why`).
+SERIES_LINE_COMMENT_RE = LazyPattern(r"^[ \t]+#[^\n]*\Z")
 
 
 @record(frozen=True)
@@ -158,8 +163,10 @@ class Row:
     export_point: str | None = None
     commit: str | None = None
     skip: str | None = None  # the reason the row is kept for history but not applied
-    # Must also pass `git apply --check --whitespace=error` in series order (statics/gitapply.py).
+    # Must also pass `git apply --check --whitespace=error` in series order (statics/gitapply.py),
+    # with the flags the series' own check passes (``git_apply: [--ignore-whitespace]``).
     git_apply: bool = False
+    git_apply_flags: tuple[str, ...] = ()
     line: int = 0
     cut_note: str | None = None  # the note after cut_against's version ("adapted to #54809")
     unset: tuple[str, ...] = ()  # fields adopt filled with a default (no header line for them)
@@ -167,6 +174,7 @@ class Row:
     # above the entry (each ending in a newline) and the entry's option (quilt's "-p1").
     series_comment: str | None = None
     series_options: str | None = None
+    series_line_comment: str | None = None  # "  # why", after the entry (and its option)
 
     @property
     def is_module(self) -> bool:
@@ -231,6 +239,8 @@ class Manifest:
     # build's requirements pin another release, or there is no such file).
     requirements: str | None = DEFAULT_REQUIREMENTS
     checksums: str | None = None  # a SHA256SUMS of the patch files, rendered and verified
+    # An adopted series file's comment and blank lines after its last entry, written back there.
+    series_tail: str | None = None
 
     @property
     def series_dir(self) -> str:
@@ -284,10 +294,12 @@ class Manifest:
                         "commit",
                         "skip",
                         "git_apply",
+                        "git_apply_flags",
                         "cut_note",
                         "unset",
                         "series_comment",
                         "series_options",
+                        "series_line_comment",
                     )
                 }
                 for r in self.rows
@@ -302,6 +314,7 @@ class Manifest:
             "series": self.series,
             "requirements": self.requirements,
             "checksums": self.checksums,
+            "series_tail": self.series_tail,
         }
 
 

@@ -33,6 +33,8 @@ from hyperqwen_patches.series.manifestmodel import (
     ROW_OPTIONAL,
     ROW_REQUIRED,
     SERIES_COMMENT_RE,
+    SERIES_COMMENT_SHAPE,
+    SERIES_LINE_COMMENT_RE,
     SERIES_OPTIONS,
     TOP_OPTIONAL,
     TOP_REQUIRED,
@@ -279,6 +281,9 @@ class Validator:
                 None if node.tag == "tag:yaml.org,2002:null" else self.relpath(node, "requirements")
             )
         checksums = self.relpath(top.get("checksums"), "checksums")
+        series_tail = self.series_text(
+            top.get("series_tail"), "series_tail", SERIES_COMMENT_RE, SERIES_COMMENT_SHAPE
+        )
         named = [p for p in (series, requirements, checksums) if p is not None]
         if len(set(named)) != len(named):
             self.fail(
@@ -305,6 +310,7 @@ class Validator:
             series=series,
             requirements=requirements,
             checksums=checksums,
+            series_tail=series_tail,
         )
 
     def format(self, node: yaml.Node | None) -> int | None:
@@ -495,20 +501,25 @@ class Validator:
             self.fail(
                 item, f"{where}.export_point", "a row with a commit must name its export point"
             )
-        git_apply = self.boolean(keys.get("git_apply"), f"{where}.git_apply")
+        git_apply, git_apply_flags = self.git_apply(keys.get("git_apply"), f"{where}.git_apply")
         if git_apply and "files" in keys:
             self.fail(
                 keys["git_apply"],
                 f"{where}.git_apply",
                 "git_apply is for patch rows; a module row is copied, not applied",
             )
-        series_comment = self.comment(keys.get("series_comment"), f"{where}.series_comment")
-        if series_comment is not None and not SERIES_COMMENT_RE.match(series_comment):
-            self.fail(
-                keys["series_comment"],
-                f"{where}.series_comment",
-                "holds only '#' comment lines and blank lines, each ending in a newline",
-            )
+        series_comment = self.series_text(
+            keys.get("series_comment"),
+            f"{where}.series_comment",
+            SERIES_COMMENT_RE,
+            SERIES_COMMENT_SHAPE,
+        )
+        series_line_comment = self.series_text(
+            keys.get("series_line_comment"),
+            f"{where}.series_line_comment",
+            SERIES_LINE_COMMENT_RE,
+            "is white space then a '#' comment, on one line (written after the entry)",
+        )
         series_options = self.string(keys.get("series_options"), f"{where}.series_options")
         if series_options is not None and series_options not in SERIES_OPTIONS:
             self.fail(
@@ -531,12 +542,24 @@ class Validator:
             commit=commit,
             skip=skip,
             git_apply=bool(git_apply),
+            git_apply_flags=git_apply_flags,
             line=line,
             cut_note=cut_note,
             unset=unset,
             series_comment=series_comment,
             series_options=series_options,
+            series_line_comment=series_line_comment,
         )
+
+    def series_text(
+        self, node: yaml.Node | None, where: str, pattern: LazyPattern, shape: str
+    ) -> str | None:
+        """Text kept from an adopted series file for render to write back, in its ``shape``."""
+        text = self.comment(node, where)
+        if text is not None and not pattern.match(text):
+            self.fail(node, where, shape)
+            return None
+        return text
 
     def comment(self, node: yaml.Node | None, where: str) -> str | None:
         """A block of comment lines, kept as written (``string`` strips; a blank line is content here)."""
@@ -601,6 +624,24 @@ class Validator:
             self.fail(node, where, f"must be true or false, got {_what(node)}")
             return None
         return node.value.lower() in ("true", "yes", "on")
+
+    def git_apply(self, node: yaml.Node | None, where: str) -> tuple[bool | None, tuple[str, ...]]:
+        """``true``/``false``, or the flags the series' own ``git apply --check`` passes (a list:
+        the row is checked, with them); series/gitapplyflags.py says which flags may be stated."""
+        import yaml
+
+        from hyperqwen_patches.series import gitapplyflags
+
+        if not isinstance(node, yaml.SequenceNode):
+            return self.boolean(node, where), ()
+        flags = [self.string(item, f"{where}[{i}]") for i, item in enumerate(node.value)]
+        if not flags:
+            self.fail(node, where, "an empty list: write true (no flags) or name the flags")
+        given = [f or "" for f in flags]
+        for i, message in gitapplyflags.problems(given):
+            if flags[i] is not None:
+                self.fail(node.value[i], f"{where}[{i}]", message)
+        return True, tuple(given)
 
     def unset(self, node: yaml.Node | None, where: str) -> tuple[str, ...]:
         out: list[str] = []
