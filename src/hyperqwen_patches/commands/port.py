@@ -363,8 +363,8 @@ def _abort(fork: Path, as_json: bool) -> None:
     gone = ", ".join(str(p) for p in removed) or "no worktree"
     if saved is None:  # the state was damaged: dropped with the worktrees the rebase had opened
         if as_json:
-            aborted = {"to": None, "branch": None, "row": None, "worktree": None,
-                       "removed": [str(p) for p in removed]}  # fmt: skip
+            aborted: dict[str, object] = {"to": None, "branch": None, "row": None,
+                                          "worktree": None, "removed": [str(p) for p in removed]}  # fmt: skip
             emit_json({"ok": True, "reports": [], "aborted": aborted})
             return
         out.print(f"dropped a damaged port --rebase state; removed {gone}; no branch was written")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from hyperqwen_patches.console import show
 from hyperqwen_patches.engine.applying import (
@@ -394,6 +394,31 @@ ADJACENT_NOTE = "merged next to an upstream change: review"
 CommitHow = Literal["applied", "partly-upstream", "merged", "resolved"]
 
 
+class BranchCommit(NamedTuple):
+    """A row's commit on the new branch, and how the row got there."""
+
+    row: str
+    commit: str
+    how: CommitHow
+
+
+class MergedRow(NamedTuple):
+    """A row combined by git merge-file, with the files where both sides' changes met."""
+
+    row: str
+    files: tuple[bytes, ...]
+
+
+class AdjacentSite(NamedTuple):
+    """Where merge-file stopped because the row's and upstream's changes touch, and port/adjacent.py
+    combined them: the row, the file, the line on the branch, which changes met. A person reads it."""
+
+    row: str
+    path: bytes
+    line: int
+    what: str
+
+
 @record(frozen=True)
 class Paused:
     """A row that needs a person: it neither applies at fuzz 0 nor merges cleanly, or it went in and
@@ -429,15 +454,12 @@ class RebaseResult:
     base: str
     tip: str  # the branch's tip; while paused, the last commit so far
     previous: str | None
-    commits: tuple[tuple[str, str, CommitHow], ...]  # (row, commit SHA, how), in order
+    commits: tuple[BranchCommit, ...]  # in order
     upstream: tuple[str, ...]  # rows left out because the release carries them
     messages_from: str  # "fork" (the export point's commits) or "patch files"
     state: Literal["done", "paused", "aborted"] = "done"
-    # rows combined by git merge-file, with the files where both sides' changes met
-    merged: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
-    # (row, file, line on the branch, which changes met): where merge-file paused because the
-    # row's and upstream's changes touch, and port/adjacent.py combined them; a person reads these
-    adjacent: tuple[tuple[str, bytes, int, str], ...] = ()
+    merged: tuple[MergedRow, ...] = ()
+    adjacent: tuple[AdjacentSite, ...] = ()
     skipped: tuple[str, ...] = ()  # rows a person left out with --skip
     paused: Paused | None = None
     # Commits an earlier run of this rebase made (a --continue/--skip goes on after them): the

@@ -7,12 +7,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from hyperqwen_patches.console import show
 from hyperqwen_patches.errors import UsageError
 from hyperqwen_patches.port.model import (
+    AdjacentSite,
+    BranchCommit,
     CommitHow,
+    MergedRow,
     Paused,
     PortReport,
     PortRow,
@@ -24,14 +27,30 @@ from hyperqwen_patches.sources.pristinetree import PristineTree
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from hyperqwen_patches.fork.treestate import TreeState
+    from hyperqwen_patches.port.pausing import RebaseState
     from hyperqwen_patches.port.rowstep import RowOutcome
+    from hyperqwen_patches.series.manifestmodel import Manifest
+
+# Row -> (message, identity environment) of its commit in the fork, as the rebase began.
+Messages = dict[str, tuple[bytes, dict[str, str]]]
+
+
+class RowMessage(NamedTuple):
+    """A row's commit message and identity for the new branch; ``built``: made from its patch file
+    (the fork had no commit for it)."""
+
+    text: bytes
+    env: dict[str, str]
+    built: bool
+
 
 # --- --rebase: the new fork branch -----------------------------------------------------------------
 
 _VERSION_IN_BRANCH = re.compile(r"(?P<pre>.*?)(?P<ver>\d+\.\d+(?:\.\d+)?)(?P<post>[^0-9]*)$")
 
 
-def default_branch(manifest: Any, to_version: str) -> str:
+def default_branch(manifest: Manifest, to_version: str) -> str:
     """The export point's branch with the pin's version replaced (``qwen38/0.29`` -> ``qwen38/0.30``);
     ``port/<version>`` when there is no export point or its name carries no version."""
     if manifest.export_points:
@@ -46,7 +65,7 @@ def default_branch(manifest: Any, to_version: str) -> str:
     return f"port/{to_version}"
 
 
-def _fork_messages(git_dir: Path, manifest: Any) -> dict[str, tuple[bytes, dict[str, str]]]:
+def _fork_messages(git_dir: Path, manifest: Manifest) -> Messages:
     """Row -> (message, identity) from the export points' commits in the fork, when it has them.
 
     Only commits are read: whatever the fork's work tree or index hold is not looked at.
@@ -54,7 +73,7 @@ def _fork_messages(git_dir: Path, manifest: Any) -> dict[str, tuple[bytes, dict[
     from hyperqwen_patches.fork import exporting
     from hyperqwen_patches.fork import reading as forkgit
 
-    found: dict[str, tuple[bytes, dict[str, str]]] = {}
+    found: Messages = {}
     for point in manifest.export_points:
         tip = forkgit.resolve(git_dir, f"refs/heads/{point.branch}", what="port --rebase")
         if tip is None:
@@ -85,21 +104,23 @@ def _with_port_note(message: bytes, note: bytes) -> bytes:
 
 def _message(
     view: Callable[[], Path],
-    manifest: Any,
-    messages: dict[str, tuple[bytes, dict[str, str]]],
+    manifest: Manifest,
+    messages: Messages,
     row: str,
-) -> tuple[bytes, dict[str, str], bool]:
-    """The row's message and identity: the old fork commit's, else built from the patch file (the
-    third item says which)."""
+) -> RowMessage:
+    """The row's message and identity: the old fork commit's, else built from the patch file."""
     from hyperqwen_patches.fork import importing
 
     if row in messages:
-        return (*messages[row], False)
-    message, env = importing.commit_for_row(view(), manifest, manifest.row(row))
-    return message, env, True
+        text, env = messages[row]
+        return RowMessage(text, env, built=False)
+    found = manifest.row(row)
+    assert found is not None, row  # the rows rebased are the manifest's
+    message, env = importing.commit_for_row(view(), manifest, found)
+    return RowMessage(message, env, built=True)
 
 
-def paused_rebase(fork: Path) -> Any:
+def paused_rebase(fork: Path) -> RebaseState | None:
     """The state of a paused ``port --rebase`` in ``fork`` (pausing.RebaseState), or None."""
     from hyperqwen_patches import gitrun
     from hyperqwen_patches.port import pausing
@@ -107,7 +128,7 @@ def paused_rebase(fork: Path) -> Any:
     return pausing.load(gitrun.git_dir_of(fork))
 
 
-def abort_rebase(fork: Path) -> tuple[Any, list[Path]]:
+def abort_rebase(fork: Path) -> tuple[RebaseState | None, list[Path]]:
     """Drop a paused rebase: its state and the worktrees it opened; no branch was written. Returns
     the state (None when it was damaged) and the worktrees removed.
 
@@ -135,7 +156,7 @@ def abort_rebase(fork: Path) -> tuple[Any, list[Path]]:
 
 
 def _start(
-    git_dir: Path, manifest: Any, report: PortReport, request: RebaseRequest
+    git_dir: Path, manifest: Manifest, report: PortReport, request: RebaseRequest
 ) -> tuple[str, str | None]:
     """Check the new branch may be written; (branch, its current commit or None)."""
     from hyperqwen_patches import gitrun
@@ -176,7 +197,7 @@ def _refuse_checked_out(git_dir: Path, branch: str, fork: Path) -> None:
 
 
 def rebase_fork(
-    manifest: Any,
+    manifest: Manifest,
     report: PortReport,
     rows: Sequence[PortRow],
     old: PristineTree,
@@ -212,15 +233,15 @@ class _Progress:
     base: str
     parent: str  # the last commit built
     from_patch_files: bool
-    commits: list[tuple[str, str, CommitHow]] = field(default_factory=list)
-    merged: list[tuple[str, tuple[bytes, ...]]] = field(default_factory=list)
-    adjacent: list[tuple[str, bytes, int, str]] = field(default_factory=list)  # review these
+    commits: list[BranchCommit] = field(default_factory=list)
+    merged: list[MergedRow] = field(default_factory=list)
+    adjacent: list[AdjacentSite] = field(default_factory=list)  # review these
     upstream: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     earlier: int = 0  # commits made before this run (a resumed rebase)
 
     @classmethod
-    def of_state(cls, saved: Any) -> _Progress:
+    def of_state(cls, saved: RebaseState) -> _Progress:
         def raw(path: str) -> bytes:
             return path.encode("utf-8", "surrogateescape")
 
@@ -230,9 +251,9 @@ class _Progress:
             base=saved.base,
             parent=saved.parent,
             from_patch_files=saved.messages_from == "patch files",
-            commits=[(r, c, h) for r, c, h in saved.commits],
-            merged=[(r, tuple(raw(p) for p in ps)) for r, ps in saved.merged],
-            adjacent=[(r, raw(p), n, w) for r, p, n, w in saved.adjacent],
+            commits=[BranchCommit(r, c, cast("CommitHow", h)) for r, c, h in saved.commits],
+            merged=[MergedRow(r, tuple(raw(p) for p in ps)) for r, ps in saved.merged],
+            adjacent=[AdjacentSite(r, raw(p), n, w) for r, p, n, w in saved.adjacent],
             upstream=list(saved.upstream),
             skipped=list(saved.skipped),
             earlier=len(saved.commits),
@@ -240,12 +261,12 @@ class _Progress:
 
     def wrote(self, row: str, commit: str, outcome: RowOutcome) -> None:
         self.parent = commit
-        self.commits.append((row, commit, outcome.how))
+        self.commits.append(BranchCommit(row, commit, outcome.how))
         if outcome.how == "merged":
-            self.merged.append((row, outcome.merged))
-            self.adjacent += [(row, p, n, w) for p, n, w in outcome.adjacent]
+            self.merged.append(MergedRow(row, outcome.merged))
+            self.adjacent += [AdjacentSite(row, p, n, w) for p, n, w in outcome.adjacent]
 
-    def to_state(self, row: str, worktree: Path, outcome: RowOutcome, **more: Any) -> Any:
+    def to_state(self, row: str, worktree: Path, outcome: RowOutcome, **more: Any) -> RebaseState:
         from hyperqwen_patches.port import pausing
 
         return pausing.RebaseState(
@@ -286,7 +307,7 @@ class _Progress:
 
 
 def _rebase(
-    manifest: Any,
+    manifest: Manifest,
     report: PortReport,
     rows: Sequence[PortRow],
     old: PristineTree,
@@ -373,13 +394,13 @@ def _rebase(
 
 def _begin(
     git_dir: Path,
-    manifest: Any,
+    manifest: Manifest,
     report: PortReport,
     new: PristineTree,
     request: RebaseRequest,
-    saved: Any,
-    messages: dict[str, tuple[bytes, dict[str, str]]],
-) -> tuple[_Progress, Any, int]:
+    saved: RebaseState | None,
+    messages: Messages,
+) -> tuple[_Progress, TreeState, int]:
     """A new rebase: the new release's base commit, the branch it will be; nothing paused before."""
     from hyperqwen_patches.errors import GitError
     from hyperqwen_patches.fork import treestate
@@ -401,15 +422,15 @@ def _begin(
 
 def _resume(
     git_dir: Path,
-    manifest: Any,
+    manifest: Manifest,
     report: PortReport,
     rows: Sequence[PortRow],
     new: PristineTree,
     request: RebaseRequest,
-    saved: Any,
+    saved: RebaseState | None,
     view: Callable[[], Path],
-    messages: dict[str, tuple[bytes, dict[str, str]]],
-) -> tuple[_Progress, Any, int]:
+    messages: Messages,
+) -> tuple[_Progress, TreeState, int]:
     """--continue (the person's resolution becomes the paused row's commit) or --skip (the row is
     left out); the rebase goes on after the paused row."""
     from hyperqwen_patches.fork import treestate
@@ -454,7 +475,7 @@ def _resume(
             git_dir, saved, _with_port_note(message, note.encode()), env
         )
         progress.parent = commit
-        progress.commits.append((saved.row, commit, "resolved"))
+        progress.commits.append(BranchCommit(saved.row, commit, "resolved"))
     state = treestate.state_of_commit(git_dir, progress.parent, known=new.read, base=progress.base)
     return progress, state, names.index(saved.row) + 1
 
@@ -468,7 +489,7 @@ def _pause(
     row: PortRow,
     outcome: RowOutcome,
     done_with: Path | None,
-    messages: dict[str, tuple[bytes, dict[str, str]]],
+    messages: Messages,
 ) -> Paused:
     """Save the state, then put the row's files in the worktree for a person (the one the last
     pause used, moved on, where there was one)."""
