@@ -424,7 +424,7 @@ def test_invalid_manifest_is_exit_2_before_any_check(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as info:
         checked(root)
     assert [str(p) for p in info.value.problems] == [
-        "patches/manifest.yaml:5: extra: unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs, series, requirements, checksums)",
+        "patches/manifest.yaml:5: extra: unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs, series, requirements, checksums, series_tail)",
         "patches/manifest.yaml:2: pin: must be a string, got a number (quote it)",
     ]
     before = snapshot(tmp_path)
@@ -438,7 +438,7 @@ def test_invalid_manifest_is_exit_2_before_any_check(tmp_path: Path) -> None:
             "patches/manifest.yaml",
             5,
             "extra",
-            "unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs, series, requirements, checksums)",
+            "unknown key (known: format, pin, package, rows, source, paths, export_points, retirements, knob_prefixes, accepted_names, runtime_knobs, series, requirements, checksums, series_tail)",
         ),
         ("patches/manifest.yaml", 2, "pin", "must be a string, got a number (quote it)"),
     ]

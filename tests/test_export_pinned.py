@@ -240,3 +240,22 @@ def test_non_ascii_long_subject_is_raw_utf8_and_survives_import(tmp_path: Path) 
     assert isinstance(text, bytes)
     assert "naïve café".encode() in text and b"=?UTF-8?" not in text
     assert b"Content-Type: text/plain; charset=UTF-8" in text
+
+
+def test_the_package_a_commit_must_stay_in_is_the_manifests(tmp_path: Path) -> None:
+    """``export`` refuses a change outside the manifest's package, whatever its name: a series of
+    another package than vLLM has its own directory (#41: ``vllm/`` was written into the refusal)."""
+    repo = tmp_path / "fork"
+    base, _ = make_fork(repo)
+    other = _extra_commit(repo, FixtureCommit("other", "Touch mypkg", {b"mypkg/x.py": b"x = 1\n"}))
+    git_dir = gitrun.git_dir_of(repo)
+    commit = next(c for c in forkgit.list_commits(git_dir, base, other) if c.sha == other)
+    assert refusals.refusals(git_dir, commit, package="mypkg") == []
+    assert refusals.refusals(git_dir, commit) == [
+        "touches mypkg/x.py, outside vllm/: the series patches the vllm package only; move that "
+        "change to another commit off the export point"
+    ]
+    vllm_commit = next(c for c in forkgit.list_commits(git_dir, base, other) if c.sha != other)
+    assert any(
+        "outside mypkg/" in p for p in refusals.refusals(git_dir, vllm_commit, package="mypkg")
+    )

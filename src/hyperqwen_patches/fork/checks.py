@@ -15,7 +15,7 @@ from hyperqwen_patches.errors import FindingError, GitError, UsageError
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork.bundlewriter import BUNDLE_RELPATH
 from hyperqwen_patches.fork.matching import other_rows
-from hyperqwen_patches.fork.replay import Problem, ReplayReport, ReplayRow, check_replay
+from hyperqwen_patches.fork.replay import ReplayProblem, ReplayReport, ReplayRow, check_replay
 from hyperqwen_patches.fork.treestate import BaseEntries, tree_entries
 from hyperqwen_patches.records import record
 from hyperqwen_patches.sources import basecommit
@@ -157,7 +157,7 @@ def _open_session(ctx: CheckContext, source: str) -> ForkSession:
     return ForkSession(source, scratch, base, tips, missing, stack)
 
 
-def _finding(problem: Problem) -> Finding:
+def _finding(problem: ReplayProblem) -> Finding:
     from hyperqwen_patches.checks.context import Finding
 
     severity: Severity = (
@@ -171,7 +171,6 @@ def _replay_reports(ctx: CheckContext) -> list[ReplayReport] | None:
     if session is None:
         return None
     manifest = ctx.manifest
-    first = manifest.export_points[0].name if manifest.export_points else None
     patches = {s.row.name: s.patch for s in ctx.series}
     reports: list[ReplayReport] = []
     # The session's base commit was built from ctx.pristine, so its entries come from the pristine
@@ -182,13 +181,11 @@ def _replay_reports(ctx: CheckContext) -> list[ReplayReport] | None:
         if point.name not in session.tips:
             report = ReplayReport(point.name, session.base, "")
             reason = session.missing.get(point.name, "no tip")
-            report.problems.append(Problem("fork-commits", "error", point.name, reason))
+            report.problems.append(ReplayProblem("fork-commits", "error", point.name, reason))
             reports.append(report)
             continue
         rows = [
-            ReplayRow(r.name, r.commit, patches.get(r.name))
-            for r in manifest.active_rows
-            if (r.export_point or first) == point.name
+            ReplayRow(r.name, r.commit, patches.get(r.name)) for r in manifest.rows_on(point.name)
         ]
         reports.append(
             check_replay(
@@ -219,7 +216,7 @@ def _no_fork_warning(ctx: CheckContext, check: str) -> list[Finding]:
         return []
     return [
         _finding(
-            Problem(
+            ReplayProblem(
                 check,
                 "unverified",
                 "fork",
@@ -239,7 +236,7 @@ def check_replay_identity(ctx: CheckContext) -> list[Finding]:
         message = (
             "not verified: the manifest names no export point (export_points in docs/manifest.md)"
         )
-        return [_finding(Problem("replay-identity", "unverified", "fork", message))]
+        return [_finding(ReplayProblem("replay-identity", "unverified", "fork", message))]
     return [_finding(p) for r in reports for p in r.problems if p.check == "replay-identity"]
 
 
@@ -257,7 +254,7 @@ def check_fork_commits(ctx: CheckContext) -> list[Finding]:
         if point.base and point.base != session.base:
             findings.append(
                 _finding(
-                    Problem(
+                    ReplayProblem(
                         "fork-commits",
                         "error",
                         point.name,
@@ -270,7 +267,7 @@ def check_fork_commits(ctx: CheckContext) -> list[Finding]:
         if point.commit and tip and point.commit != tip:
             findings.append(
                 _finding(
-                    Problem(
+                    ReplayProblem(
                         "fork-commits",
                         "error",
                         point.name,
@@ -297,7 +294,7 @@ def check_export(ctx: CheckContext) -> list[Finding]:
     except (
         FindingError
     ) as exc:  # an unexportable commit on the fork is a finding, not a usage problem
-        return [_finding(Problem("export", "error", "fork", exc.message, exc.hint or ""))]
+        return [_finding(ReplayProblem("export", "error", "fork", exc.message, exc.hint or ""))]
     what = {
         "positional": "positional drift only (index hashes and @@ line numbers moved); run export",
         "format": "format drift only (the same changes written another way: preamble, context, "
@@ -313,11 +310,11 @@ def check_export(ctx: CheckContext) -> list[Finding]:
         ):  # the manifest's SHAs are fork-commits' business, rendered files render's
             message = f"{change.path}: {what[change.drift]}"
             findings.append(
-                _finding(Problem("export", "error", change.row or change.path, message))
+                _finding(ReplayProblem("export", "error", change.row or change.path, message))
             )
     for name in plan.added_rows:
         message = f"fork commit for {name} has no row (run export)"
-        findings.append(_finding(Problem("export", "error", name, message)))
+        findings.append(_finding(ReplayProblem("export", "error", name, message)))
     return findings
 
 

@@ -33,10 +33,12 @@ def export_commits(
     *,
     module_rows: frozenset[str] = frozenset(),
     relative: str | None = None,
+    package: str = "vllm",
 ) -> dict[str, bytes | dict[bytes, bytes]]:
     """sha -> patch bytes (or, for a module-file row's commit, path -> file bytes) for every commit.
 
-    ``relative``: see :func:`format_patch_argv` (``patch_relative`` of the manifest).
+    ``relative``: see :func:`format_patch_argv` (``patch_relative`` of the manifest); ``package``:
+    the manifest's (a change outside it is refused).
 
     Every refusal of every commit is collected before anything is raised, so one run names them all.
     """
@@ -48,7 +50,11 @@ def export_commits(
         binary = binary_paths_of(view, commits, scratch=True)
         for commit in commits:
             refused = refusals(
-                view, commit, module=commit.row in module_rows, binary=binary.get(commit.sha, [])
+                view,
+                commit,
+                module=commit.row in module_rows,
+                binary=binary.get(commit.sha, []),
+                package=package,
             )
             for problem in refused:
                 problems.append(f"{commit.sha[:12]} {commit.subject!r}: {problem}")
@@ -173,7 +179,6 @@ def plan_export_at(
 
     root = manifest.root
     plan = ExportPlan(root)
-    first = manifest.export_points[0].name
     taken = {r.name for r in manifest.rows}
     new_rows: list[dict[str, str]] = []
     for point in manifest.export_points:
@@ -185,9 +190,7 @@ def plan_export_at(
         )
         plan.point_updates[point.name] = (base, tip)
         commits = forkgit.list_commits(git_dir, base, tip)
-        rows = [
-            r for r in manifest.rows if (r.export_point or first) == point.name and r.skip is None
-        ]
+        rows = manifest.rows_on(point.name)
         matching = match_rows(
             [(r.name, r.commit) for r in rows], commits, other_rows(manifest, point.name)
         )
@@ -207,7 +210,11 @@ def plan_export_at(
         by_name = {r.name: r for r in rows}
         module_rows = frozenset(n for n in by_name if by_name[n].is_module)
         exported = export_commits(
-            git_dir, commits, module_rows=module_rows, relative=patch_relative(manifest)
+            git_dir,
+            commits,
+            module_rows=module_rows,
+            relative=patch_relative(manifest),
+            package=manifest.package,
         )
         paired = {c.sha: n for n, c in matching.pairs}
         added = {c.sha: n for n, c in matching.missing_rows}

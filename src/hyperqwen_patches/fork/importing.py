@@ -69,8 +69,7 @@ class MailHeader:
 
 def rows_of(manifest: Manifest, point: ExportPoint) -> list[Row]:
     """The active rows of an export point, in order (a row without one belongs to the first point)."""
-    first = manifest.export_points[0].name if manifest.export_points else None
-    return [r for r in manifest.active_rows if (r.export_point or first) == point.name]
+    return list(manifest.rows_on(point.name))
 
 
 def read_mail(view: Path, data: bytes, *, row: Row) -> MailHeader | None:

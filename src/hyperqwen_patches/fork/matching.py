@@ -82,10 +82,9 @@ def match_rows(
 
 def other_rows(manifest: Manifest, point: str) -> dict[str, str]:
     """The manifest's rows that are not replayed on ``point``, with the reason."""
-    first = manifest.export_points[0].name if manifest.export_points else None
     out: dict[str, str] = {}
     for row in manifest.rows:
-        where = row.export_point or first
+        where = manifest.point_of(row)
         if row.skip is not None:
             out[row.name] = f"skipped ({row.skip})"
         elif where != point:

@@ -12,8 +12,6 @@ from hyperqwen_patches.display import show
 from hyperqwen_patches.fork import reading as forkgit
 from hyperqwen_patches.fork.binarypaths import binary_paths
 
-PACKAGE_PREFIX = b"vllm/"
-
 # Lines of a message body that GNU patch 2.7 would take for the start of a diff (or that make git am cut
 # the message): refused at export, because the patch file would no longer apply as written.
 _DIFFISH = re.compile(
@@ -33,8 +31,10 @@ def refusals(
     *,
     module: bool = False,
     binary: Sequence[bytes] | None = None,
+    package: str = "vllm",
 ) -> list[str]:
-    """Everything that makes ``commit`` unexportable (empty when it exports).
+    """Everything that makes ``commit`` unexportable (empty when it exports). ``package``: the
+    manifest's; a change outside its directory is refused.
 
     ``binary``: the commit's binary paths when the caller has them (``binarypaths.binary_paths_of``)."""
     problems: list[str] = []
@@ -46,13 +46,14 @@ def refusals(
         return problems
     if not commit.changes:
         problems.append("an empty commit: it carries no change for the series to apply")
+    prefix = package.encode() + b"/"
     for change in commit.changes:
         for path in (change.old_path, change.new_path):
-            if path is not None and not path.startswith(PACKAGE_PREFIX):
+            if path is not None and not path.startswith(prefix):
                 problems.append(
-                    f"touches {show(path)}, outside vllm/: the series "
-                    "patches the vllm package only; move that change to another commit off the "
-                    "export point"
+                    f"touches {show(path)}, outside {package}/: the series "
+                    f"patches the {package} package only; move that change to another commit off "
+                    "the export point"
                 )
         if "160000" in (change.old_mode, change.new_mode):
             problems.append(

@@ -49,7 +49,7 @@ SHORT_DIFF_LINES = 20
 
 
 @record(frozen=True)
-class Problem:
+class ReplayProblem:
     """One replay or membership finding (``check`` turns these into its ``Finding`` records)."""
 
     check: str  # "replay-identity" | "fork-commits"
@@ -82,14 +82,14 @@ class ReplayReport:
     tip: str
     steps: list[StepResult] = field(default_factory=list)
     tip_differing: tuple[bytes, ...] = ()
-    problems: list[Problem] = field(default_factory=list)
+    problems: list[ReplayProblem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not any(p.severity == "error" for p in self.problems)
 
     def error(self, check: CheckName, subject: str, message: str, detail: str = "") -> None:
-        self.problems.append(Problem(check, "error", subject, message, detail))
+        self.problems.append(ReplayProblem(check, "error", subject, message, detail))
 
 
 # --- the check, step by step ---------------------------------------------------------------------------

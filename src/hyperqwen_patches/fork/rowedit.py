@@ -116,8 +116,8 @@ def point_of(manifest: Manifest, row_name: str) -> ExportPoint:
             f"{manifest.path}: the manifest names no export point, so the rows have no fork to edit",
             hint="add export_points: [{name: ..., branch: ...}] (docs/manifest.md)",
         )
-    name = row.export_point or manifest.export_points[0].name
-    point = manifest.export_point(name)
+    name = manifest.point_of(row)
+    point = manifest.export_point(name) if name is not None else None
     assert point is not None  # the manifest validates export point names
     return point
 

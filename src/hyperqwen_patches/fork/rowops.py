@@ -58,8 +58,7 @@ def _chain(
     tip = forkgit.require(git_dir, f"refs/heads/{point.branch}", what="reading the fork")
     base = find_base(git_dir, tip, package=manifest.package, pin=manifest.pin, branch=point.branch)
     commits = forkgit.list_commits(git_dir, base, tip)
-    first = manifest.export_points[0].name
-    rows = [r for r in manifest.rows if (r.export_point or first) == point.name and r.skip is None]
+    rows = manifest.rows_on(point.name)
     matching = match_rows(
         [(r.name, r.commit) for r in rows], commits, other_rows(manifest, point.name)
     )

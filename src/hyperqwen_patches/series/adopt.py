@@ -317,7 +317,7 @@ def manifest_text(plan: AdoptPlan) -> str:
         "# Written by `hyperqwen-patches adopt`; keys are described in docs/manifest.md. Rows listing",
         "# `unset` fields had no header line for them: fill them in and drop the `unset` line.",
         "format: 1",
-        f"pin: {yaml_scalar_quoted(plan.pin)}",
+        f"pin: {yaml_scalar(plan.pin, quoted=True)}",
         f"package: {plan.package}",
     ]
     if plan.source is not None:
@@ -365,13 +365,9 @@ def manifest_text(plan: AdoptPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def yaml_scalar_quoted(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def _yaml_value(key: str, value: str) -> str:
     # Versions are always quoted (an unquoted 0.30 is a number); text as the export writes it.
-    return yaml_scalar_quoted(value) if key == "cut_against" else yaml_scalar(value)
+    return yaml_scalar(value, quoted=key == "cut_against")
 
 
 # --- reading the inputs ------------------------------------------------------------------------------

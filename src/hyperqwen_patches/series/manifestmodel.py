@@ -263,6 +263,15 @@ class Manifest:
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
 
+    def point_of(self, row: Row) -> str | None:
+        """The export point ``row`` is replayed on: its own, else the first (None: the manifest
+        names no export point)."""
+        return row.export_point or (self.export_points[0].name if self.export_points else None)
+
+    def rows_on(self, point: str) -> tuple[Row, ...]:
+        """The rows replayed on export point ``point``, in order (skipped rows left out)."""
+        return tuple(r for r in self.active_rows if self.point_of(r) == point)
+
     def export_point(self, name: str) -> ExportPoint | None:
         return next((e for e in self.export_points if e.name == name), None)
 

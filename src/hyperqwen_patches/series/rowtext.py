@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.series.yamlwriting import yaml_scalar
 
 NUMBERED = re.compile(r"\A(?P<dir>(?:.*/)?)(?P<num>\d{4})-(?P<rest>.+)\Z")
 
@@ -89,8 +90,6 @@ def reorder_rows(text: bytes, order: Sequence[str], *, drop: Sequence[str] = ())
 
 def set_row_keys(text: bytes, row: str, values: Mapping[str, str]) -> bytes:
     """``row``'s scalar keys set to ``values`` (each key must exist already; quoting kept)."""
-    import json
-
     source, top = _compose(text)
     rows_node, _ = _rows(source, top)
     item = next((i for i in rows_node.value if _get(i, "name").value == row), None)
@@ -106,7 +105,7 @@ def set_row_keys(text: bytes, row: str, values: Mapping[str, str]) -> bytes:
             (
                 node.start_mark.index,
                 node.end_mark.index,
-                json.dumps(value) if quoted else _scalar(value),
+                yaml_scalar(value, quoted=quoted),
             )
         )
     for start, end, new in sorted(edits, reverse=True):
@@ -123,7 +122,7 @@ def add_row_key(text: bytes, row: str, key: str, value: str) -> bytes:
         raise UsageError(f"row {row} has a {key!r} key already")
     column = item.value[0][0].start_mark.column
     end = _content_end(source, item)
-    line = f"{' ' * column}{key}: {_scalar(value)}\n"
+    line = f"{' ' * column}{key}: {yaml_scalar(value)}\n"
     if not source[:end].endswith("\n"):
         line = "\n" + line
     return (source[:end] + line + source[end:]).encode("utf-8")
@@ -156,14 +155,14 @@ def append_retirement(text: bytes, fields: Mapping[str, str]) -> bytes:
         if end == 0 or source[end - 1] != "\n":
             nl = source.find("\n", end)
             end = len(source) if nl < 0 else nl + 1
-        lines = [f"{' ' * dash}- {keys[0]}: {_scalar(fields[keys[0]])}"]
-        lines += [f"{' ' * (dash + 2)}{k}: {_scalar(fields[k])}" for k in keys[1:]]
+        lines = [f"{' ' * dash}- {keys[0]}: {yaml_scalar(fields[keys[0]])}"]
+        lines += [f"{' ' * (dash + 2)}{k}: {yaml_scalar(fields[k])}" for k in keys[1:]]
         block = "\n".join(lines) + "\n"
         if not source[:end].endswith("\n"):
             block = "\n" + block
         return (source[:end] + block + source[end:]).encode("utf-8")
-    lines = [f"  - {keys[0]}: {_scalar(fields[keys[0]])}"]
-    lines += [f"    {k}: {_scalar(fields[k])}" for k in keys[1:]]
+    lines = [f"  - {keys[0]}: {yaml_scalar(fields[keys[0]])}"]
+    lines += [f"    {k}: {yaml_scalar(fields[k])}" for k in keys[1:]]
     entry = "\n".join(lines) + "\n"
     if node is not None:  # "retirements: []" or "retirements:" (null): replaced by the block list
         key = next(k for k, _ in top.value if k.value == "retirements")
@@ -173,9 +172,3 @@ def append_retirement(text: bytes, fields: Mapping[str, str]) -> bytes:
         return (source[:start] + "retirements:\n" + entry + source[end:]).encode("utf-8")
     sep = "" if source.endswith("\n") else "\n"
     return (source + sep + "retirements:\n" + entry).encode("utf-8")
-
-
-def _scalar(value: str) -> str:
-    from hyperqwen_patches.series.yamlwriting import yaml_scalar
-
-    return yaml_scalar(value)

@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 
 
-def yaml_scalar(value: str) -> str:
-    """A YAML scalar for ``value``: plain when unambiguous, double-quoted (JSON) otherwise; object names
-    always quoted, so every SHA in the manifest looks the same (one that is all digits would be a number)."""
+def yaml_scalar(value: str, *, quoted: bool = False) -> str:
+    """A YAML scalar for ``value``: plain when unambiguous, double-quoted (JSON) otherwise, or always
+    when ``quoted`` (a version: an unquoted 0.30 is a number; a value the file had quoted). Object
+    names are always quoted, so every SHA in the manifest looks the same (one that is all digits
+    would be a number). The one way the tool writes a manifest scalar (adopt, export, row commands)."""
     import json  # a writer's need: reading a manifest (every apply) does not pay its import
 
+    if quoted:
+        return json.dumps(value, ensure_ascii=False)
     if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value):
         return json.dumps(value)
     if re.fullmatch(r"[a-z][a-z0-9._/-]*", value) and value not in (
