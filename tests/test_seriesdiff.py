@@ -353,3 +353,62 @@ def test_manifest_rows_module_files_and_metadata(tmp_path: Path, series_repo: Pa
     assert [(r.name, r.content, dict(r.files)) for r in on_disk.rows] == [
         (r.name, r.content, dict(r.files)) for r in at_head.rows
     ]
+
+
+FORMAT_OLD = b"""--- a/vllm/x.py
++++ b/vllm/x.py
+@@ -1,4 +1,4 @@
+ a = 1
+ b = 2
+-c = 3
++c = 4
+ d = 5
+"""
+# The same removed and added lines, with a preamble and less context: what a hand-kept file and the
+# tool's export differ by (issue #38's first export after adopt).
+FORMAT_NEW = b"""Fix c.
+
+Kind: fix
+---
+--- a/vllm/x.py
++++ b/vllm/x.py
+@@ -2,3 +2,3 @@
+ b = 2
+-c = 3
++c = 4
+ d = 5
+"""
+SEMANTIC_NEW = FORMAT_OLD.replace(b"+c = 4", b"+c = 5")
+
+
+@pytest.mark.parametrize(
+    ("new", "status", "drift", "export_drift"),
+    [
+        (FORMAT_OLD, "unchanged", "none", "unchanged"),
+        (
+            FORMAT_OLD.replace(b"@@ -1,4 +1,4 @@", b"@@ -9,4 +9,4 @@"),
+            "positional",
+            "positional",
+            "positional",
+        ),
+        (FORMAT_NEW, "reformatted", "format", "format"),
+        (SEMANTIC_NEW, "changed", "semantic", "semantic"),
+    ],
+)
+def test_diff_and_export_read_a_rows_drift_by_one_rule(
+    new: bytes, status: str, drift: str, export_drift: str
+) -> None:
+    """`diff` and `export`/`check` say the same of the same two texts of a row (#41: `diff` called
+    a format-only change semantic where export said format)."""
+    from hyperqwen_patches.fork.exportplan import classify
+
+    def snap(content: bytes) -> SeriesSnapshot:
+        return SeriesSnapshot(
+            "x", (SeriesRow("r", 1, "patch", b"patches/r.patch", content=content),), pin="0.29.0"
+        )
+
+    result = diff_series(snap(FORMAT_OLD), snap(new))
+    assert (result.rows[0].status, result.rows[0].drift) == (status, drift)
+    assert classify(FORMAT_OLD, new) == export_drift
+    assert result.semantic == (drift == "semantic")
+    assert bool(result.rows[0].interdiff) == (drift in ("format", "semantic"))

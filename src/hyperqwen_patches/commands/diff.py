@@ -18,8 +18,10 @@ series (a checkout with patches/manifest.yaml, a patches/series or series file, 
 *.patch files). Prefix with git: or dir: when a name is both.
 
 Rows are paired by name (unpaired rows with near-identical content are paired as renames) and
-classified unchanged, positional (only index hashes and @@ line numbers moved), changed, added, removed
-or renamed. Changed rows show an interdiff of the two patch texts with positions folded.
+classified unchanged, positional (only index hashes and @@ line numbers moved), reformatted (the same
+removed and added lines written another way: preamble, context, hunk split; export calls it format
+drift), changed, added, removed or renamed. Reformatted and changed rows show an interdiff of the two
+patch texts with positions folded.
 
 Examples:
 
@@ -30,7 +32,7 @@ Examples:
 
 EPILOG = exit_codes_help(
     ok="compared",
-    finding="with --exit-code: anything beyond positional drift changed",
+    finding="with --exit-code: anything beyond positional or format drift changed",
     usage="usage or input problem",
 )
 
@@ -55,7 +57,9 @@ def diff(
     ] = True,
     exit_code: Annotated[
         bool,
-        typer.Option("--exit-code", help="Exit 1 when anything beyond positional drift changed."),
+        typer.Option(
+            "--exit-code", help="Exit 1 when anything beyond positional or format drift changed."
+        ),
     ] = False,
 ) -> None:
     from rich.table import Table
@@ -80,6 +84,7 @@ def diff(
         styles = {
             "unchanged": "dim",
             "positional": "cyan",
+            "reformatted": "blue",
             "changed": "yellow",
             "added": "green",
             "removed": "red",
@@ -117,9 +122,9 @@ def diff(
         changed = ", ".join(
             f"{n} {s}"
             for s, n in result.counts.items()
-            if n and s not in ("unchanged", "positional")
+            if n and s not in ("unchanged", "positional", "reformatted")
         )
-        raise FindingError(f"the series changed beyond positional drift: {changed}")
+        raise FindingError(f"the series changed beyond positional or format drift: {changed}")
 
 
 def render_diff(data: bytes) -> object:

@@ -71,19 +71,11 @@ class ExportPlan:
 
 
 def classify(old: bytes | None, new: bytes | None) -> Drift:
-    """unchanged / new / removed / positional (only ``index`` hashes and ``@@`` numbers moved) /
-    format (the same removed and added lines of the same files, written another way: preamble,
-    context, hunk split) / semantic; the one definition of positional drift is
-    ``seriesdiff.fold_positional``, of format drift ``rangediff.changes_of``."""
-    from hyperqwen_patches.series.rangediff import changes_of, fold_positional
+    """unchanged / new / removed, else the row patch's drift by the rule ``diff`` uses too
+    (``rangediff.patch_drift``): positional / format / semantic."""
+    from hyperqwen_patches.series.rangediff import patch_drift
 
-    if old == new:
-        return "unchanged"
-    if old is None:
-        return "new"
-    if new is None:
-        return "removed"
-    if fold_positional(old) == fold_positional(new):
-        return "positional"
-    same = changes_of(old)
-    return "format" if same is not None and same == changes_of(new) else "semantic"
+    if old is None or new is None:
+        return "unchanged" if old == new else ("new" if old is None else "removed")
+    drift = patch_drift(old, new)
+    return "unchanged" if drift == "none" else drift

@@ -6,6 +6,8 @@ or close enough, and every pair is classified:
 
 - ``unchanged``: the row's bytes are identical;
 - ``positional``: only ``index`` hashes, ``@@`` line numbers (and a ``From <sha>`` line) differ;
+- ``reformatted``: the same removed and added lines of the same files, written another way (a
+  preamble, more or less context, another hunk split), with an interdiff of the folded texts;
 - ``changed``: anything else (semantic drift), with an interdiff of the folded patch texts;
 - ``added`` / ``removed``: a row on one side only;
 - ``renamed``: a row whose name changed; its content is classified as above as well.
@@ -53,8 +55,13 @@ class SeriesSnapshot:
     pin: str | None = None
 
 
-Status = Literal["unchanged", "positional", "changed", "added", "removed", "renamed"]
-STATUSES: tuple[Status, ...] = ("unchanged", "positional", "changed", "added", "removed", "renamed")
+Status = Literal["unchanged", "positional", "reformatted", "changed", "added", "removed", "renamed"]
+STATUSES: tuple[Status, ...] = (
+    "unchanged", "positional", "reformatted", "changed", "added", "removed", "renamed"
+)  # fmt: skip
+# How two texts of one row's patch differ: the one rule `diff`, `export` and `check` all use
+# (exportplan.classify names "none" "unchanged" and adds files that appear or go).
+PatchDrift = Literal["none", "positional", "format", "semantic"]
 
 # How similar two unpaired rows' folded contents must be to count as one row renamed (range-diff pairs
 # by a creation-cost matrix; a ratio over folded lines is the same idea without the matrix).
@@ -168,6 +175,18 @@ def unified(old: bytes, new: bytes, old_label: bytes, new_label: bytes, context:
     )
 
 
+def patch_drift(old: bytes, new: bytes) -> PatchDrift:
+    """none (the same bytes) / positional (only ``index`` hashes and ``@@`` numbers moved:
+    :func:`fold_positional`) / format (the same runs of removed and added lines of the same files,
+    written another way: :func:`changes_of`) / semantic."""
+    if old == new:
+        return "none"
+    if fold_positional(old) == fold_positional(new):
+        return "positional"
+    same = changes_of(old)
+    return "format" if same is not None and same == changes_of(new) else "semantic"
+
+
 def _row_text(row: SeriesRow) -> bytes:
     """One comparable text per row: the patch file, or the module files one after another."""
     if row.kind == "patch":
@@ -182,7 +201,7 @@ class RowDiff:
     status: Status
     old: SeriesRow | None
     new: SeriesRow | None
-    drift: Literal["none", "positional", "semantic"]
+    drift: PatchDrift
     interdiff: bytes = b""
     metadata_changes: tuple[tuple[str, str, str], ...] = ()  # (field, old, new)
     similarity: float | None = None  # renames only
@@ -265,33 +284,35 @@ def _compare(old: SeriesRow, new: SeriesRow, status: Status | None = None) -> Ro
     old_text, new_text = _row_text(old), _row_text(new)
     label_old = b"old/" + old.name.encode()
     label_new = b"new/" + new.name.encode()
+    drift: PatchDrift
     if old.kind != new.kind:
-        drift: Literal["none", "positional", "semantic"] = "semantic"
+        drift = "semantic"
         interdiff = unified(old_text, new_text, label_old, label_new)
+    elif old.kind == "patch":
+        drift = patch_drift(old_text, new_text)
+        interdiff = (
+            b""
+            if drift in ("none", "positional")
+            else unified(fold_positional(old_text), fold_positional(new_text), label_old, label_new)
+        )
     elif old_text == new_text:
         drift, interdiff = "none", b""
-    elif old.kind == "patch" and fold_positional(old_text) == fold_positional(new_text):
-        drift, interdiff = "positional", b""
-    else:
+    else:  # module rows: their files compared as they are
         drift = "semantic"
-        if old.kind == "patch":
-            interdiff = unified(
-                fold_positional(old_text), fold_positional(new_text), label_old, label_new
+        interdiff = b"".join(
+            unified(
+                old.files.get(p, b""),
+                new.files.get(p, b""),
+                b"old/" + p if p in old.files else b"/dev/null",
+                b"new/" + p if p in new.files else b"/dev/null",
             )
-        else:
-            interdiff = b"".join(
-                unified(
-                    old.files.get(p, b""),
-                    new.files.get(p, b""),
-                    b"old/" + p if p in old.files else b"/dev/null",
-                    b"new/" + p if p in new.files else b"/dev/null",
-                )
-                for p in sorted(set(old.files) | set(new.files))
-            )
+            for p in sorted(set(old.files) | set(new.files))
+        )
     if status is None:
         by_drift: dict[str, Status] = {
             "none": "unchanged",
             "positional": "positional",
+            "format": "reformatted",
             "semantic": "changed",
         }
         status = by_drift[drift]
