@@ -19,9 +19,10 @@ and each is off by default except ambiguity reporting:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from hyperqwen_patches.display import show
+from hyperqwen_patches.engine.overlay import Overlay
 from hyperqwen_patches.engine.patchmodel import ADDED, FilePatch, Hunk, Patch, split_lines
 from hyperqwen_patches.engine.placement import (
     FileLines,
@@ -164,30 +165,6 @@ class SeriesResult:
         return totals
 
 
-class _Overlay:
-    """Pending changes over a reader: a patch works on a child overlay, merged only if it applied."""
-
-    def __init__(self, read: Reader, base: Mapping[bytes, bytes | None] | None = None) -> None:
-        self._read = read
-        self.changes: dict[bytes, bytes | None] = dict(base or {})
-        self.modes: dict[bytes, int] = {}
-        self.moved: dict[bytes, bytes] = {}  # rename/copy target -> source (its mode goes along)
-
-    def read(self, path: bytes) -> bytes | None:
-        if path in self.changes:
-            return self.changes[path]
-        return self._read(path)
-
-    def child(self) -> _Overlay:
-        return _Overlay(self.read)
-
-    def merge(self, child: _Overlay) -> None:
-        self.changes.update(child.changes)
-        self.modes.update(child.modes)
-        for target, source in child.moved.items():
-            self.moved[target] = self.moved.get(source, source)
-
-
 class _Cache:
     """Memoises the caller's reader: every touched file is read from disk at most once per series."""
 
@@ -210,7 +187,7 @@ def apply_series(
     it), so one run reports every problem of a series, not only the first.
     """
     policy = policy or Policy()
-    state = _Overlay(_Cache(read))
+    state = Overlay(_Cache(read))
     results: list[PatchResult] = []
     for patch in patches:
         result, local = _apply_patch(patch, state, policy)
@@ -259,7 +236,7 @@ def verify_applied(
     reverse_policy = Policy(
         max_offset=base.max_offset, exact=base.exact, ambiguity="off", forward=False
     )
-    state = _Overlay(_Cache(read))
+    state = Overlay(_Cache(read))
     found: list[PresenceResult] = []
     for patch in reversed(patches):
         result, local = _apply_patch(patch.reversed(), state, reverse_policy, details)
@@ -280,7 +257,7 @@ def verify_applied(
     return found
 
 
-def _still_there(fp: FilePatch, found: FileResult, state: _Overlay) -> FileResult:
+def _still_there(fp: FilePatch, found: FileResult, state: Overlay) -> FileResult:
     """A deletion is carried only where its file is gone. Its reverse (a creation) also "applies" to
     an empty file, as GNU patch creates into one; but a deletion leaves no empty file behind (GNU
     patch removes it), so an empty file there means the deletion is not carried."""
@@ -293,8 +270,8 @@ def _still_there(fp: FilePatch, found: FileResult, state: _Overlay) -> FileResul
 
 
 def _apply_patch(
-    patch: Patch, state: _Overlay, policy: Policy, details: bool = True
-) -> tuple[PatchResult, _Overlay]:
+    patch: Patch, state: Overlay, policy: Policy, details: bool = True
+) -> tuple[PatchResult, Overlay]:
     local = state.child()
     files = [_apply_file(fp, local, policy, details) for fp in patch.files]
     statuses = {f.status for f in files}
@@ -314,7 +291,7 @@ def _apply_patch(
     return PatchResult(name=patch.name, status=status, files=tuple(files), error=error), local
 
 
-def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy, details: bool = True) -> FileResult:
+def _apply_file(fp: FilePatch, state: Overlay, policy: Policy, details: bool = True) -> FileResult:
     action = fp.action
     if fp.old_path is None:
         return _create(fp, state, policy)
@@ -398,7 +375,7 @@ def _apply_file(fp: FilePatch, state: _Overlay, policy: Policy, details: bool = 
     return FileResult(target, action, "applied", outcome.hunks, old_path=source)
 
 
-def _in_place(fp: FilePatch, state: _Overlay) -> FilePatch:
+def _in_place(fp: FilePatch, state: Overlay) -> FilePatch:
     """A plain diff whose two names differ patches one file in place; like GNU patch, pick the
     existing name with the fewest components, then the shortest base name, then the shortest name."""
     names = [n for n in (fp.old_path, fp.new_path) if n is not None]
@@ -407,7 +384,7 @@ def _in_place(fp: FilePatch, state: _Overlay) -> FilePatch:
     return replace(fp, old_path=best, new_path=best)
 
 
-def _missing_source(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
+def _missing_source(fp: FilePatch, state: Overlay, policy: Policy) -> FileResult:
     """The file to patch is absent: already deleted / renamed (forward), or a failure."""
     assert fp.old_path is not None
     source = fp.old_path
@@ -451,7 +428,7 @@ def _strict(policy: Policy) -> Policy:
     return Policy(max_offset=policy.max_offset, exact=policy.exact, ambiguity="off", forward=False)
 
 
-def _create(fp: FilePatch, state: _Overlay, policy: Policy) -> FileResult:
+def _create(fp: FilePatch, state: Overlay, policy: Policy) -> FileResult:
     assert fp.new_path is not None
     target = fp.new_path
     wanted = fp.content

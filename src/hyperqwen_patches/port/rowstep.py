@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from hyperqwen_patches.console import show
+from hyperqwen_patches.engine.overlay import over
 from hyperqwen_patches.fork.treestate import TreeState, apply_row, row_result
 from hyperqwen_patches.port.copyindexcache import store_for
 from hyperqwen_patches.port.model import Attempt, CommitHow, PortRow
@@ -58,9 +59,7 @@ class OldSide:
     def __init__(self, old: PristineTree) -> None:
         self._old = old
         self._state: dict[bytes, bytes | None] = {}
-
-    def read(self, path: bytes) -> bytes | None:
-        return self._state[path] if path in self._state else self._old.read(path)
+        self.read = over(self._state, old.read)
 
     def step(self, row: PortRow) -> tuple[dict[bytes, bytes | None], dict[bytes, int]]:
         """``row``'s changes and modes on the old side (it moves on only at :meth:`commit`: the
@@ -71,7 +70,7 @@ class OldSide:
 
     def reader_after(self, changes: dict[bytes, bytes | None]) -> Reader:
         """The files as the row leaves them (before :meth:`commit`)."""
-        return lambda path: changes[path] if path in changes else self.read(path)
+        return over(changes, self.read)
 
     def commit(self, changes: dict[bytes, bytes | None]) -> None:
         self._state.update(changes)
@@ -145,7 +144,7 @@ class RowPorter:
             paths,
             self.old_side.read,
             self.old_side.reader_after(old_changes),
-            lambda path: before[path] if path in before else state.read(path),
+            over(before, state.read),
             state.read,
         )
         if not written.ok:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hyperqwen_patches import resultcache
+from hyperqwen_patches.engine.overlay import over
 from hyperqwen_patches.series.gitapplyflags import BASE_ARGS, check_args
 from hyperqwen_patches.statics.analysis import StaticFinding
 
@@ -56,9 +57,7 @@ def gitapply_findings(
         return []
     found: list[StaticFinding] = []
     state: dict[bytes, bytes | None] = {}
-
-    def current(path: bytes) -> bytes | None:
-        return state[path] if path in state else read(path)
+    current = over(state, read)
 
     # The scratch directory and its git dir are made only when a verdict is not in the result cache.
     tmp: Path | None = None

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from hyperqwen_patches.engine.overlay import over
 from hyperqwen_patches.records import field, record, replace
 from hyperqwen_patches.statics.analysis import Analysis, StaticFinding, python_files
 from hyperqwen_patches.statics.refs import CallRef, Ref, collect
@@ -88,8 +89,7 @@ class Views:
     ) -> Views:
         prov = analysis.prov
 
-        def patched(path: bytes) -> bytes | None:
-            return prov.content[path] if path in prov.content else old_read(path)
+        patched = over(prov.content, old_read)
 
         def carried(path: bytes) -> bytes | None:
             return prov.content[path] if path in prov.created else new_read(path)
@@ -288,8 +288,7 @@ def _cut_views(
     # there), which is what the rows were traced on.
     content = analysis.prov.content
 
-    def on_pin(path: bytes) -> bytes | None:
-        return content[path] if path in content else ctx.pristine.read(path)
+    on_pin = over(content, ctx.pristine.read)
 
     views = Views.build(
         analysis,

@@ -71,13 +71,9 @@ def carried_reader(patches: list[Patch], tree: PristineTree) -> Callable[[bytes]
     not apply contributes nothing, as in ``port``'s in-sequence pass). A call a row widens a
     signature for, in its own hunk, is then judged against the widened definition."""
     from hyperqwen_patches.engine.applying import Policy, apply_series
+    from hyperqwen_patches.engine.overlay import over
 
-    changes = apply_series(patches, tree.read, Policy(ambiguity="report")).changes
-
-    def read(path: bytes) -> bytes | None:
-        return changes[path] if path in changes else tree.read(path)
-
-    return read
+    return over(apply_series(patches, tree.read, Policy(ambiguity="report")).changes, tree.read)
 
 
 def port_statics(
