@@ -277,3 +277,27 @@ def test_a_kill_before_the_commit_point_removes_what_the_write_created(tmp_path:
     assert done is not None and sorted(done.removed) == [b"vllm/new/deep/mod.py", b"vllm/top.py"]
     assert snapshot(root) == pristine and debris(root) == []
     assert not (root / "vllm/new").exists()
+
+
+@pytest.mark.parametrize("error", [False, True], ids=["after-a-run", "after-an-error"])
+def test_a_sigterm_after_the_run_is_not_a_traceback(tmp_path: Path, error: bool) -> None:
+    """A SIGTERM that lands once the command's own handling is over (here: sent right after main()
+    returns, or right after it reported an error) ends the process as a signal does, never with a
+    Terminated traceback and exit 1 (seen in the spread test above: SIGTERM at 0.16 s, rc 1)."""
+    repo = Path(__file__).resolve().parent.parent
+    args = ["list", "--repo", str(tmp_path if error else repo)]
+    script = (
+        "import os, signal, sys, time\n"
+        "from hyperqwen_patches import cli\n"
+        f"sys.argv = ['hqp', *{args!r}]\n"
+        "try:\n"
+        "    cli.main()\n"
+        "finally:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(5)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr[-500:])
+    assert "Traceback" not in proc.stderr and "Terminated" not in proc.stderr

@@ -117,7 +117,23 @@ def _log_verbosely() -> None:
 
 
 def main() -> None:
-    """Console-script entry: run the command and map typed errors to one line and an exit code.
+    """Console-script entry (see :func:`_main`). A SIGTERM that lands once the run's own handling is
+    over (while an error is reported, or as the run returns) ends it as a terminated run too: 143 and
+    one line, never a traceback; the handler is gone when the process leaves."""
+    try:
+        _main()
+    except BaseException as exc:
+        from hyperqwen_patches.errors import ExitCode, Terminated
+
+        if not isinstance(exc, Terminated):
+            raise
+        _fail(ExitCode.TERMINATED, "terminated (SIGTERM)", None, prefix="")
+    finally:
+        _default_sigterm()
+
+
+def _main() -> None:
+    """Run the command and map typed errors to one line and an exit code.
 
     ``--version`` and plain command lines (``commands/argv.py``) never import Typer; the rest go to
     the Typer app in standalone mode, where click turns usage errors into exit 2 and ``typer.Exit(n)``
@@ -215,6 +231,20 @@ def _terminate_on_sigterm() -> None:
 
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, raise_terminated)
+        _SIGTERM_SET.append(raise_terminated)
+
+
+_SIGTERM_SET: list[object] = []  # the handler this process set, if it did (to take back on exit)
+
+
+def _default_sigterm() -> None:
+    """The default SIGTERM action back, where :func:`_terminate_on_sigterm` set ours: a signal after
+    this point ends the process as the kernel would (the run's work is over by then)."""
+    import signal
+
+    while _SIGTERM_SET:
+        if signal.getsignal(signal.SIGTERM) is _SIGTERM_SET.pop():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _fail(
