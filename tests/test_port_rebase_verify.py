@@ -42,6 +42,22 @@ SELECTOR = "vllm/sample/selector.py"
 CONF = "vllm/conf.py"
 
 
+def forked_series(tmp_path: Path, rows: list[tuple[str, str]], old: Path) -> tuple[Path, Path]:
+    """A series repository of ``rows`` with one export point, and its fork imported on ``old``."""
+    repo = make_repo(tmp_path, rows)
+    manifest_path = repo / "patches/manifest.yaml"
+    manifest_path.write_text(
+        manifest_path.read_text().replace(
+            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
+        )
+    )
+    fork = tmp_path / "fork"
+    importing.import_series(
+        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
+    )
+    return repo, fork
+
+
 def test_a_clean_row_that_adds_static_errors_and_a_stale_copy_pauses(tmp_path: Path) -> None:
     common = {
         "vllm/__init__.py": "",
@@ -54,17 +70,7 @@ def test_a_clean_row_that_adds_static_errors_and_a_stale_copy_pauses(tmp_path: P
     patch = make_patch(
         SELECTOR, OLD_SELECTOR.decode(), OLD_SELECTOR.decode() + COPY, tmp_path / "w"
     )
-    repo = make_repo(tmp_path, [("chunked", patch)])
-    manifest_path = repo / "patches/manifest.yaml"
-    manifest_path.write_text(
-        manifest_path.read_text().replace(
-            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
-        )
-    )
-    fork = tmp_path / "fork"
-    importing.import_series(
-        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
-    )
+    repo, fork = forked_series(tmp_path, [("chunked", patch)], old)
     sources = {"from_source": f"dir:{old}", "to_source": f"dir:{new}"}
     _, rebased = port(repo, "0.30.0", rebase=RebaseRequest(fork=fork), **sources)
     assert rebased is not None and rebased.paused is not None
@@ -107,17 +113,7 @@ def test_the_run_that_pauses_keeps_the_copy_index_a_later_row_needs(
     copy = make_patch(
         SELECTOR, OLD_SELECTOR.decode(), OLD_SELECTOR.decode() + COPY, tmp_path / "w2"
     )
-    repo = make_repo(tmp_path, [("limit", first), ("chunked", copy)])
-    manifest_path = repo / "patches/manifest.yaml"
-    manifest_path.write_text(
-        manifest_path.read_text().replace(
-            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
-        )
-    )
-    fork = tmp_path / "fork"
-    importing.import_series(
-        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
-    )
+    repo, fork = forked_series(tmp_path, [("limit", first), ("chunked", copy)], old)
     sources = {"from_source": f"dir:{old}", "to_source": f"dir:{new}"}
     _, rebased = port(repo, "0.30.0", rebase=RebaseRequest(fork=fork), **sources)
     assert rebased is not None and rebased.paused is not None and rebased.paused.row == "limit"
