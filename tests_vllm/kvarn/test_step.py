@@ -285,19 +285,24 @@ def test_flush_write_is_the_flush_then_the_write() -> None:
 
 def test_flush_programs_take_their_entries_in_turn() -> None:
     """A flush program takes entries g, g + groups, ... of the list (``flush_groups``): three set
-    entries of one program (1, 5, 9 of 23 at 4 groups in the interpreter) and one of another, two
+    entries of one program (1, 5, 9 of 23 at 2 groups in the interpreter; the one launch's write
+    leaves room for 1 group, which takes all four) and one of another, two
     of the flushed slots given a token this step, flushed and written as the torch reference
-    does, by the one launch and by the two; and no program has more than FLUSH_ENTRIES entries."""
+    does, by the one launch and by the two; every entry is some program's, and a launch's
+    programs fit one wave of the SMs beside the write's."""
     for n in (0, 1, 5, 67, 835, 5000):
-        for hkv, sms in ((2, 4), (4, 132), (8, 132)):
-            groups = triton_store.flush_groups(n, hkv, sms)
-            assert groups <= n and (n == 0 or -(-n // groups) <= triton_store.FLUSH_ENTRIES)
-    assert triton_store.flush_groups(835, 4, 132) == 66  # was 835 programs a KV head
+        for hkv, sms, busy in ((2, 4, 0), (4, 132, 0), (4, 132, 32), (8, 132, 32), (8, 132, 200)):
+            groups, epp = triton_store.flush_groups(n, hkv, sms, busy)
+            assert groups <= n and groups * epp >= n and epp & (epp - 1) == 0
+            assert (n == 0) == (groups == 0)
+            assert n == 0 or busy + groups * hkv <= max(sms, busy + hkv)
+    assert triton_store.flush_groups(835, 4, 132, 32) == (25, 64)  # was 66 a head, 2-3 waves
     lay = layout.record_layout("kvarn_k4v2_g64", 128)
     gen = torch.Generator().manual_seed(13)
     n_slots, hkv, d = 23, 2, 128
     if not CUDA:
-        assert triton_store.flush_groups(n_slots, hkv, 4) == 4
+        assert triton_store.flush_groups(n_slots, hkv, 4) == (2, 16)
+        assert triton_store.flush_groups(n_slots, hkv, 4, 4) == (1, 32)
     pk = torch.randn(n_slots + 1, lay.group, hkv, d, generator=gen).half().to(DEVICE)
     pv = torch.randn(n_slots + 1, lay.group, hkv, d, generator=gen).half().to(DEVICE)
     h16 = hadamard.hadamard(d, torch.float16, DEVICE)

@@ -138,27 +138,38 @@ def _norm_quant_pack(
     tl.store(rec_f16 + COLVEC_OFF + cidx, tl.exp(best_lc).to(tl.float16))
 
 
-# Most list entries a flush program takes (``flush_groups``).
-FLUSH_ENTRIES = 16
-
-
-def flush_groups(n: int, hkv: int, sms: int) -> int:
-    """Programs per KV head that flush a list of ``n`` entries: entry e goes to program
-    e mod groups. A step's list has an entry per pool slot (an engine of 256 sequences: ~830)
-    and is nearly always empty, and a program per entry cost its place in a wave even when it
-    returned at once (H200, run 62: an empty list of 835 entries 15-23 µs a step in a graph,
-    of 67 entries 5.5-6.2). So at most FLUSH_ENTRIES entries a program, which reads them in one
-    load and returns when none is set; and, where that leaves fewer programs than two per SM,
-    one per entry up to that many, so the flushes of a long prefill still spread over the GPU
-    (strided, so a run of neighbouring slots does too)."""
-    return max(-(-n // FLUSH_ENTRIES), min(n, -(-2 * sms // hkv)))
+def flush_groups(n: int, hkv: int, sms: int, busy: int = 0) -> tuple[int, int]:
+    """(programs per KV head that flush a list of ``n`` entries, entries each reads: a power of
+    two): entry e goes to program e mod groups. A step's list has an entry per pool slot (an
+    engine of 256 sequences: ~830) and is nearly always empty; each of its programs runs at the
+    flush's 8-16 warps and registers, one program an SM, so a program past one wave of the SMs
+    cost a wave of its own even when it returned at once (H200, run 71: D 256 batch 1, 264 flush
+    programs beside 32 write programs, 8.7 µs a step for an empty list and one token's write;
+    run 62: a program per entry, 835 entries, 15-23 µs). So one wave: as many programs per head as
+    the SMs left beside ``busy`` other programs of the launch (at least one), no more than n, each
+    reading its entries in one load and flushing only the set ones. Neighbouring slots go to
+    different programs, so the flushes after a long prefill (consecutive slots) still spread."""
+    if n <= 0:
+        return 0, 1
+    groups = min(n, max(1, (sms - busy) // hkv))
+    return groups, triton.next_power_of_2(-(-n // groups))
 
 
 @triton.jit
-def _first_set(blocks, g, n_groups, n, EPP: tl.constexpr):
-    """Whether any of entries g, g + n_groups, ... (below n; at most EPP) is set (>= 0)."""
+def _entries(blocks, g, n_groups, n, EPP: tl.constexpr):
+    """Entries g, g + n_groups, ... (EPP of them, below n) of a flush list: their indices, which
+    are set (>= 0) and how many."""
     e = g + n_groups * tl.arange(0, EPP)
-    return tl.max(tl.load(blocks + e, mask=e < n, other=-1), axis=0) >= 0
+    is_set = tl.load(blocks + e, mask=e < n, other=-1) >= 0
+    return e, is_set, tl.sum(is_set.to(tl.int32), axis=0)
+
+
+@triton.jit
+def _kth(e, is_set, k):
+    """The k-th (from 0) of ``e`` where ``is_set``: a program walks its set entries only, however
+    many it reads."""
+    rank = tl.cumsum(is_set.to(tl.int32), axis=0) - 1
+    return tl.max(tl.where(is_set & (rank == k), e, -1), axis=0).to(tl.int64)
 
 
 @triton.jit(do_not_specialize=["n_iters", "n_entries"])
@@ -194,17 +205,15 @@ def _kvarn_store_kernel(
     slot or block is empty (a step's fixed-size list, by slot)."""
     g = tl.program_id(0)
     h = tl.program_id(1)
-    n_groups = tl.num_programs(0)
-    if _first_set(blocks, g, n_groups, n_entries, EPP):
-        for k in range(0, EPP):
-            e = g + n_groups * k
-            if e < n_entries:
-                slot = tl.load(slots + e).to(tl.int64)
-                blk = tl.load(blocks + e).to(tl.int64)
-                if (slot >= 0) & (blk >= 0):
-                    _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps, s_pg,
-                                s_ph, s_cb, s_ch, n_iters, D, G, KB, VB, K_CODES, K_SCOL, K_ZP,
-                                K_SROW, V_CODES, V_SCOL, V_SROW, V_ZP)  # fmt: skip
+    e, is_set, n_set = _entries(blocks, g, tl.num_programs(0), n_entries, EPP)
+    for k in range(0, n_set):
+        ent = _kth(e, is_set, k)
+        slot = tl.load(slots + ent).to(tl.int64)
+        blk = tl.load(blocks + ent).to(tl.int64)
+        if slot >= 0:
+            _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps, s_pg, s_ph,
+                        s_cb, s_ch, n_iters, D, G, KB, VB, K_CODES, K_SCOL, K_ZP, K_SROW, V_CODES,
+                        V_SCOL, V_SROW, V_ZP)  # fmt: skip
 
 
 @triton.jit
@@ -304,13 +313,14 @@ class LayerStore:
             return
         warps = num_warps or self.warps
         layout = self.layout
+        groups, epp = flush_groups(n, self.hkv, self.sms)
         kw, kwkey = _kwargs(
             "store",
-            (layout, warps),
-            lambda: dict(num_warps=warps, EPP=FLUSH_ENTRIES, **layout.constexprs()),
+            (layout, warps, epp),
+            lambda: dict(num_warps=warps, EPP=epp, **layout.constexprs()),
         )
         args = (*self.pools, slots, blocks, *self.store_fixed, iters, n)
-        grid = (flush_groups(n, self.hkv, self.sms), self.hkv)
+        grid = (groups, self.hkv)
         # not bound: a step flushes through flush_write; this serves store_blocks' other callers
         launch(_kvarn_store_kernel, grid, args, kw, kwkey=kwkey)
 
@@ -336,17 +346,19 @@ class LayerStore:
         ks, vs = key.stride(), value.stride()
         if ks[2] != 1 or vs[2] != 1:
             raise ValueError("flush_write: head_dim must be contiguous")
-        got = self.consts.get(("flush_write", num_warps))
+        n_write = t * (d // ROTATE_COLUMNS)
+        groups, epp = flush_groups(n, hkv, self.sms, n_write)
+        got = self.consts.get(("flush_write", num_warps, epp))
         if got is None:
             warps = num_warps or self.warps
-            got = self.consts["flush_write", num_warps] = _kwargs(
+            got = self.consts["flush_write", num_warps, epp] = _kwargs(
                 "flush_write",
-                (self.layout, warps),
+                (self.layout, warps, epp),
                 lambda: dict(
                     num_warps=warps,
-                    CH=64,
+                    CH=d,  # all of H's slice at once: see rotate_write
                     CB=ROTATE_COLUMNS,
-                    EPP=FLUSH_ENTRIES,
+                    EPP=epp,
                     **self.layout.constexprs(),
                 ),
             )
@@ -356,9 +368,8 @@ class LayerStore:
                 ks[0], ks[1], vs[0], vs[1], h16.contiguous(), write_slots, write_rows, self.trash,
                 t, n)  # fmt: skip
         vary = None if self.binding is None else _FLUSH_WRITE_VARY
-        grid = (t * (d // ROTATE_COLUMNS) + flush_groups(n, hkv, self.sms), hkv)
-        launch(_flush_write_kernel, grid, args, kw, kwkey=kwkey, bound=self.binding, vary=vary,
-               restore=self.fw_restore)  # fmt: skip
+        launch(_flush_write_kernel, (n_write + groups, hkv), args, kw, kwkey=kwkey,
+               bound=self.binding, vary=vary, restore=self.fw_restore)  # fmt: skip
 
 
 # What a bound flush-write specializes per call: the step's own tensors and strides (the flush
@@ -474,26 +485,23 @@ def _flush_write_kernel(
     n_write = n_tokens * (D // CB)
     if p >= n_write:
         g = p - n_write
-        n_groups = tl.num_programs(0) - n_write
-        if _first_set(by_slot, g, n_groups, n_slots, EPP):
-            for k in range(0, EPP):
-                slot = (g + n_groups * k).to(tl.int64)  # x its stride passes 2^31 elements
-                if slot < n_slots:
-                    blk = tl.load(by_slot + slot).to(tl.int64)
-                    if blk >= 0:
-                        _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps,
-                                    s_pg, s_ph, s_cb, s_ch, n_iters, D, G, KB, VB, K_CODES,
-                                    K_SCOL, K_ZP, K_SROW, V_CODES, V_SCOL, V_SROW, V_ZP)  # fmt: skip
-                        tl.debug_barrier()
-                        for t in range(n_tokens):
-                            dest = tl.load(slots + t).to(tl.int64)
-                            if tl.where(dest >= 0, dest, trash) == slot:
-                                row = tl.load(rows + t).to(tl.int64)
-                                for c in tl.static_range(0, D, CB):
-                                    cols = c + tl.arange(0, CB)
-                                    _write_columns(k_ptr, v_ptr, s_kt, s_kh, s_vt, s_vh, h_ptr,
-                                                   t, h, cols, slot, row, pool_k, pool_v, s_ps,
-                                                   s_pg, s_ph, D, CH, CB)  # fmt: skip
+        e, is_set, n_set = _entries(by_slot, g, tl.num_programs(0) - n_write, n_slots, EPP)
+        for k in range(0, n_set):
+            slot = _kth(e, is_set, k)  # int64: x its stride passes 2^31 elements
+            blk = tl.load(by_slot + slot).to(tl.int64)
+            _flush_tile(pool_k, pool_v, slot, blk, h, cache_u8, cache_f16, s_ps, s_pg, s_ph, s_cb,
+                        s_ch, n_iters, D, G, KB, VB, K_CODES, K_SCOL, K_ZP, K_SROW, V_CODES,
+                        V_SCOL, V_SROW, V_ZP)  # fmt: skip
+            tl.debug_barrier()
+            for t in range(n_tokens):
+                dest = tl.load(slots + t).to(tl.int64)
+                if tl.where(dest >= 0, dest, trash) == slot:
+                    row = tl.load(rows + t).to(tl.int64)
+                    for c in tl.static_range(0, D, CB):
+                        cols = c + tl.arange(0, CB)
+                        _write_columns(k_ptr, v_ptr, s_kt, s_kh, s_vt, s_vh, h_ptr, t, h, cols,
+                                       slot, row, pool_k, pool_v, s_ps, s_pg, s_ph, D, CH,
+                                       CB)  # fmt: skip
     else:
         w = p
         t = w // (D // CB)
@@ -524,7 +532,11 @@ def rotate_write(
     """``hadamard.rotate`` of each token's K and V written into its pool slot and row, in one launch
     (the torch form is two GEMMs and several small kernels; cuBLAS's fp32 GEMM for a batch of one
     took 51 µs a call on the H200: gpu/kvarn/probe_step.py). Slot -1 goes to the pools' last slot.
-    A layer's step writes with its flush in one launch instead (``LayerStore.flush_write``)."""
+    A layer's step writes with its flush in one launch instead (``LayerStore.flush_write``).
+    A program loads its whole slice of H (D x 32) and the token's K and V at once and reduces
+    once (CH = D): in 64-row chunks each chunk's loads waited on the last one's reduction (H200,
+    run 75: D 256, batch 1, the flush-write 8.7 -> 4.0 µs; batch 8, this kernel 6.2 -> 3.1;
+    batch 32, 16.3 -> 7.3)."""
     ps = pool_k.stride()
     if ps != pool_v.stride():
         raise ValueError("rotate_write: the pools must be alike")
@@ -535,7 +547,7 @@ def rotate_write(
     if ks[2] != 1 or vs[2] != 1:
         raise ValueError("rotate_write: head_dim must be contiguous")
     kw, kwkey = _kwargs(
-        "rotate_write", (d,), lambda: dict(D=d, CH=64, CB=ROTATE_COLUMNS, num_warps=4)
+        "rotate_write", (d,), lambda: dict(D=d, CH=d, CB=ROTATE_COLUMNS, num_warps=4)
     )
     args = (key, value, ks[0], ks[1], vs[0], vs[1], h16.contiguous(), write_slots, write_rows,
             pool_k, pool_v, ps[0], ps[1], ps[2], pool_k.shape[0] - 1)  # fmt: skip
