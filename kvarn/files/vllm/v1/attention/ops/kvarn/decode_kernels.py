@@ -1555,8 +1555,8 @@ def _kvarn_combine_head_rot_kernel(
         )
         acc += tl.sum(o * tl.exp2(ls - m_safe)[:, None], axis=0)
     res = acc / tl.where(tot > 0.0, tot, 1.0)
-    JC: tl.constexpr = 4096 // D  # [JC, D] rows of H at a time: 32 values a thread at 4 warps
-    jj = tl.arange(0, JC)
-    for j0 in tl.static_range(0, JB, JC):
-        hr = tl.load(h_ptr + (jb + j0 + jj)[:, None] * D + dd[None, :]).to(tl.float32)
-        tl.store(out_ptr + b * s_ob + h * s_oh + jb + j0 + jj, tl.sum(hr * res[None, :], axis=1))
+    # all JB rows of H at once (run 79: in 4096-value chunks each chunk's loads waited on the last
+    # one's reduction; D 256 batch 8, 8K, this kernel 11.4 -> 9.7 us, batch 1 128K 10.2 -> 8.1)
+    jj = tl.arange(0, JB)
+    hr = tl.load(h_ptr + (jb + jj)[:, None] * D + dd[None, :]).to(tl.float32)
+    tl.store(out_ptr + b * s_ob + h * s_oh + jb + jj, tl.sum(hr * res[None, :], axis=1))
