@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 
 from hyperqwen_patches.errors import UsageError
+from hyperqwen_patches.fork import importing
 from hyperqwen_patches.port.model import PortReport
 from hyperqwen_patches.port.report import count_line, render_markdown
 from hyperqwen_patches.port.run import port
+from hyperqwen_patches.series.manifest import load_manifest
+from hyperqwen_patches.sources.pristine import open_pristine
 from tests.conftest import require_gnu_patch
 
 BASE = "".join(f"line {i}\n" for i in range(1, 41))
@@ -86,6 +89,23 @@ def make_repo(root: Path, rows: list[tuple[str, str]], *, pin: str = "0.29.0") -
         "rows:\n" + "".join(entries)
     )
     return repo
+
+
+def forked_series(tmp_path: Path, rows: list[tuple[str, str]], old: Path) -> tuple[Path, Path]:
+    """A series repository of ``rows`` with one export point (qwen, branch qwen/0.29), and its fork
+    imported on the release tree ``old`` (what the rebase tests start from)."""
+    repo = make_repo(tmp_path, rows)
+    manifest_path = repo / "patches/manifest.yaml"
+    manifest_path.write_text(
+        manifest_path.read_text().replace(
+            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
+        )
+    )
+    fork = tmp_path / "fork"
+    importing.import_series(
+        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
+    )
+    return repo, fork
 
 
 def run_port(tmp_path: Path, old: Path, new: Path, repo: Path) -> PortReport:

@@ -17,14 +17,19 @@ import pytest
 
 from hyperqwen_patches.checks.pipeline import run_check
 from hyperqwen_patches.errors import GitError, UsageError
-from hyperqwen_patches.fork import importing
 from hyperqwen_patches.port.model import RebaseRequest, RebaseResult
 from hyperqwen_patches.port.rebase import abort_rebase
 from hyperqwen_patches.port.retirements import check_retirements
 from hyperqwen_patches.port.run import port
-from hyperqwen_patches.series.manifest import load_manifest
-from hyperqwen_patches.sources.pristine import open_pristine
-from tests.test_port import BASE, lines_with, make_patch, make_repo, release, require_gnu_patch
+from tests.test_port import (
+    BASE,
+    forked_series,
+    lines_with,
+    make_patch,
+    make_repo,
+    release,
+    require_gnu_patch,
+)
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -88,20 +93,7 @@ def ported(tmp_path: Path) -> dict[str, object]:
         ("row-after", make_patch("vllm/merge.py", OURS_MERGE, OURS_AFTER, w)),
         ("row-conf", make_patch("vllm/conf.py", BASE, OURS_CONF, w)),
     ]
-    repo = make_repo(tmp_path, rows)
-    manifest_path = repo / "patches/manifest.yaml"
-    manifest_path.write_text(
-        manifest_path.read_text().replace(
-            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
-        )
-    )
-    fork = tmp_path / "fork"
-    importing.import_series(
-        load_manifest(repo),
-        fork,
-        tree=open_pristine(f"dir:{old}", version="0.29.0"),
-        create=True,
-    )
+    repo, fork = forked_series(tmp_path, rows, old)
     # Uncommitted state in the fork: a modified tracked-nowhere file, staged and unstaged.
     (fork / "scratch.txt").write_text("work in progress\n")
     git(fork, "add", "scratch.txt")

@@ -14,11 +14,8 @@ from pathlib import Path
 
 import jsonschema
 
-from hyperqwen_patches.fork import importing
-from hyperqwen_patches.series.manifest import load_manifest
-from hyperqwen_patches.sources.pristine import open_pristine
 from tests.test_json_schemas import schema as load_schema
-from tests.test_port import make_patch, make_repo, release
+from tests.test_port import forked_series, make_patch, release
 
 RUNNER = """\
 import torch
@@ -88,17 +85,7 @@ def test_rows_that_only_touch_upstream_changes_go_through_where_cherry_pick_paus
             + make_patch("vllm/knobs.py", KNOB, KNOB_ROW, w),
         ),
     ]
-    repo = make_repo(tmp_path, rows)
-    manifest = repo / "patches/manifest.yaml"
-    manifest.write_text(
-        manifest.read_text().replace(
-            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
-        )
-    )
-    fork = tmp_path / "fork"
-    importing.import_series(
-        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
-    )
+    repo, fork = forked_series(tmp_path, rows, old)
     schema = jsonschema.Draft202012Validator(load_schema("port"))
 
     src = ["--from-source", f"dir:{old}", "--source", f"dir:{new}"]

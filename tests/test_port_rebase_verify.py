@@ -15,15 +15,12 @@ from pathlib import Path
 import pytest
 
 from hyperqwen_patches.engine.patchscan import parse_patch
-from hyperqwen_patches.fork import importing
 from hyperqwen_patches.port import copyindexcache
 from hyperqwen_patches.port.model import RebaseRequest
 from hyperqwen_patches.port.run import port
 from hyperqwen_patches.port.stalecopy import LineIndex, may_add_functions
-from hyperqwen_patches.series.manifest import load_manifest
 from hyperqwen_patches.sources import basecommit
-from hyperqwen_patches.sources.pristine import open_pristine
-from tests.test_port import make_patch, make_repo, release
+from tests.test_port import forked_series, make_patch, release
 from tests.test_port_verify import NEW_SELECTOR, OLD_SELECTOR, RUNNER
 
 COPY = """
@@ -40,22 +37,6 @@ class ChunkedTopKSelector(TopKSelector):
 """
 SELECTOR = "vllm/sample/selector.py"
 CONF = "vllm/conf.py"
-
-
-def forked_series(tmp_path: Path, rows: list[tuple[str, str]], old: Path) -> tuple[Path, Path]:
-    """A series repository of ``rows`` with one export point, and its fork imported on ``old``."""
-    repo = make_repo(tmp_path, rows)
-    manifest_path = repo / "patches/manifest.yaml"
-    manifest_path.write_text(
-        manifest_path.read_text().replace(
-            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
-        )
-    )
-    fork = tmp_path / "fork"
-    importing.import_series(
-        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
-    )
-    return repo, fork
 
 
 def test_a_clean_row_that_adds_static_errors_and_a_stale_copy_pauses(tmp_path: Path) -> None:

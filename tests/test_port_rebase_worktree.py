@@ -13,13 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hyperqwen_patches.fork import importing
 from hyperqwen_patches.port import pausing
 from hyperqwen_patches.port.model import RebaseRequest, RebaseResult
 from hyperqwen_patches.port.run import port
-from hyperqwen_patches.series.manifest import load_manifest
-from hyperqwen_patches.sources.pristine import open_pristine
-from tests.test_port import BASE, lines_with, make_patch, make_repo, release
+from tests.test_port import BASE, forked_series, lines_with, make_patch, release
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -86,17 +83,7 @@ def _two_pause_project(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
         ("row-a", make_patch("vllm/a.py", BASE, lines_with({5: "line 5 ours\n"}), w)),
         ("row-c2", make_patch("vllm/c2.py", BASE, lines_with({20: "line 20 ours\n"}), w)),
     ]
-    repo = make_repo(tmp_path, rows)
-    manifest = repo / "patches/manifest.yaml"
-    manifest.write_text(
-        manifest.read_text().replace(
-            "rows:\n", "export_points:\n  - name: qwen\n    branch: qwen/0.29\nrows:\n"
-        )
-    )
-    fork = tmp_path / "fork"
-    importing.import_series(
-        load_manifest(repo), fork, tree=open_pristine(f"dir:{old}", version="0.29.0"), create=True
-    )
+    repo, fork = forked_series(tmp_path, rows, old)
     return repo, fork, old, new
 
 
