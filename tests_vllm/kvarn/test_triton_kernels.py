@@ -13,7 +13,18 @@ import os
 import kvarn_scenario as ks
 import pytest
 import torch
-from kvarn_ops import config, layout, quant, reference, triton_decode, triton_store
+import triton
+import triton.language as tl
+from kvarn_ops import (
+    config,
+    decode_kernels,
+    hadamard,
+    layout,
+    quant,
+    reference,
+    triton_decode,
+    triton_store,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu":
@@ -174,7 +185,7 @@ def _live_splits(seq_len: int, comp_end: int, splits: int, g: int) -> int:
     nblk = -(-seq_len // g)
     c_end = min(comp_end, nblk)
     units = (4 if nblk else 0) + max(c_end - 1, 0) + 4 * max(nblk - max(c_end, 1), 0)
-    return min(splits, max(1, -(-units // 4)))
+    return min(splits, max(1, -(-units // 2)))
 
 
 @pytest.mark.parametrize("heads", [1, 16])
@@ -196,9 +207,74 @@ def test_a_launch_for_a_longer_context_runs_the_live_splits_only(heads: int) -> 
     assert ks.cosine(out, ks.ref_decode(sc, q)).min().item() >= 0.999
     lens = zip(sc.seq_lens.tolist(), sc.comp_end.tolist(), strict=True)
     live = [_live_splits(n, c, splits, 64) for n, c in lens]
-    assert live == [2, 4, 7, 1]  # 8, 13, 27 and 0 units (the last a padded row)
+    assert live == [4, 7, 14, 1]  # 8, 13, 27 and 0 units (the last a padded row)
     written = ~lse.view(-1, splits, hq)[: len(live)].isnan().all(dim=2)
     assert written.tolist() == [[s < n for s in range(splits)] for n in live]
+
+
+def _items(split: int, units_line: tuple[int, int, int], per: int, live: int) -> list[int]:
+    """``_items``' rule written out: the pool items (0, 1: the sink's halves; 2j, 2j + 1: tail
+    block j's) whose unit on the line falls in the split's share, the last split taking the rest."""
+    sink, n_comp, n_tail = units_line
+    starts = ([0, 2] if sink else []) + [4 + n_comp + 2 * k for k in range(2 * n_tail)]
+    hi = (split + 1) * per if split < live - 1 else 1 << 30
+    return [k for k, u in enumerate(starts) if split * per <= u < hi]
+
+
+def test_pool_blocks_are_read_in_halves_by_neighbouring_splits() -> None:
+    """At 2 units a split the sink's halves go to splits 0 and 1 and a tail block's to two
+    neighbours (``_items``): every half read once, the result the reference's, every live split
+    written. A request of 3 compressed blocks and 2 pool blocks in its tail (slot map) has
+    4 + 3 + 8 = 15 units: 8 live splits of 2 units."""
+    sc = ks.build("kvarn_k4v2_g64", 128, 2, [5 * 64 + 9, 70], device=DEVICE, iters=1,
+                  store="triton")  # fmt: skip
+    # request 0's block 4 back in the pool (a free slot): its tail is blocks 4 and 5, both pool
+    free, phys = int(sc.pool_k.shape[0]) - 1, int(sc.block_table[0, 4])
+    sc.pool_k[free] = sc.k_rot[0][256:320]
+    sc.pool_v[free] = sc.v_rot[0][256:320]
+    sc.block_slot[phys] = free
+    sc.cache[phys] = 0  # a stale record must not be read
+    ce = triton_decode.compressed_end_from_slots(sc.block_slot, sc.block_table, sc.seq_lens, 64)
+    assert ce.tolist() == [4, 1]
+    line, per, live = (1, 3, 2), 2, 8
+    owners = {k: s for s in range(live) for k in _items(s, line, per, live)}
+    assert sorted(owners) == list(range(6)) and owners[0] != owners[1]
+    assert owners[2] != owners[3] and owners[4] != owners[5]
+    q = ks.queries(sc, 4)
+    splits, hq = 20, q.shape[1]
+    ws = triton_decode.DecodeWorkspace()
+    _, lse = ws.get(len(sc.seq_lens) * splits, hq, 128, DEVICE)
+    lse.fill_(float("nan"))
+    out = triton_decode.kvarn_decode(*ks.attention_args(sc, q), config.KVarNConfig(max_splits=32),
+                                     comp_end=ce, num_splits=splits, workspace=ws)  # fmt: skip
+    assert ks.cosine(out, ks.ref_decode(sc, q)).min().item() >= 0.999
+    written = ~lse.view(-1, splits, hq)[0].isnan().all(dim=1)
+    assert written.tolist() == [s < live for s in range(splits)]
+
+
+@triton.jit
+def _both_rotations(q, s_qh, h, out, q_scale, QPK: tl.constexpr, QH: tl.constexpr, D: tl.constexpr):
+    kvh = tl.program_id(0)
+    r = tl.arange(0, QH)
+    dd = tl.arange(0, D)
+    o = out + kvh * 2 * D * QH + dd[:, None] * QH + r[None, :]
+    tl.store(o, decode_kernels._rotate_q(q, s_qh, h, q_scale, kvh * QPK + r, r < QPK, D))
+    tl.store(o + D * QH, decode_kernels._rotate_q_kron(q, s_qh, q_scale, kvh * QPK, QPK, QH, D))
+
+
+def test_q_rotated_without_h_equals_the_product_with_h() -> None:
+    """The D = 256 prologue (``_rotate_q_kron``: Sylvester's H as H16 ⊗ H16, no H read) gives the
+    product with the fp16 H ``_rotate_q`` reads, to fp32 rounding, and zeros in the padding heads."""
+    d, qpk, qh, hkv = 256, 6, 8, 3
+    g = torch.Generator().manual_seed(7)
+    q = (torch.randn(hkv * qpk, d, generator=g) * 3).half().to(DEVICE)
+    h16 = hadamard.hadamard(d, torch.float16, DEVICE)
+    out = torch.zeros(hkv, 2, d, qh, device=DEVICE)
+    _both_rotations[(hkv,)](q, q.stride(0), h16, out, 0.5, QPK=qpk, QH=qh, D=d)
+    want = ((q.double() @ h16.double()) * 0.5).view(hkv, qpk, d).transpose(1, 2)
+    for side in (0, 1):
+        assert (out[:, side, :, :qpk].double() - want).abs().max().item() <= 1e-6 * want.abs().max()
+    assert not out[:, 1, :, qpk:].any()
 
 
 @pytest.mark.parametrize(("splits", "heads"), [(3, 1), (3, 16), (1, None)])

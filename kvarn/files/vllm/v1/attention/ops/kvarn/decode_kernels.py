@@ -42,13 +42,16 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
-# What a pool block (fp16, 4G·D bytes for K and V) costs against a record when splits are balanced.
+# What a pool block (fp16, 4G·D bytes for K and V) costs against a record when splits are balanced;
+# each half of it (``_items``) half that.
 POOL_COST = tl.constexpr(4)
-# The fewest units (records) a split of a request takes before another split does, as choose_splits
-# keeps at least 4 blocks a split: a launch fixed for 128K (a captured step) gave a request of 8K
-# 128 splits of half a block at D=256, each rotating q through all of H (run 61: 26 us against
-# 20 for the 16 splits an 8K launch takes, and the combine over 128 splits 9.8 us against 4.2).
-MIN_SPLIT_UNITS = tl.constexpr(4)
+# The fewest units (records) a split of a request takes before another split does. A launch fixed
+# for 128K (a captured step) gave a request of 8K 128 splits of half a block at D=256, each
+# rotating q through all of H (run 61: 26 us against 20 for 16 splits, the combine over 128 splits
+# 9.8 us against 4.2), so a short request takes only the splits its length fills. 2, not 4, since
+# the pool blocks are read in halves and q is rotated without H (runs 82-83: D 256 batch 1 8K,
+# 35 splits of 2 units, decode kernel 20.9 -> 13.7 us; every row of the probe faster).
+MIN_SPLIT_UNITS = tl.constexpr(2)
 
 
 @triton.jit
@@ -650,32 +653,27 @@ def _attend_pool_words(
     dd,
     w4,
     wv,
+    half,
     NPL: tl.constexpr,
 ):
-    """Online-softmax update with one fp16 pool block in the word path's planes (transposed);
-    rows at or past seq_len are masked."""
-    v0 = first_tok + 4 * w4 < seq_len
-    v1 = first_tok + 4 * w4 + 1 < seq_len
-    v2 = first_tok + 4 * w4 + 2 < seq_len
-    v3 = first_tok + 4 * w4 + 3 < seq_len
-    s0 = _pool_s(q16T, pk, s_pg, dd, w4, 0, v0)
-    s1 = _pool_s(q16T, pk, s_pg, dd, w4, 1, v1)
-    s2 = _pool_s(q16T, pk, s_pg, dd, w4, 2, v2)
-    s3 = _pool_s(q16T, pk, s_pg, dd, w4, 3, v3)
-    m_new = tl.maximum(m_i, tl.max(tl.maximum(tl.maximum(s0, s1), tl.maximum(s2, s3)), axis=0))
+    """Online-softmax update with half of one fp16 pool block in the word path's planes
+    (transposed): the token planes 2·half and 2·half + 1 (tokens 4w + 2·half + {0, 1}); rows at or
+    past seq_len are masked."""
+    pa = 2 * half
+    v0 = first_tok + 4 * w4 + pa < seq_len
+    v1 = first_tok + 4 * w4 + pa + 1 < seq_len
+    s0 = _pool_s(q16T, pk, s_pg, dd, w4, pa, v0)
+    s1 = _pool_s(q16T, pk, s_pg, dd, w4, pa + 1, v1)
+    m_new = tl.maximum(m_i, tl.max(tl.maximum(s0, s1), axis=0))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # fully masked row: no NaN
     al = tl.exp2(m_i - m_safe)[None, :]
     p0 = tl.exp2(s0 - m_safe[None, :])
     p1 = tl.exp2(s1 - m_safe[None, :])
-    p2 = tl.exp2(s2 - m_safe[None, :])
-    p3 = tl.exp2(s3 - m_safe[None, :])
-    l_i = l_i * al + ((p0 + p1) + (p2 + p3))
+    l_i = l_i * al + (p0 + p1)
     p0 = p0.to(tl.float16)
     p1 = p1.to(tl.float16)
-    p2 = p2.to(tl.float16)
-    p3 = p3.to(tl.float16)
     # one token plane at a time, so only its NPL channel tiles are live
-    x0, x1, x2, x3, x4, x5, x6, x7 = _pool_planes(pv, s_pg, w4, wv, 0, v0, NPL)
+    x0, x1, x2, x3, x4, x5, x6, x7 = _pool_planes(pv, s_pg, w4, wv, pa, v0, NPL)
     acc0 = tl.dot(x0, p0, acc0 * al)
     acc1 = tl.dot(x1, p0, acc1 * al)
     acc2 = tl.dot(x2, p0, acc2 * al)
@@ -686,13 +684,7 @@ def _attend_pool_words(
         acc6 = tl.dot(x6, p0, acc6 * al)
         acc7 = tl.dot(x7, p0, acc7 * al)
     acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _pool_pv_plane(
-        acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, pv, s_pg, w4, wv, 1, v1, p1, NPL
-    )
-    acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _pool_pv_plane(
-        acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, pv, s_pg, w4, wv, 2, v2, p2, NPL
-    )
-    acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _pool_pv_plane(
-        acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, pv, s_pg, w4, wv, 3, v3, p3, NPL
+        acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, pv, s_pg, w4, wv, pa + 1, v1, p1, NPL
     )
     return m_new, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7
 
@@ -746,8 +738,9 @@ def _decode_words(
     c_end,
     start,
     end,
-    has_sink,
-    n_tail,
+    k_lo,
+    k_hi,
+    tail_blk,
     kvh,
     out_heads,
     lse_base,
@@ -797,8 +790,10 @@ def _decode_words(
             _l2_prefetch(cache_f16, pj * s_cb + head_off, start + j < end, REC)
         # the id of the block prefetched next, loaded one iteration before it is needed
         pf_next = tl.load(bt + start + L2PF, mask=start + L2PF < end, other=0).to(tl.int64)
-    for i in range(0, has_sink + n_tail):
-        blk = tl.where(i < has_sink, 0, tl.maximum(c_end, 1) + i - has_sink)
+    for k in range(k_lo, k_hi):
+        # pool items: the sink's two halves, then each tail block's (``_items``)
+        blk = tl.where(k < 2, 0, tail_blk + (k - 2) // 2)
+        half = k % 2
         phys = tl.load(bt + blk).to(tl.int64)
         slot = tl.load(block_slot + phys).to(tl.int64)
         if slot >= 0:
@@ -823,9 +818,10 @@ def _decode_words(
                 dd,
                 w4,
                 wv,
+                half,
                 NPL,
             )
-        else:
+        elif half == 0:  # a record where the pool would be: read whole by its first half's owner
             m_i, l_i, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = _attend_words(
                 qT,
                 q16T,
@@ -938,14 +934,65 @@ def _rotate_q(q_row, s_qh, h_ptr, q_scale, heads, hmask, D: tl.constexpr):
 
 
 @triton.jit
+def _sylvester(i, j):
+    """Sylvester's Hadamard matrix at rows i and columns j (4-bit indices): (-1)^popcount(i & j),
+    fp16 [len(i), len(j)]."""
+    x = i[:, None] & j[None, :]
+    x = x ^ (x >> 2)
+    x = x ^ (x >> 1)
+    return (1 - 2 * (x & 1)).to(tl.float16)
+
+
+@triton.jit
+def _hi_lo(x):
+    """x (fp32) as two fp16 tiles whose sum is x to ~22 bits, joined along a new last axis."""
+    hi = x.to(tl.float16)
+    return tl.join(hi, (x - hi.to(tl.float32)).to(tl.float16))
+
+
+@triton.jit
+def _rotate_q_kron(
+    q_row, s_qh, q_scale, head0, QPK: tl.constexpr, QH: tl.constexpr, D: tl.constexpr
+):
+    """qT [D, QH] = (q·H)^T · q_scale as ``_rotate_q`` gives it (in the same layout: its last step
+    is a dot of the same shape), without reading H. H is Sylvester's (``hadamard.py``), so at
+    D = 256 H = H16 ⊗ H16 / 16, and a head's q·H is H16 · Q · H16 / 16 with Q its q as a 16 x 16
+    matrix (channel 16a + b at [a, b]): two dots of K = 16, then a dot with a 0/1 selection that
+    lands q·H in the loop's layout (fp32 sums carried through fp16 operands as hi/lo pairs: exact
+    to ~2^-22). Every program reading 128 KB of H through L2 took 4.4 us of a batch-1 program and
+    8-9 us where 512 programs read it at once; this prologue 2.0 and 3.5 us (probe_timeline, runs
+    81-83; H [D, D] is read only at D = 128, where it is 32 KB)."""
+    tl.static_assert(D == 256, "the Kronecker rotation is for D = 256 (16 x 16)")
+    c16 = tl.arange(0, 16)
+    r = tl.arange(0, QH * 16)  # rows (head h, a)
+    q = tl.load(
+        q_row + (head0 + r // 16)[:, None] * s_qh + (16 * (r % 16))[:, None] + c16[None, :],
+        mask=(r // 16 < QPK)[:, None],
+        other=0.0,
+    )
+    # Y[(h, a), b'] = sum_b Q[a, b] H16[b, b']
+    y = tl.dot(q.to(tl.float16), _sylvester(c16, c16))
+    # Z[(h, b'), a'] = sum_a Y[(h, a), b'] H16[a, a'], Y as [(h, b'), (hi|lo, a)]
+    yt = tl.permute(tl.reshape(y, (QH, 16, 16)), (0, 2, 1))
+    yhl = tl.reshape(tl.permute(_hi_lo(tl.reshape(yt, (QH * 16, 16))), (0, 2, 1)), (QH * 16, 32))
+    z = tl.dot(yhl, _sylvester(tl.arange(0, 32) % 16, c16))
+    # qT[(a', b'), h] = Z[(h, b'), a'], through [(a', b'), (h, hi|lo)] x the selection [(h, hi|lo), h]
+    x = tl.reshape(tl.permute(tl.reshape(z, (QH, 16, 16)), (2, 1, 0)), (D, QH))
+    k = tl.arange(0, 2 * QH)
+    sel = tl.where((k // 2)[:, None] == tl.arange(0, QH)[None, :], 1.0, 0.0).to(tl.float16)
+    return tl.dot(tl.reshape(_hi_lo(x), (D, 2 * QH)), sel) * (q_scale / 16.0)
+
+
+@triton.jit
 def _shares(seq_len, comp_end, num_splits, G: tl.constexpr):
     """How a request's blocks are shared among the splits of a launch: (blocks, comp_end clamped,
-    compressed blocks, tail blocks, the sink's units, units per split, live splits). Split s of the
-    live ones takes a contiguous share of [1, comp_end); the first also reads the sink and the last
-    the tail. Each pool block is ~4.6x a record's bytes in fp16, so the shares are cut on a line of
-    POOL_COST units (sink), one unit per compressed block, POOL_COST units per tail block, and
-    neither end split is the longest (all on the last split made it the critical path of a small
-    batch: two pool blocks, ~10 records). Only the first ``live`` splits take a share, each at
+    compressed blocks, tail blocks, the sink's units, units per split, live splits). The shares are
+    cut on a line of POOL_COST units (the sink), one unit per compressed block, then POOL_COST units
+    per tail block (each pool block is ~4.6x a record's bytes in fp16); split s of the live ones
+    takes units [s·per, (s+1)·per): the compressed blocks there, and the pool blocks' halves whose
+    units start there (``_items``), so at 2 units a split the sink and each tail block are read by
+    two programs (one program reading a whole pool block was the critical path of batch 1 at 8K:
+    17 us against 21 for 4 records, run 81). Only the first ``live`` splits take a share, each at
     least MIN_SPLIT_UNITS: a launch fixed for the longest context (a captured step) runs a short
     request on as few splits as a launch sized for it would, and the combine reads those only (the
     decode and the combines call this with the same values, so they agree)."""
@@ -958,6 +1005,36 @@ def _shares(seq_len, comp_end, num_splits, G: tl.constexpr):
     live = tl.minimum(num_splits, tl.maximum(tl.cdiv(units, MIN_SPLIT_UNITS), 1))
     per_split = tl.cdiv(units, live)
     return nblk, c_end, n_comp, n_tail_all, sink_units, per_split, live
+
+
+@triton.jit
+def _items(split, nblk, n_comp, n_tail_all, per_split, live):
+    """The pool items split ``split`` reads, [k_lo, k_hi): item 0 and 1 are the sink's halves, 2j
+    and 2j + 1 tail block j's, on the line of ``_shares`` at units 0 and POOL_COST/2 (the sink)
+    and sink + n_comp + POOL_COST/2·(k - 2) (the tail); an item is read by the split its unit
+    falls in (the last live split takes what is past the end). At 2 units a split the sink's
+    halves go to splits 0 and 1 and a tail block's to two neighbours, so no program reads a whole
+    pool block alone."""
+    HALF: tl.constexpr = POOL_COST // 2
+    n_items = tl.where(nblk > 0, 2 + 2 * n_tail_all, 0)
+    lo = split * per_split
+    hi = tl.where(split == live - 1, 1 << 30, lo + per_split)
+    # sink halves: units 0 and HALF; tail items from POOL_COST + n_comp on, HALF each
+    s_lo = tl.where(lo <= 0, 0, tl.where(lo <= HALF, 1, 2))
+    s_hi = tl.where(hi <= 0, 0, tl.where(hi <= HALF, 1, 2))
+    t0 = POOL_COST + n_comp
+    t_lo = 2 + tl.cdiv(tl.maximum(lo - t0, 0), HALF)
+    t_hi = 2 + tl.cdiv(tl.maximum(hi - t0, 0), HALF)
+    t_lo = tl.minimum(t_lo, n_items)
+    t_hi = tl.minimum(t_hi, n_items)
+    s_lo = tl.minimum(s_lo, n_items)
+    s_hi = tl.minimum(s_hi, n_items)
+    # the split's items are [s_lo, s_hi) then [t_lo, t_hi); one range when either is empty or
+    # they meet (a split that holds the end of the sink and the start of the tail holds no
+    # compressed block between them only when n_comp == 0)
+    k_lo = tl.where(s_lo < s_hi, s_lo, t_lo)
+    k_hi = tl.where(t_lo < t_hi, t_hi, s_hi)
+    return k_lo, k_hi
 
 
 @triton.jit(do_not_specialize=["num_splits", "s_bt"])
@@ -1028,8 +1105,9 @@ def _kvarn_decode_kernel(
     u0 = split * per_split - sink_units
     start = 1 + tl.minimum(tl.maximum(u0, 0), n_comp)
     end = 1 + tl.minimum(tl.maximum(u0 + per_split, 0), n_comp)
-    has_sink = tl.where((split == 0) & (nblk > 0), 1, 0)
-    n_tail = tl.where(split == live - 1, n_tail_all, 0)
+    end = tl.where(split == live - 1, 1 + n_comp, end)
+    k_lo, k_hi = _items(split, nblk, n_comp, n_tail_all, per_split, live)
+    tail_blk = tl.maximum(c_end, 1)
 
     r = tl.arange(0, QH)
     rmask = r < QPK
@@ -1038,7 +1116,10 @@ def _kvarn_decode_kernel(
     tok = tl.arange(0, G2)
     if ROT_Q:
         tl.static_assert(DEQ >= 3, "q is rotated in the kernel on the word path only")
-        qT = _rotate_q(q_ptr + b * s_qb, s_qh, h_ptr, q_scale, kvh * QPK + r, rmask, D)
+        if D == 256:
+            qT = _rotate_q_kron(q_ptr + b * s_qb, s_qh, q_scale, kvh * QPK, QPK, QH, D)
+        else:
+            qT = _rotate_q(q_ptr + b * s_qb, s_qh, h_ptr, q_scale, kvh * QPK + r, rmask, D)
     else:
         q = tl.load(
             q_ptr + b * s_qb + (kvh * QPK + r)[:, None] * s_qh + dd[None, :],
@@ -1071,8 +1152,9 @@ def _kvarn_decode_kernel(
             c_end,
             start,
             end,
-            has_sink,
-            n_tail,
+            k_lo,
+            k_hi,
+            tail_blk,
             kvh,
             out_ptr + row * s_ob + (kvh * QPK + r) * s_oh,
             lse_ptr + row * s_lb + (kvh * QPK + r) * s_lh,
@@ -1105,8 +1187,9 @@ def _kvarn_decode_kernel(
         # The sink and every block from comp_end on: normally all pool-resident (the unflushed tail), but
         # the slot map decides, so a compressed block past comp_end is still read correctly. This loop
         # is short and cold; the branch lives here, not in the compressed loop below.
-        for i in range(0, has_sink + n_tail):
-            blk = tl.where(i < has_sink, 0, tl.maximum(c_end, 1) + i - has_sink)
+        # the byte path reads a pool item's block whole, at its first half (``_items``)
+        for k in range((k_lo + 1) // 2 * 2, k_hi, 2):
+            blk = tl.where(k < 2, 0, tail_blk + (k - 2) // 2)
             phys = tl.load(bt + blk).to(tl.int64)
             slot = tl.load(block_slot + phys).to(tl.int64)
             if slot >= 0:
