@@ -4,10 +4,8 @@ and exit, %clock64 after the prologue, the sink-and-tail loop, the compressed lo
 and the SM it ran on) into a buffer named by ``KVARN_TS``; this script allocates the buffer, runs
 the step eagerly after an L2 flush and writes every program's stamps and a summary.
 
-    P=kvarn/files/vllm/v1/attention/ops/kvarn; mkdir -p build/v
-    git archive HEAD $P | tar -x -C build/v && mv build/v/$P build/v/tl && rm -rf build/v/kvarn
-    patch -d build/v/tl -p1 < gpu/kvarn/experiments/timeline.diff
-    python3 gpu/kvarn/probe_timeline.py --pkg build/v/tl --out DIR [--rows 1x8192x256,...]
+    bash gpu/kvarn/experiments/build.sh timeline    # build/v/timeline; carry it to the GPU machine
+    python3 gpu/kvarn/probe_timeline.py --pkg build/v/timeline --out DIR [--rows 1x8192x256,...]
 
 Writes DIR/timeline.json: per row, the launch, the kernel's span (first entry to last exit, ns),
 the program that exits last and, per split, the median over its programs (batches x KV heads) of
