@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import statistics
 import sys
 import time
@@ -55,7 +56,8 @@ def main() -> None:
     pkgs: dict = {}
     for spec in a.pkg:
         name, where = spec.split("=", 1)
-        pkgs[name] = load_package(f"kvarn_ops_{name}", Path(where).resolve())
+        # a module name of word characters only (an experiment's NAME may be "early+min1_pool2")
+        pkgs[name] = load_package("kvarn_ops_" + re.sub(r"\W", "_", name), Path(where).resolve())
     pkgs["tree"] = None
     if a.warm:
         pkgs = {a.warm: pkgs[a.warm]}
