@@ -212,18 +212,77 @@ def test_a_launch_for_a_longer_context_runs_the_live_splits_only(heads: int) -> 
     assert written.tolist() == [[s < n for s in range(splits)] for n in live]
 
 
-def _items(split: int, units_line: tuple[int, int, int], per: int, live: int) -> list[int]:
-    """``_items``' rule written out: the pool items (0, 1: the sink's halves; 2j, 2j + 1: tail
-    block j's) whose unit on the line falls in the split's share, the last split taking the rest."""
-    sink, n_comp, n_tail = units_line
-    starts = ([0, 2] if sink else []) + [4 + n_comp + 2 * k for k in range(2 * n_tail)]
-    hi = (split + 1) * per if split < live - 1 else 1 << 30
-    return [k for k, u in enumerate(starts) if split * per <= u < hi]
+@triton.jit
+def _share_kernel(seq_lens, comp_ends, out, num_splits, G: tl.constexpr):
+    """Per (request, split): live, start, end, k_lo, k_hi, per_split, n_comp, n_tail as the decode
+    kernel computes them (``_shares``, ``_share_of``)."""
+    c = tl.program_id(0)
+    split = tl.program_id(1)
+    nblk, _, n_comp, n_tail, sink_units, per, live = decode_kernels._shares(
+        tl.load(seq_lens + c), tl.load(comp_ends + c), num_splits, G
+    )
+    start, end, k_lo, k_hi = decode_kernels._share_of(
+        split, nblk, n_comp, n_tail, sink_units, per, live
+    )
+    o = out + (c * num_splits + split) * 8
+    tl.store(o, live)
+    tl.store(o + 1, start)
+    tl.store(o + 2, end)
+    tl.store(o + 3, k_lo)
+    tl.store(o + 4, k_hi)
+    tl.store(o + 5, per)
+    tl.store(o + 6, n_comp)
+    tl.store(o + 7, n_tail)
+
+
+def _share_table(seq_lens: list[int], comp_ends: list[int], splits: int, g: int) -> list:
+    """[request][split] -> (live, start, end, k_lo, k_hi, per_split, n_comp, n_tail)."""
+    n = len(seq_lens)
+    out = torch.zeros(n, splits, 8, dtype=torch.int32, device=DEVICE)
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    ends = torch.tensor(comp_ends, dtype=torch.int32, device=DEVICE)
+    _share_kernel[(n, splits)](lens, ends, out, splits, G=g)
+    return out.cpu().tolist()
+
+
+def test_every_compressed_block_and_pool_half_is_read_once() -> None:
+    """The decode kernel's own share arithmetic (run through a kernel that writes it out) over
+    requests of 0-16 blocks, comp_end anywhere, 1-20 splits: the live splits' compressed ranges
+    tile [1, comp_end) in order, their pool items tile the sink's and the tail blocks' halves, no
+    split holds more than its share plus one item's overhang, and at 2 units a split the two
+    halves of every pool block are read by different splits."""
+    half = decode_kernels.POOL_COST.value // 2
+    g, lens, ends = 64, [], []
+    for nblk in range(17):
+        for ce in sorted({1, nblk // 2, nblk, nblk + 3}):
+            if ce >= 1:
+                lens.append(max(0, nblk * g - 7 * (nblk % 3)))
+                ends.append(ce)
+    two_units = 0
+    for splits in (1, 2, 3, 8, 20):
+        table = _share_table(lens, ends, splits, g)
+        for c, rows in enumerate(table):
+            live, per, n_comp, n_tail = rows[0][0], rows[0][5], rows[0][6], rows[0][7]
+            n_items = 2 + 2 * n_tail if lens[c] else 0
+            blocks, items, owner = [], [], {}
+            for s in range(live):
+                _, start, end, k_lo, k_hi, *_ = rows[s]
+                blocks += range(start, end)
+                items += range(k_lo, k_hi)
+                owner.update(dict.fromkeys(range(k_lo, k_hi), s))
+                units = (end - start) + half * (k_hi - k_lo)
+                assert units <= per + half - 1, (lens[c], ends[c], splits, s)
+            assert blocks == list(range(1, 1 + n_comp)), (lens[c], ends[c], splits)
+            assert items == list(range(n_items)), (lens[c], ends[c], splits)
+            if per == half and live >= 2:
+                two_units += 1
+                assert all(owner[k] != owner[k + 1] for k in range(0, n_items, 2))
+    assert two_units >= 30  # the halves' rule was exercised
 
 
 def test_pool_blocks_are_read_in_halves_by_neighbouring_splits() -> None:
     """At 2 units a split the sink's halves go to splits 0 and 1 and a tail block's to two
-    neighbours (``_items``): every half read once, the result the reference's, every live split
+    neighbours (``_share_of``): every half read once, the result the reference's, every live split
     written. A request of 3 compressed blocks and 2 pool blocks in its tail (slot map) has
     4 + 3 + 8 = 15 units: 8 live splits of 2 units."""
     sc = ks.build("kvarn_k4v2_g64", 128, 2, [5 * 64 + 9, 70], device=DEVICE, iters=1,
@@ -236,8 +295,10 @@ def test_pool_blocks_are_read_in_halves_by_neighbouring_splits() -> None:
     sc.cache[phys] = 0  # a stale record must not be read
     ce = triton_decode.compressed_end_from_slots(sc.block_slot, sc.block_table, sc.seq_lens, 64)
     assert ce.tolist() == [4, 1]
-    line, per, live = (1, 3, 2), 2, 8
-    owners = {k: s for s in range(live) for k in _items(s, line, per, live)}
+    live = 8
+    table = _share_table(sc.seq_lens.tolist(), ce.tolist(), 20, 64)[0]
+    assert table[0][0] == live and table[0][5:] == [2, 3, 2]  # per split, compressed, tail
+    owners = {k: s for s in range(live) for k in range(table[s][3], table[s][4])}
     assert sorted(owners) == list(range(6)) and owners[0] != owners[1]
     assert owners[2] != owners[3] and owners[4] != owners[5]
     q = ks.queries(sc, 4)

@@ -43,7 +43,7 @@ import triton.language as tl
 
 LOG2E = 1.4426950408889634
 # What a pool block (fp16, 4G·D bytes for K and V) costs against a record when splits are balanced;
-# each half of it (``_items``) half that.
+# each half of it (``_share_of``) half that.
 POOL_COST = tl.constexpr(4)
 # The fewest units (records) a split of a request takes before another split does. A launch fixed
 # for 128K (a captured step) gave a request of 8K 128 splits of half a block at D=256, each
@@ -791,7 +791,7 @@ def _decode_words(
         # the id of the block prefetched next, loaded one iteration before it is needed
         pf_next = tl.load(bt + start + L2PF, mask=start + L2PF < end, other=0).to(tl.int64)
     for k in range(k_lo, k_hi):
-        # pool items: the sink's two halves, then each tail block's (``_items``)
+        # pool items: the sink's two halves, then each tail block's (``_share_of``)
         blk = tl.where(k < 2, 0, tail_blk + (k - 2) // 2)
         half = k % 2
         phys = tl.load(bt + blk).to(tl.int64)
@@ -990,7 +990,7 @@ def _shares(seq_len, comp_end, num_splits, G: tl.constexpr):
     cut on a line of POOL_COST units (the sink), one unit per compressed block, then POOL_COST units
     per tail block (each pool block is ~4.6x a record's bytes in fp16); split s of the live ones
     takes units [s·per, (s+1)·per): the compressed blocks there, and the pool blocks' halves whose
-    units start there (``_items``), so at 2 units a split the sink and each tail block are read by
+    units start there (``_share_of``), so at 2 units a split the sink and each tail block are read by
     two programs (one program reading a whole pool block was the critical path of batch 1 at 8K:
     17 us against 21 for 4 records, run 81). Only the first ``live`` splits take a share, each at
     least MIN_SPLIT_UNITS: a launch fixed for the longest context (a captured step) runs a short
@@ -1008,13 +1008,18 @@ def _shares(seq_len, comp_end, num_splits, G: tl.constexpr):
 
 
 @triton.jit
-def _items(split, nblk, n_comp, n_tail_all, per_split, live):
-    """The pool items split ``split`` reads, [k_lo, k_hi): item 0 and 1 are the sink's halves, 2j
-    and 2j + 1 tail block j's, on the line of ``_shares`` at units 0 and POOL_COST/2 (the sink)
-    and sink + n_comp + POOL_COST/2·(k - 2) (the tail); an item is read by the split its unit
+def _share_of(split, nblk, n_comp, n_tail_all, sink_units, per_split, live):
+    """What live split ``split`` reads, (start, end, k_lo, k_hi): the compressed blocks [start,
+    end) and the pool items [k_lo, k_hi). Item 0 and 1 are the sink's halves, 2j and 2j + 1 tail
+    block j's, on the line of ``_shares`` at units 0 and POOL_COST/2 (the sink) and sink + n_comp
+    + POOL_COST/2·(k - 2) (the tail); a compressed block or an item is read by the split its unit
     falls in (the last live split takes what is past the end). At 2 units a split the sink's
     halves go to splits 0 and 1 and a tail block's to two neighbours, so no program reads a whole
     pool block alone."""
+    u0 = split * per_split - sink_units
+    start = 1 + tl.minimum(tl.maximum(u0, 0), n_comp)
+    # (the last live split's end is 1 + n_comp: live x per_split covers every unit)
+    end = 1 + tl.minimum(tl.maximum(u0 + per_split, 0), n_comp)
     HALF: tl.constexpr = POOL_COST // 2
     n_items = tl.where(nblk > 0, 2 + 2 * n_tail_all, 0)
     lo = split * per_split
@@ -1034,7 +1039,7 @@ def _items(split, nblk, n_comp, n_tail_all, per_split, live):
     # compressed block between them only when n_comp == 0)
     k_lo = tl.where(s_lo < s_hi, s_lo, t_lo)
     k_hi = tl.where(t_lo < t_hi, t_hi, s_hi)
-    return k_lo, k_hi
+    return start, end, k_lo, k_hi
 
 
 @triton.jit(do_not_specialize=["num_splits", "s_bt"])
@@ -1102,11 +1107,7 @@ def _kvarn_decode_kernel(
     )
     if split >= live:  # a launch sized for a longer context: nothing here, none of it combined
         return
-    u0 = split * per_split - sink_units
-    start = 1 + tl.minimum(tl.maximum(u0, 0), n_comp)
-    end = 1 + tl.minimum(tl.maximum(u0 + per_split, 0), n_comp)
-    end = tl.where(split == live - 1, 1 + n_comp, end)
-    k_lo, k_hi = _items(split, nblk, n_comp, n_tail_all, per_split, live)
+    start, end, k_lo, k_hi = _share_of(split, nblk, n_comp, n_tail_all, sink_units, per_split, live)
     tail_blk = tl.maximum(c_end, 1)
 
     r = tl.arange(0, QH)
@@ -1187,7 +1188,7 @@ def _kvarn_decode_kernel(
         # The sink and every block from comp_end on: normally all pool-resident (the unflushed tail), but
         # the slot map decides, so a compressed block past comp_end is still read correctly. This loop
         # is short and cold; the branch lives here, not in the compressed loop below.
-        # the byte path reads a pool item's block whole, at its first half (``_items``)
+        # the byte path reads a pool item's block whole, at its first half (``_share_of``)
         for k in range((k_lo + 1) // 2 * 2, k_hi, 2):
             blk = tl.where(k < 2, 0, tail_blk + (k - 2) // 2)
             phys = tl.load(bt + blk).to(tl.int64)
