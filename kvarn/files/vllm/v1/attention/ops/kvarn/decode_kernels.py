@@ -1008,6 +1008,16 @@ def _shares(seq_len, comp_end, num_splits, G: tl.constexpr):
 
 
 @triton.jit
+def _items_before(x, nblk, n_comp, n_tail_all):
+    """How many pool items start before unit x of ``_shares``' line (see ``_share_of``)."""
+    HALF: tl.constexpr = POOL_COST // 2
+    n_items = tl.where(nblk > 0, 2 + 2 * n_tail_all, 0)
+    sink = tl.where(x > 0, 1, 0) + tl.where(x > HALF, 1, 0)
+    tail = tl.cdiv(tl.maximum(x - POOL_COST - n_comp, 0), HALF)
+    return tl.minimum(sink + tail, n_items)
+
+
+@triton.jit
 def _share_of(split, nblk, n_comp, n_tail_all, sink_units, per_split, live):
     """What live split ``split`` reads, (start, end, k_lo, k_hi): the compressed blocks [start,
     end) and the pool items [k_lo, k_hi). Item 0 and 1 are the sink's halves, 2j and 2j + 1 tail
@@ -1020,25 +1030,12 @@ def _share_of(split, nblk, n_comp, n_tail_all, sink_units, per_split, live):
     start = 1 + tl.minimum(tl.maximum(u0, 0), n_comp)
     # (the last live split's end is 1 + n_comp: live x per_split covers every unit)
     end = 1 + tl.minimum(tl.maximum(u0 + per_split, 0), n_comp)
-    HALF: tl.constexpr = POOL_COST // 2
-    n_items = tl.where(nblk > 0, 2 + 2 * n_tail_all, 0)
-    lo = split * per_split
-    hi = tl.where(split == live - 1, 1 << 30, lo + per_split)
-    # sink halves: units 0 and HALF; tail items from POOL_COST + n_comp on, HALF each
-    s_lo = tl.where(lo <= 0, 0, tl.where(lo <= HALF, 1, 2))
-    s_hi = tl.where(hi <= 0, 0, tl.where(hi <= HALF, 1, 2))
-    t0 = POOL_COST + n_comp
-    t_lo = 2 + tl.cdiv(tl.maximum(lo - t0, 0), HALF)
-    t_hi = 2 + tl.cdiv(tl.maximum(hi - t0, 0), HALF)
-    t_lo = tl.minimum(t_lo, n_items)
-    t_hi = tl.minimum(t_hi, n_items)
-    s_lo = tl.minimum(s_lo, n_items)
-    s_hi = tl.minimum(s_hi, n_items)
-    # the split's items are [s_lo, s_hi) then [t_lo, t_hi); one range when either is empty or
-    # they meet (a split that holds the end of the sink and the start of the tail holds no
-    # compressed block between them only when n_comp == 0)
-    k_lo = tl.where(s_lo < s_hi, s_lo, t_lo)
-    k_hi = tl.where(t_lo < t_hi, t_hi, s_hi)
+    # the items lie on the line in order (sink halves at 0 and HALF, tail halves from POOL_COST +
+    # n_comp on, HALF apart), so a split's are those that start in [lo, hi): [before(lo), before(hi))
+    k_lo = _items_before(split * per_split, nblk, n_comp, n_tail_all)
+    k_hi = _items_before(
+        tl.where(split == live - 1, 1 << 30, (split + 1) * per_split), nblk, n_comp, n_tail_all
+    )
     return start, end, k_lo, k_hi
 
 
