@@ -18,6 +18,7 @@ program's (with its SM). ``summarise`` makes the first from the second.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -33,10 +34,9 @@ PHASES = ("entry_ns", "exit_ns", "prologue_ns", "sink_tail_ns", "compressed_ns",
 
 
 def summarise(row: dict) -> dict:
-    """A row of timeline-programs.json in brief: the programs that ran past the live-split check
-    (a split past the live ones stamps its entry only), the last to exit, and per split the
-    median of each phase over its programs."""
-    progs = [p for p in row["programs"] if p["exit_ns"] > 0]
+    """A row of timeline-programs.json in brief: the live programs (those past the live-split
+    check), the last to exit, and per split the median of each phase over its programs."""
+    progs = row["programs"]
     splits: dict[int, list[dict]] = {}
     for p in progs:
         splits.setdefault(p["split"], []).append(p)
@@ -68,8 +68,6 @@ def main() -> None:
     from conftest import load_package
 
     pkg = load_package("kvarn_ops_tl", Path(a.pkg).resolve())
-    import importlib
-
     cfg = importlib.import_module(f"{pkg.__name__}.config").KVarNConfig()
     step = importlib.import_module(f"{pkg.__name__}.step")
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -101,10 +99,11 @@ def main() -> None:
             live = t[:, 0] > 0
             spans.append(int(t[live, 6].max() - t[live, 0].min()))
         for i in range(n):
-            rows = [t[i] for t in reps if t[i, 0] > 0]
+            # a split past the live ones stamps its entry only: no exit, no phases
+            rows = [t[i] for t in reps if t[i, 6] > 0]
             if not rows:
                 continue
-            t0s = [int(t[:, 0][t[:, 0] > 0].min()) for t in reps if t[i, 0] > 0]
+            t0s = [int(t[:, 0][t[:, 0] > 0].min()) for t in reps if t[i, 6] > 0]
 
             def med(f, rows=rows):
                 return statistics.median(f(r) for r in rows)
