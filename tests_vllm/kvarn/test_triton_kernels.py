@@ -17,7 +17,8 @@ import triton
 import triton.language as tl
 from kvarn_ops import (
     config,
-    decode_kernels,
+    decode_rotation,
+    decode_shares,
     hadamard,
     layout,
     quant,
@@ -218,10 +219,10 @@ def _share_kernel(seq_lens, comp_ends, out, num_splits, G: tl.constexpr):
     kernel computes them (``_shares``, ``_share_of``)."""
     c = tl.program_id(0)
     split = tl.program_id(1)
-    nblk, _, n_comp, n_tail, sink_units, per, live = decode_kernels._shares(
+    nblk, _, n_comp, n_tail, sink_units, per, live = decode_shares._shares(
         tl.load(seq_lens + c), tl.load(comp_ends + c), num_splits, G
     )
-    start, end, k_lo, k_hi = decode_kernels._share_of(
+    start, end, k_lo, k_hi = decode_shares._share_of(
         split, nblk, n_comp, n_tail, sink_units, per, live
     )
     o = out + (c * num_splits + split) * 8
@@ -251,7 +252,7 @@ def test_every_compressed_block_and_pool_half_is_read_once() -> None:
     tile [1, comp_end) in order, their pool items tile the sink's and the tail blocks' halves, no
     split holds more than its share plus one item's overhang, and at 2 units a split the two
     halves of every pool block are read by different splits."""
-    half = decode_kernels.POOL_COST.value // 2
+    half = decode_shares.POOL_COST.value // 2
     g, lens, ends = 64, [], []
     for nblk in range(17):
         for ce in sorted({1, nblk // 2, nblk, nblk + 3}):
@@ -319,8 +320,8 @@ def _both_rotations(q, s_qh, h, out, q_scale, QPK: tl.constexpr, QH: tl.constexp
     r = tl.arange(0, QH)
     dd = tl.arange(0, D)
     o = out + kvh * 2 * D * QH + dd[:, None] * QH + r[None, :]
-    tl.store(o, decode_kernels._rotate_q(q, s_qh, h, q_scale, kvh * QPK + r, r < QPK, D))
-    tl.store(o + D * QH, decode_kernels._rotate_q_kron(q, s_qh, q_scale, kvh * QPK, QPK, QH, D))
+    tl.store(o, decode_rotation._rotate_q(q, s_qh, h, q_scale, kvh * QPK + r, r < QPK, D))
+    tl.store(o + D * QH, decode_rotation._rotate_q_kron(q, s_qh, q_scale, kvh * QPK, QPK, QH, D))
 
 
 def test_q_rotated_without_h_equals_the_product_with_h() -> None:

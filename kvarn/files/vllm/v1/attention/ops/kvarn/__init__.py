@@ -7,7 +7,9 @@ Modules (none imports vLLM, so all run on the CPU and on a bare GPU machine):
     hadamard, normalize, quant, reference   the torch reference
     triton_store                            the Triton store kernels (flush, pool write)
     decode_plan                             the decode's launch policy (splits, warps; no kernels)
-    decode_kernels                          the decode's Triton kernels
+    decode_shares, decode_rotation          which blocks a split reads; q's rotation (Triton)
+    decode_bytes, decode_words              the decode's two code paths (Triton)
+    decode_kernels, decode_combine          the decode kernel and the split-K combines
     triton_decode                           the decode's launch binding (kvarn_decode, prepare)
     triton_prefix                           multi-token queries over a cached prefix
     step                                    a decode step with no host read (CUDA graphs)

@@ -1,8 +1,8 @@
 """The decode's launch policy, pure host arithmetic: how many splits and warps a step takes, how
 many partial rows a caller reserves, how far ahead the word path prefetches into L2, and the
 per-head-size tuning constants those choices read (measured runs cited beside each). No kernels
-and no launches here (``decode_kernels`` holds the kernels, ``triton_decode`` binds and launches
-them), so the store, the step and the backend ask it without importing either."""
+and no launches here (the ``decode_*`` modules hold the kernels, ``triton_decode`` binds and
+launches them), so the store, the step and the backend ask it without importing either."""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
 """The fused KVarN decode's host side: ``kvarn_decode`` and ``prepare`` bind a layer's tensors to
-the kernels of ``decode_kernels`` once (``_Launch``, kept in a ``DecodeWorkspace``) and launch them;
-the split and warp counts come from ``decode_plan``. Both modules' public names (and the kernels,
-which tests and probes reach as ``triton_decode.X``) are re-exported here.
+the kernels of ``decode_kernels`` and ``decode_combine`` once (``_Launch``, kept in a
+``DecodeWorkspace``) and launch them; the split and warp counts come from ``decode_plan``. The
+policy's public names and the kernels and helpers that tests and probes reach as
+``triton_decode.X`` are re-exported here.
 
-Module split (issue #40): ``decode_plan`` (policy, no Triton kernels) <- ``decode_kernels`` (the
-``@triton.jit`` code) <- ``triton_decode`` (launch binding) -> ``triton_store``; none imports a
-module that imports it back.
+Module split (issue #40): ``decode_plan`` (policy, no Triton kernels) <- the ``@triton.jit`` code
+(``decode_kernels`` <- ``decode_bytes``, ``decode_words``, ``decode_rotation``, ``decode_shares``;
+``decode_combine`` <- ``decode_shares``) <- ``triton_decode`` (launch binding) -> ``triton_store``;
+none imports a module that imports it back.
 """
 
 from __future__ import annotations
@@ -17,21 +19,15 @@ import torch
 import triton
 
 from .config import KVarNConfig
-from .decode_kernels import (  # noqa: F401  (re-exported: tests and probes reach them here)
-    LOG2E,
-    MIN_SPLIT_UNITS,
-    POOL_COST,
-    _crumb16,
-    _crumbs,
+
+# F401: re-exported, tests and probes reach the kernels and helpers as triton_decode.X
+from .decode_bytes import _crumbs, _nibbles  # noqa: F401
+from .decode_combine import (  # noqa: F401  (re-exported)
     _kvarn_combine_head_rot_kernel,
     _kvarn_combine_kernel,
     _kvarn_combine_rot_kernel,
-    _kvarn_decode_kernel,
-    _nib16,
-    _nibbles,
-    _rotate_q,
-    _shares,
 )
+from .decode_kernels import LOG2E, _kvarn_decode_kernel
 from .decode_plan import (  # noqa: F401  (re-exported)
     FILL,
     L2_PREFETCH,
@@ -46,6 +42,9 @@ from .decode_plan import (  # noqa: F401  (re-exported)
     l2_prefetch_blocks,
     split_rows,
 )
+from .decode_rotation import _rotate_q  # noqa: F401
+from .decode_shares import MIN_SPLIT_UNITS, POOL_COST, _shares  # noqa: F401
+from .decode_words import _crumb16, _nib16  # noqa: F401
 from .launch import binding, kwargs_key, launch
 from .layout import RecordLayout
 from .triton_store import LayerStore
