@@ -1,11 +1,14 @@
 """Compile a decode kernel offline for sm_90 (no GPU needed: Triton's bundled ptxas and cuobjdump)
 and report registers, spills, shared memory and the instruction mix of each loop in the SASS.
 
-    $(scripts/vllm-env) gpu/kvarn/sass_offline.py [--module PATH] [--d 128] [--qpk 4] [--warps 4]
+    $(scripts/vllm-env) gpu/kvarn/sass_offline.py [--pkg DIR | --module PATH] [--d 128] [--qpk 4] [--warps 4]
         [--maxnreg N] [--split] [--dump FILE] [--set NAME=VALUE ...]
 
-``--module`` names a file defining ``_kvarn_decode_kernel`` with the signature of the shipped one
-(default: the shipped triton_decode.py); ``--set`` overrides extra constexpr parameters by name.
+``--pkg`` names a copy of the package folder (an experiment built by experiments/build.sh) whose
+kernel to compile, loaded as a package of its own, so its relative imports reach its own modules;
+``--module`` names a file defining ``_kvarn_decode_kernel`` with the signature of the shipped one,
+loaded inside the tree's package (its relative imports reach the tree's modules). Default: the
+tree's kernel. ``--set`` overrides extra constexpr parameters by name.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _load  # noqa: E402
+import conftest  # noqa: E402  (on the path through _load)
 import triton  # noqa: E402
 from kvarn_ops import layout  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -182,6 +186,7 @@ def main() -> None:
         "--module",
         default=str(_load.ROOT / "kvarn/files/vllm/v1/attention/ops/kvarn/triton_decode.py"),
     )
+    ap.add_argument("--pkg", default="", help="a copy of the package folder (build/v/NAME)")
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--qpk", type=int, default=4)
     ap.add_argument("--warps", type=int, default=4)
@@ -196,7 +201,12 @@ def main() -> None:
     for s in a.set:
         k, v = s.split("=")
         extra[k] = int(v)
-    mod = load(a.module)
+    if a.pkg:
+        conftest.load_package("kvarn_copy", Path(a.pkg).resolve())
+        mod = importlib.import_module("kvarn_copy.triton_decode")
+        a.module = str(Path(a.pkg) / "triton_decode.py")
+    else:
+        mod = load(a.module)
     k = compile_kernel(mod, a.d, a.qpk, a.warps, a.maxnreg or None, a.split, extra, a.preset, a.q)
     md = k.metadata
     sass, res = sass_of(k)
