@@ -254,8 +254,8 @@ def train(
         opt.step()
         step += 1
         if step % 100 == 0 or step == 1:
-            loss_v = float(loss)
+            loss_v = loss.detach().item()
             log(f"step {step}  loss {loss_v:.4f}  {time.perf_counter() - t0:.0f} s")
-    loss_v = float(loss)
+    loss_v = loss.detach().item()
     model.eval()
     return TrainResult(step, step * batch * model.cfg.context, time.perf_counter() - t0, loss_v)
