@@ -1,5 +1,5 @@
 """Split-K's second stage: merge each request's split outputs by their log2-sum-exp weights. Three
-kernels: ``_kvarn_combine_kernel`` (merge only, for a caller that rotates itself),
+kernels: ``_kvarn_combine_kernel`` (merge only, no rotation: gpu/kvarn/fp8_decode.py's),
 ``_kvarn_combine_rot_kernel`` (16 query heads a program, un-rotates o·H and casts; large batches)
 and ``_kvarn_combine_head_rot_kernel`` (one head and a slice of output channels a program; small
 batches). The rotating ones read only the live splits of ``decode_shares._shares``."""
