@@ -28,7 +28,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _load  # noqa: E402
-import conftest  # noqa: E402  (on the path through _load)
 import triton  # noqa: E402
 from kvarn_ops import layout  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -182,11 +181,12 @@ def mix(ops) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument(
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument(
         "--module",
         default=str(_load.ROOT / "kvarn/files/vllm/v1/attention/ops/kvarn/triton_decode.py"),
     )
-    ap.add_argument("--pkg", default="", help="a copy of the package folder (build/v/NAME)")
+    which.add_argument("--pkg", default="", help="a copy of the package folder (build/v/NAME)")
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--qpk", type=int, default=4)
     ap.add_argument("--warps", type=int, default=4)
@@ -202,7 +202,7 @@ def main() -> None:
         k, v = s.split("=")
         extra[k] = int(v)
     if a.pkg:
-        conftest.load_package("kvarn_copy", Path(a.pkg).resolve())
+        _load.conftest.load_package("kvarn_copy", Path(a.pkg).resolve())
         mod = importlib.import_module("kvarn_copy.triton_decode")
         a.module = str(Path(a.pkg) / "triton_decode.py")
     else:

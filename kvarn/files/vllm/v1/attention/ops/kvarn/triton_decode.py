@@ -19,9 +19,7 @@ import torch
 import triton
 
 from .config import KVarNConfig
-
-# F401: re-exported, tests and probes reach the kernels and helpers as triton_decode.X
-from .decode_bytes import _crumbs, _nibbles  # noqa: F401
+from .decode_bytes import _crumbs, _nibbles  # noqa: F401  (re-exported)
 from .decode_combine import (  # noqa: F401  (re-exported)
     _kvarn_combine_head_rot_kernel,
     _kvarn_combine_kernel,
@@ -42,9 +40,9 @@ from .decode_plan import (  # noqa: F401  (re-exported)
     l2_prefetch_blocks,
     split_rows,
 )
-from .decode_rotation import _rotate_q  # noqa: F401
-from .decode_shares import MIN_SPLIT_UNITS, POOL_COST, _shares  # noqa: F401
-from .decode_words import _crumb16, _nib16  # noqa: F401
+from .decode_rotation import _rotate_q  # noqa: F401  (re-exported)
+from .decode_shares import MIN_SPLIT_UNITS, POOL_COST, _shares  # noqa: F401  (re-exported)
+from .decode_words import _crumb16, _nib16  # noqa: F401  (re-exported)
 from .launch import binding, kwargs_key, launch
 from .layout import RecordLayout
 from .triton_store import LayerStore
